@@ -1,0 +1,202 @@
+"""What a monitor shows about a job, computed from the job record, its metrics and prices.
+
+Pure functions, no ipywidgets import: the REST handler of the jobs endpoint uses the same
+summary as the notebook widget, so the side panel and the widget always agree.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from ..experiments._metrics import MetricPoint, progress
+from ..launch import Job, JobState
+
+__all__ = ["JobProgress", "RankView", "format_duration", "hourly_rate", "summarize"]
+
+_NOT_VALUES = {"step", "time", "rank", "node", "world_size", "epoch"}
+
+
+@dataclass(frozen=True)
+class RankView:
+    """One rank of a job as the monitor shows it."""
+
+    rank: int
+    node: int
+    local_rank: int
+    state: JobState
+    last_step: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "node": self.node,
+            "local_rank": self.local_rank,
+            "state": self.state.value,
+            "last_step": self.last_step,
+        }
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    """Progress of one job: step, ETA, throughput, the chosen metric series, cost so far."""
+
+    job_id: str
+    state: JobState
+    step: int | None
+    total_steps: int | None
+    metric: str | None
+    value: float | None
+    points: tuple[tuple[int, float], ...]
+    steps_per_s: float | None
+    eta_s: float | None
+    elapsed_s: float
+    cost: Decimal | None
+    currency: str | None
+    ranks: tuple[RankView, ...]
+
+    @property
+    def fraction(self) -> float | None:
+        """Share of the steps done (0..1), None when the total is unknown."""
+        if not self.total_steps or self.step is None:
+            return None
+        return max(0.0, min(1.0, (self.step + 1) / self.total_steps))
+
+    def to_json(self, *, points: bool = True) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "state": self.state.value,
+            "step": self.step,
+            "total_steps": self.total_steps,
+            "fraction": self.fraction,
+            "metric": self.metric,
+            "value": self.value,
+            "points": [list(p) for p in self.points] if points else [],
+            "steps_per_s": self.steps_per_s,
+            "eta_s": self.eta_s,
+            "elapsed_s": self.elapsed_s,
+            "cost": str(self.cost) if self.cost is not None else None,
+            "currency": self.currency,
+            "ranks": [r.to_json() for r in self.ranks],
+        }
+
+    def line(self) -> str:
+        """One line of text: ``step 40/100 (40%) loss 1.23 4.1 steps/s ETA 15s cost 0.01 USD``."""
+        parts = [self.state.value]
+        if self.step is not None:
+            total = f"/{self.total_steps}" if self.total_steps else ""
+            pct = f" ({self.fraction:.0%})" if self.fraction is not None else ""
+            parts.append(f"step {self.step + 1}{total}{pct}")
+        if self.value is not None and self.metric:
+            parts.append(f"{self.metric} {self.value:.4g}")
+        if self.steps_per_s is not None:
+            parts.append(f"{self.steps_per_s:.2f} steps/s")
+        if self.eta_s is not None and not self.state.finished:
+            parts.append(f"ETA {format_duration(self.eta_s)}")
+        parts.append(f"elapsed {format_duration(self.elapsed_s)}")
+        if self.cost is not None:
+            parts.append(f"cost {self.cost:.4f} {self.currency}")
+        return "  ".join(parts)
+
+
+def format_duration(seconds: float) -> str:
+    """``75`` -> ``1m15s``; ``3700`` -> ``1h01m``."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def hourly_rate(job: Job, prices: Any) -> Decimal:
+    """Price of one hour of the whole job: card-hours for GPU jobs, node-hours for CPU jobs."""
+    spec = job.spec
+    unit = prices.price(spec.accelerator)
+    rate: Decimal = unit.spot_high if spec.billing == "spot" else unit.on_demand
+    count = spec.nodes * spec.procs_per_node if spec.is_gpu else spec.nodes
+    return rate * count
+
+
+def _pick_metric(records: Sequence[MetricPoint]) -> str | None:
+    for rec in records:
+        if "loss" in rec.values:
+            return "loss"
+    for rec in records:
+        for key in rec.values:
+            if key not in _NOT_VALUES:
+                return key
+    return None
+
+
+def summarize(
+    job: Job,
+    records: Sequence[MetricPoint],
+    *,
+    now: float | None = None,
+    prices: Any = None,
+    cost: Decimal | None = None,
+) -> JobProgress:
+    """Build the :class:`JobProgress` of ``job`` from its metric records.
+
+    Parameters
+    ----------
+    job
+        The job as the backend sees it now.
+    records
+        Its metric records in file order (any rank).
+    now
+        Current time (``time.time()`` when omitted); used for elapsed time of running jobs.
+    prices
+        A price table (``PriceTable``); when given and ``cost`` is not, cost = rate x elapsed.
+    cost
+        Cost so far computed elsewhere (the costs package); wins over ``prices``.
+    """
+    now = time.time() if now is None else now
+    spec = job.spec
+    metric = _pick_metric(records)
+    # the chart follows the lowest rank that logs (rank 0 usually); one value per step
+    lead = min((r.rank for r in records), default=0)
+    series: dict[int, float] = {}
+    last_step_of: dict[int, int] = {}
+    for rec in records:
+        last_step_of[rec.rank] = max(rec.step, last_step_of.get(rec.rank, rec.step))
+        value = rec.values.get(metric) if metric else None
+        if rec.rank == lead and value is not None and math.isfinite(value):
+            series[rec.step] = float(value)
+    points = tuple(sorted(series.items()))
+    lead_records = [r for r in records if r.rank == lead]
+    where = progress(lead_records, total=spec.steps)
+    start = job.started or job.created
+    end = job.finished if job.finished is not None else now
+    elapsed = max(0.0, end - start) if job.state is not JobState.PENDING else 0.0
+    currency = None
+    if cost is None and prices is not None:
+        cost = (hourly_rate(job, prices) * Decimal(str(elapsed)) / Decimal(3600)).quantize(Decimal("0.0001"))
+    if prices is not None:
+        currency = str(prices.currency)
+    ranks: list[RankView] = []
+    node_state = {n.index: n.state for n in job.nodes}
+    for node in range(spec.nodes):
+        for local in range(spec.procs_per_node):
+            rank = node * spec.procs_per_node + local
+            ranks.append(RankView(rank, node, local, node_state.get(node, job.state), last_step_of.get(rank)))
+    return JobProgress(
+        job_id=job.id,
+        state=job.state,
+        step=where.step,
+        total_steps=spec.steps,
+        metric=metric,
+        value=points[-1][1] if points else None,
+        points=points,
+        steps_per_s=where.steps_per_s,
+        eta_s=where.eta_s,
+        elapsed_s=elapsed,
+        cost=cost,
+        currency=currency,
+        ranks=tuple(ranks),
+    )
