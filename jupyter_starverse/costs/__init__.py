@@ -1,0 +1,54 @@
+"""What GPU time costs: price tables, estimates, live meters and budget caps.
+
+Everything here is a pure function of its inputs (a price table, a spec, run intervals,
+``now``) except :mod:`._record` (``cost.json``) and :class:`CostService`, which binds the
+functions to one :class:`~jupyter_starverse._settings.Settings`. Money rules: see
+:mod:`._money` (Decimal, per-second billing rounded up, one ``ROUND_HALF_UP`` at the end).
+"""
+
+from __future__ import annotations
+
+from ._cap import BUDGET_REASON_PREFIX, CapDecision, budget_reason, check_budget
+from ._estimate import SPOT_NOTE, Comparison, Estimate, Resources, compare, estimate
+from ._meter import Cost, IntervalLike, NodeCost, NodeInterval, burn_rate, intervals_of, job_cost
+from ._money import MAX_SECONDS, billable_seconds, parse_duration, parse_money
+from ._prices import GpuPrice, Package, PriceTable, load_price_table, parse_price_table
+from ._record import COST_FILE, CostRecord, UserTotal, read_cost, user_total, write_cost
+from ._service import CostService, Preview
+
+__all__ = [
+    "BUDGET_REASON_PREFIX",
+    "COST_FILE",
+    "MAX_SECONDS",
+    "SPOT_NOTE",
+    "CapDecision",
+    "Comparison",
+    "Cost",
+    "CostRecord",
+    "CostService",
+    "Estimate",
+    "GpuPrice",
+    "IntervalLike",
+    "NodeCost",
+    "NodeInterval",
+    "Package",
+    "Preview",
+    "PriceTable",
+    "Resources",
+    "UserTotal",
+    "billable_seconds",
+    "budget_reason",
+    "burn_rate",
+    "check_budget",
+    "compare",
+    "estimate",
+    "intervals_of",
+    "job_cost",
+    "load_price_table",
+    "parse_duration",
+    "parse_money",
+    "parse_price_table",
+    "read_cost",
+    "user_total",
+    "write_cost",
+]

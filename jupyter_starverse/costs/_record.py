@@ -1,0 +1,162 @@
+"""The cost record in an experiment folder (``cost.json``) and the per-user total.
+
+``cost.json`` holds the latest meter reading of the run (:meth:`Cost.to_json`) plus the
+``reason`` the run was stopped by the budget cap, if it was. It is replaced atomically
+(temp file + rename), so a reader never sees half a record. The per-user total adds the
+``amount`` of every record whose ``user`` matches, per currency (a currency change by the
+operator is never mixed into one sum).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from jupyter_starverse.errors import BadInputError, StoreError
+
+from ._meter import Cost
+
+__all__ = ["COST_FILE", "CostRecord", "UserTotal", "read_cost", "user_total", "write_cost"]
+
+COST_FILE = "cost.json"
+#: How deep below the experiments root a ``cost.json`` is looked for (experiment/run/...).
+_MAX_DEPTH = 3
+
+
+@dataclass(frozen=True)
+class CostRecord:
+    """A ``cost.json``: the meter reading, why the run was stopped (if by the cap), where it lies."""
+
+    cost: Cost
+    reason: str | None
+    path: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.cost.to_json(), "reason": self.reason, "path": self.path}
+
+
+def write_cost(experiment_dir: str | os.PathLike[str], cost: Cost, *, reason: str | None = None) -> CostRecord:
+    """Write ``cost.json`` into ``experiment_dir`` atomically; keep an earlier ``reason``."""
+    folder = Path(experiment_dir)
+    if not folder.is_dir():
+        raise StoreError(
+            f"experiment folder {folder} does not exist", hint="the run's folder was removed; nothing recorded"
+        )
+    target = folder / COST_FILE
+    if reason is None:
+        try:
+            reason = read_cost(folder).reason
+        except (FileNotFoundError, BadInputError):
+            reason = None
+    data = {**cost.to_json(), "reason": reason}
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".cost.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1)
+            f.write("\n")
+        Path(tmp).replace(target)
+    except OSError as e:
+        raise StoreError(
+            f"cannot write {target}: {e}", hint="check free space and permissions of the experiments folder"
+        ) from e
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return CostRecord(cost, reason, str(target))
+
+
+def read_cost(experiment_dir: str | os.PathLike[str]) -> CostRecord:
+    """Read ``cost.json`` of a run; ``FileNotFoundError`` when the run was never metered."""
+    target = Path(experiment_dir) / COST_FILE
+    text = target.read_text(encoding="utf-8")
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise BadInputError(
+            f"{target} is not valid JSON: {e}", field="cost", hint="delete it; the meter rewrites it"
+        ) from None
+    if not isinstance(data, dict):
+        raise BadInputError(f"{target} is not a cost record", field="cost", hint="delete it; the meter rewrites it")
+    reason = data.get("reason")
+    return CostRecord(Cost.from_json(data), str(reason) if reason is not None else None, str(target))
+
+
+@dataclass(frozen=True)
+class UserTotal:
+    """Everything ``user`` has spent over all experiments, per currency."""
+
+    user: str
+    amounts: tuple[tuple[str, Decimal], ...]
+    records: tuple[CostRecord, ...]
+    unreadable: tuple[str, ...] = ()
+
+    @property
+    def running(self) -> int:
+        """How many of the runs are still being metered."""
+        return sum(1 for r in self.records if r.cost.running)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "user": self.user,
+            "amounts": [{"currency": c, "amount": str(a)} for c, a in self.amounts],
+            "runs": len(self.records),
+            "running": self.running,
+            "records": [r.to_json() for r in self.records],
+            "unreadable": list(self.unreadable),
+        }
+
+    def __str__(self) -> str:
+        if not self.records:
+            return f"{self.user}: no metered runs yet"
+        total = ", ".join(f"{a:,} {c}" for c, a in self.amounts)
+        lines = [f"{self.user}: {total} over {len(self.records)} run(s), {self.running} running"]
+        for r in self.records:
+            why = f"  [{r.reason}]" if r.reason else ""
+            lines.append(f"  {r.cost.job_id or Path(r.path).parent.name}: {r.cost.figure}{why}")
+        lines.extend(f"  unreadable: {u}" for u in self.unreadable)
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(str(self))
+
+
+def _cost_files(root: Path) -> list[Path]:
+    found: list[Path] = []
+    base = len(root.parts)
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        depth = len(Path(dirpath).parts) - base
+        if COST_FILE in filenames:
+            found.append(Path(dirpath) / COST_FILE)
+        if depth >= _MAX_DEPTH:
+            dirnames[:] = []
+        else:
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+    return found
+
+
+def user_total(experiments: str | os.PathLike[str], user: str) -> UserTotal:
+    """Sum the recorded cost of every run of ``user`` under ``experiments``.
+
+    Records that cannot be read are listed in ``unreadable`` rather than counted as 0.
+    """
+    root = Path(experiments)
+    records: list[CostRecord] = []
+    unreadable: list[str] = []
+    sums: dict[str, Decimal] = {}
+    if root.is_dir():
+        for path in _cost_files(root):
+            try:
+                record = read_cost(path.parent)
+            except (OSError, BadInputError) as e:
+                unreadable.append(f"{path}: {e}")
+                continue
+            if record.cost.user != user:
+                continue
+            records.append(record)
+            sums[record.cost.currency] = sums.get(record.cost.currency, Decimal(0)) + record.cost.amount
+    records.sort(key=lambda r: r.cost.as_of, reverse=True)
+    return UserTotal(user, tuple(sorted(sums.items())), tuple(records), tuple(unreadable))
