@@ -1,0 +1,27 @@
+"""What can be mounted: datasets and Hugging Face models on the shared store.
+
+``Catalog(settings)`` is the service; everything it knows is stored on the store (see
+:mod:`._layout`), so every process and node sees the same catalog.
+"""
+
+from __future__ import annotations
+
+from ._catalog import Catalog
+from ._names import DatasetRef, ModelRef, parse_ref
+from ._progress import ProgressCallback, tqdm_callback
+from ._types import Entry, EntryStatus, FileRecord, PullProgress, StoreListing, format_bytes
+
+__all__ = [
+    "Catalog",
+    "DatasetRef",
+    "Entry",
+    "EntryStatus",
+    "FileRecord",
+    "ModelRef",
+    "ProgressCallback",
+    "PullProgress",
+    "StoreListing",
+    "format_bytes",
+    "parse_ref",
+    "tqdm_callback",
+]

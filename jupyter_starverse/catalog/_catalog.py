@@ -1,0 +1,361 @@
+"""The catalog service: add, pull (single-flight), mount (O(1)), status, evict, remove."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from jupyter_starverse._settings import Settings
+from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError
+
+from ._fetch import LeaseLostError, SourceFile, fetch_file, list_source, open_source, store_full
+from ._layout import Layout, Manifest, dir_bytes, store_root
+from ._lease import Lease
+from ._models import import_model_folder, pull_model, sha256_file
+from ._names import DEFAULT_VERSION, DatasetRef, ModelRef, Ref, check_name, parse_hf, parse_ref, safe_join
+from ._progress import ProgressCallback, ProgressTracker, read_progress
+from ._types import Entry, EntryStatus, FileRecord, PullProgress
+
+__all__ = ["Catalog"]
+
+_POLL = 0.1
+
+
+class Catalog:
+    """Datasets and Hugging Face models on the shared store.
+
+    Parameters
+    ----------
+    settings
+        ``settings.store`` is the store folder (local disk or a shared volume mounted at the
+        same path on every node); ``settings.lock_ttl`` the pull lease lifetime.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.root = store_root(settings.store)
+        self.layout = Layout(self.root)
+
+    # -- paths and environment ---------------------------------------------------
+    @property
+    def hf_cache_dir(self) -> Path:
+        """``HF_HUB_CACHE`` inside the store (huggingface_hub's cache layout)."""
+        return self.layout.hf_cache
+
+    def job_env(self) -> dict[str, str]:
+        """Variables every job process gets so it finds the store and loads models offline."""
+        return {"STARVERSE_STORE": str(self.root), "HF_HUB_CACHE": str(self.hf_cache_dir), "HF_HUB_OFFLINE": "1"}
+
+    # -- entries -------------------------------------------------------------------
+    def add_dataset(
+        self,
+        name: str,
+        source: str,
+        *,
+        version: str | None = None,
+        description: str | None = None,
+        license: str | None = None,
+    ) -> Entry:
+        """Register a dataset (a folder or fsspec URL); nothing is copied until :meth:`pull`."""
+        check_name(name)
+        version = check_name(version, what="version") if version is not None else DEFAULT_VERSION
+        if not isinstance(source, str) or not source.strip():
+            raise BadInputError(
+                "source must be a folder or URL", field="source", hint="e.g. ./data, s3://bucket/prefix"
+            )
+        source = source.strip()
+        if "://" not in source and not source.startswith("memory:"):
+            source = str(Path(source).expanduser().absolute())
+        fs, root = open_source(source)
+        if not fs.exists(root):
+            raise NotFoundError(f"source {source!r} does not exist", hint="check the path or URL")
+        ref = DatasetRef(name, version)
+        entry = Entry("dataset", name, version, source, str(ref), description, license)
+        try:
+            old = self.layout.read_entry(ref)
+        except NotFoundError:
+            self.layout.write_entry(ref, entry)
+            return entry
+        if old.source != source:
+            raise ConflictError(
+                f"{ref} already exists with source {old.source!r}",
+                hint=f"use another --version, or `starverse store rm {ref}` first",
+            )
+        return old
+
+    def entry(self, ref: str) -> Entry:
+        """The catalog record for ``ref``."""
+        return self.layout.read_entry(self.layout.resolve(parse_ref(ref)))
+
+    def status(self, ref: str) -> EntryStatus:
+        """Cache state of one entry; NotFoundError for unknown names."""
+        return self._status(self.layout.resolve(parse_ref(ref)))
+
+    def ls(self) -> list[EntryStatus]:
+        """Every entry with state, size and last use."""
+        return [self._status(r) for r in self.layout.all_refs()]
+
+    def pulls(self) -> list[PullProgress]:
+        """Pulls in progress anywhere (persisted by their owners on the store)."""
+        out = []
+        for p in sorted((self.root / ".progress").glob("*.json")):
+            prog = read_progress(p)
+            if prog is not None and prog.phase in ("downloading", "verifying"):
+                out.append(prog)
+        return out
+
+    def _status(self, ref: Ref) -> EntryStatus:
+        entry = self.layout.read_entry(ref)
+        key = self.layout.key(ref)
+        manifest = self.layout.read_manifest(ref)
+        prog = read_progress(self.layout.progress_path(key))
+        pulling = prog if prog is not None and prog.phase in ("downloading", "verifying") else None
+        if pulling is not None and time.time() - pulling.updated_at > 3 * self.settings.lock_ttl:
+            pulling = None  # its owner died; the lease will be taken over
+        last = self.layout.last_used(key)
+        if manifest is not None:
+            path = self._path(ref, manifest)
+            return EntryStatus(
+                entry,
+                "cached",
+                manifest.size,
+                len(manifest.files),
+                manifest.size,
+                last,
+                str(path),
+                manifest.commit,
+                pulling,
+            )
+        if isinstance(ref, DatasetRef):
+            size, files = dir_bytes(self.layout.data_dir(ref))
+        else:
+            size, files = dir_bytes(self.hf_cache_dir / ref.folder / "blobs")
+        expected = pulling.bytes_total if pulling else None
+        return EntryStatus(entry, "partial" if files else "missing", size, files, expected, last, None, None, pulling)
+
+    def _path(self, ref: Ref, manifest: Manifest) -> Path:
+        if isinstance(ref, DatasetRef):
+            return self.layout.data_dir(ref)
+        return self.layout.snapshot_dir(ref, str(manifest.commit))
+
+    # -- mount -----------------------------------------------------------------------
+    def mount(self, ref: str) -> Path:
+        """The read-only folder of a pulled entry: O(1), the same path on every node."""
+        resolved = self.layout.resolve(parse_ref(ref))
+        manifest = self.layout.read_manifest(resolved)
+        if manifest is None:
+            raise ConflictError(
+                f"{resolved} is not pulled yet",
+                hint=f"run `starverse store pull {resolved}` first, or read it lazily with catalog.fs(name)",
+            )
+        self.layout.touch(self.layout.key(resolved))
+        return self._path(resolved, manifest)
+
+    def fs(self, ref: str) -> Any:
+        """An fsspec filesystem over a dataset that fills the store's shared cache on first read."""
+        from ._cachefs import SharedCacheFileSystem
+
+        resolved = self.layout.resolve(parse_ref(ref))
+        if not isinstance(resolved, DatasetRef):
+            raise BadInputError(
+                "lazy reads are for datasets; pull models instead", field="ref", hint=f"starverse store pull {resolved}"
+            )
+        return SharedCacheFileSystem(catalog=self, ref=str(resolved))
+
+    # -- pull --------------------------------------------------------------------------
+    def pull(self, ref: str, *, progress: ProgressCallback | None = None) -> EntryStatus:
+        """Fill the store from the source once; concurrent callers anywhere share one download."""
+        parsed = parse_ref(ref)
+        if isinstance(parsed, ModelRef):
+            return self._pull_model(parsed, progress)
+        resolved = self.layout.resolve(parsed)
+        assert isinstance(resolved, DatasetRef)
+        entry = self.layout.read_entry(resolved)
+        tracker = self._tracker(resolved, progress)
+        self._single_flight(resolved, tracker, lambda lease: self._pull_dataset(resolved, entry, tracker, lease))
+        return self._finish(resolved, tracker)
+
+    def _tracker(self, ref: Ref, progress: ProgressCallback | None) -> ProgressTracker:
+        return ProgressTracker(str(ref), self.layout.progress_path(self.layout.key(ref)), progress)
+
+    def _finish(self, ref: Ref, tracker: ProgressTracker) -> EntryStatus:
+        self.layout.touch(self.layout.key(ref))
+        manifest = self.layout.read_manifest(ref)
+        if manifest is not None:
+            tracker.bytes_total = tracker.bytes_done = manifest.size
+            tracker.files_total = tracker.files_done = len(manifest.files)
+        tracker.set_phase("done")
+        return self._status(ref)
+
+    def _single_flight(self, ref: Ref, tracker: ProgressTracker, work: Callable[[Lease], Manifest]) -> None:
+        path = self.layout.lease_path(self.layout.lease_key(ref))
+        progress_path = self.layout.progress_path(self.layout.key(ref))
+        while self.layout.read_manifest(ref) is None:
+            lease = Lease(path, ttl=self.settings.lock_ttl)
+            if not lease.try_acquire():
+                tracker.relay(read_progress(progress_path))
+                time.sleep(_POLL)
+                continue
+            try:
+                with lease.renewing():
+                    if self.layout.read_manifest(ref) is not None:
+                        return
+                    manifest = work(lease)
+                    if not lease.renew():  # fencing: only the holder publishes
+                        raise LeaseLostError(str(ref))
+                    self.layout.write_manifest(ref, manifest)
+                return
+            except LeaseLostError:
+                tracker.owner = False
+                continue
+            except BaseException as e:
+                tracker.set_phase("failed", error=str(e))
+                raise
+            finally:
+                lease.release()
+
+    def _pull_dataset(self, ref: DatasetRef, entry: Entry, tracker: ProgressTracker, lease: Lease) -> Manifest:
+        fs, root = open_source(entry.source)
+        files = list_source(fs, root, entry.source)
+        data_dir = self.layout.data_dir(ref)
+        present = sum(f.size or 0 for f in files if self._present(safe_join(data_dir, f.rel), f))
+        total = sum(f.size or 0 for f in files)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        if shutil.disk_usage(data_dir).free < total - present:
+            raise store_full(data_dir, total - present)
+        tracker.start(bytes_total=total, files_total=len(files), already=present)
+        key = self.layout.key(ref)
+        records = [
+            self.ensure_file(key, fs, f, safe_join(data_dir, f.rel), tracker=tracker, parent=lease) for f in files
+        ]
+        return Manifest(str(ref), tuple(records), time.time())
+
+    @staticmethod
+    def _present(dest: Path, src: SourceFile) -> bool:
+        try:
+            size = dest.stat().st_size
+        except FileNotFoundError:
+            return False
+        return src.size is None or size == src.size
+
+    def ensure_file(
+        self,
+        key: str,
+        fs: Any,
+        src: SourceFile,
+        dest: Path,
+        *,
+        tracker: ProgressTracker | None = None,
+        parent: Lease | None = None,
+    ) -> FileRecord:
+        """Make ``dest`` hold ``src``; one writer per file across processes (shared-cache fill)."""
+        lease = Lease(self.layout.file_lease_path(key, src.rel), ttl=self.settings.lock_ttl)
+        while True:
+            if self._present(dest, src):
+                if tracker is not None:
+                    tracker.file_done()
+                sha = sha256_file(dest) if tracker is not None else None
+                return FileRecord(src.rel, dest.stat().st_size, sha, src.etag)
+            if lease.try_acquire():
+                try:
+                    with lease.renewing():
+                        if self._present(dest, src):
+                            continue
+                        return fetch_file(
+                            fs, src, dest, tracker=tracker, leases=(lease,) if parent is None else (lease, parent)
+                        )
+                finally:
+                    lease.release()
+            time.sleep(_POLL / 2)
+
+    def _pull_model(self, ref: ModelRef, progress: ProgressCallback | None) -> EntryStatus:
+        if self.layout.read_manifest(ref) is None and not self.layout.record_path(ref).exists():
+            entry = Entry("model", ref.repo_id, ref.revision, f"hf:{ref.repo_id}", str(ref))
+            self.layout.write_entry(ref, entry)
+        tracker = self._tracker(ref, progress)
+
+        def work(lease: Lease) -> Manifest:
+            snap = pull_model(ref, self.hf_cache_dir, tracker)
+            return Manifest(str(ref), snap.files, time.time(), snap.commit)
+
+        try:
+            self._single_flight(ref, tracker, work)
+        except NotFoundError:
+            if self.layout.read_manifest(ref) is None:
+                self.layout.remove_record(ref)  # a repo or revision that does not exist leaves no entry
+            raise
+        return self._finish(ref, tracker)
+
+    def import_model(
+        self, path: str | os.PathLike[str], *, repo: str, progress: ProgressCallback | None = None
+    ) -> Entry:
+        """Copy a local HF-format folder into the store as model ``repo`` (``ORG/REPO[@REV]``)."""
+        ref = parse_hf(repo if repo.startswith("hf:") else f"hf:{repo}")
+        source = Path(path).expanduser().absolute()
+        if self.layout.read_manifest(ref) is not None:
+            raise ConflictError(
+                f"{ref} is already in the store", hint=f"`starverse store rm {ref}` first to replace it"
+            )
+        entry = Entry("model", ref.repo_id, ref.revision, str(source), str(ref))
+        tracker = self._tracker(ref, progress)
+
+        def work(lease: Lease) -> Manifest:
+            snap = import_model_folder(source, ref, self.hf_cache_dir, tracker)
+            self.layout.write_entry(ref, entry)
+            return Manifest(str(ref), snap.files, time.time(), snap.commit)
+
+        self._single_flight(ref, tracker, work)
+        self._finish(ref, tracker)
+        return entry
+
+    # -- removal ---------------------------------------------------------------------------
+    def rm(self, name: str) -> list[str]:
+        """Remove an entry (all versions of a dataset given without ``@version``) and its bytes."""
+        parsed = parse_ref(name)
+        refs: list[Ref]
+        if isinstance(parsed, DatasetRef) and parsed.version is None:
+            refs = [r for r in self.layout.all_refs() if isinstance(r, DatasetRef) and r.name == parsed.name]
+            if not refs:
+                self.layout.resolve(parsed)  # raises NotFoundError with a hint
+        else:
+            refs = [self.layout.resolve(parsed)]
+        for ref in refs:
+            self._drop(ref, keep_record=False)
+        return [str(r) for r in refs]
+
+    def evict(self, *, max_bytes: int) -> list[EntryStatus]:
+        """Drop least recently used entries' bytes until the store holds at most ``max_bytes``."""
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+            raise BadInputError(f"max_bytes must be a whole number >= 0, got {max_bytes!r}", field="max_bytes")
+        entries = [s for s in self.ls() if s.state != "missing"]
+        total = sum(s.size for s in entries)
+        evicted = []
+        for status in sorted(entries, key=lambda s: s.last_used or 0.0):
+            if total <= max_bytes:
+                break
+            if status.pulling is not None:
+                continue
+            self._drop(parse_ref(status.ref), keep_record=True)
+            total -= status.size
+            evicted.append(status)
+        return evicted
+
+    def _drop(self, ref: Ref, *, keep_record: bool) -> None:
+        lease = Lease(self.layout.lease_path(self.layout.lease_key(ref)), ttl=self.settings.lock_ttl)
+        deadline = time.monotonic() + 2 * self.settings.lock_ttl
+        while not lease.try_acquire():
+            if time.monotonic() > deadline:
+                raise ConflictError(
+                    f"{ref} is being pulled right now", hint="wait for the pull to finish, then try again"
+                )
+            time.sleep(_POLL)
+        try:
+            self.layout.remove_data(ref, self.layout.read_manifest(ref))
+            if not keep_record:
+                self.layout.remove_record(ref)
+        finally:
+            lease.release()

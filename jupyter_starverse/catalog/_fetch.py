@@ -1,0 +1,207 @@
+"""Copy files from any fsspec source into the store: verified, atomic, resumable per file.
+
+A file becomes visible under its final name only after its bytes were counted, hashed
+and checked against the size (and ETag, where the source has one) listed before the copy
+and re-read after it. Until then it is a ``.NAME.TOKEN.part`` sibling, removed on any
+error; a kill -9 leaves such a part file, which the next holder of the file's lease
+deletes before it starts again.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jupyter_starverse.errors import (
+    BackendUnavailableError,
+    BadInputError,
+    IntegrityError,
+    MissingDependencyError,
+    NotFoundError,
+    StoreError,
+)
+
+from ._lease import Lease
+from ._names import safe_join
+from ._progress import ProgressTracker
+from ._types import FileRecord
+
+__all__ = ["LeaseLostError", "SourceFile", "fetch_file", "list_source", "open_source", "store_full"]
+
+CHUNK = 4 * 1024 * 1024
+_PACKAGES = {
+    "s3": "s3fs",
+    "s3a": "s3fs",
+    "gs": "gcsfs",
+    "gcs": "gcsfs",
+    "az": "adlfs",
+    "abfs": "adlfs",
+    "hf": "huggingface_hub",
+}
+
+
+class LeaseLostError(Exception):
+    """Internal: another process took our lease over; stop writing and wait instead."""
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """One file of a source as listed before the copy."""
+
+    rel: str
+    path: str
+    size: int | None
+    etag: str | None
+
+
+def store_full(where: Path, needed: int | None = None) -> StoreError:
+    msg = f"The store at {where} is full" + (f" ({needed} more bytes needed)" if needed else "")
+    return StoreError(
+        msg, hint="free space with `starverse store evict --max-bytes N` or `starverse store rm NAME`, then pull again"
+    )
+
+
+def open_source(source: str) -> tuple[Any, str]:
+    """``(filesystem, root path)`` for a source URL or folder; lazy protocol import with a hint."""
+    import fsspec
+
+    protocol = source.split("://", 1)[0] if "://" in source else "file"
+    try:
+        fs, root = fsspec.core.url_to_fs(source)
+    except ImportError as e:
+        package = _PACKAGES.get(protocol) or e.name or protocol
+        raise MissingDependencyError(package, purpose=f"{protocol}:// sources") from e
+    except ValueError as e:
+        raise BadInputError(
+            f"source {source!r} uses an unknown protocol {protocol!r}",
+            field="source",
+            hint="use a folder, file://, memory://, http(s)://, s3:// or gs:// URL",
+        ) from e
+    return fs, str(root)
+
+
+def _etag(info: dict[str, Any]) -> str | None:
+    for key in ("ETag", "etag", "md5", "checksum"):
+        if info.get(key):
+            return str(info[key]).strip('"')
+    mtime = info.get("mtime") or info.get("LastModified") or info.get("last_modified")
+    return None if mtime is None else f"mtime:{mtime}"
+
+
+def list_source(fs: Any, root: str, source: str) -> list[SourceFile]:
+    """Every file under ``root`` with size and ETag; a missing source is a NotFoundError."""
+    try:
+        exists = fs.exists(root)
+    except (OSError, ConnectionError) as e:
+        raise BackendUnavailableError(
+            f"cannot reach source {source!r}: {e}", hint="check the URL and the network"
+        ) from e
+    if not exists:
+        raise NotFoundError(f"source {source!r} does not exist", hint="check the path or URL and add the dataset again")
+    out: list[SourceFile] = []
+    if fs.isdir(root):
+        base = fs._strip_protocol(root).rstrip("/")
+        for path, info in sorted(fs.find(root, detail=True).items()):
+            if info.get("type") == "directory":
+                continue
+            stripped = fs._strip_protocol(path)
+            rel = stripped[len(base) :].lstrip("/") if stripped.startswith(base) else stripped.rsplit("/", 1)[-1]
+            size = info.get("size")
+            if size is None:
+                info = fs.info(path)
+                size = info.get("size")
+            out.append(SourceFile(rel, path, None if size is None else int(size), _etag(info)))
+    else:
+        info = fs.info(root)
+        name = fs._strip_protocol(root).rstrip("/").rsplit("/", 1)[-1]
+        out.append(SourceFile(name, root, None if info.get("size") is None else int(info["size"]), _etag(info)))
+    if not out:
+        raise NotFoundError(
+            f"source {source!r} contains no files", hint="point the dataset at a folder or file with data"
+        )
+    for f in out:
+        safe_join(Path("/"), f.rel)  # reject listings that would escape the entry folder
+    return out
+
+
+def _open(fs: Any, path: str) -> Any:
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    if protocol in ("http", "https"):
+        return fs.open(path, "rb", block_size=0)  # one streaming GET, not many range requests
+    return fs.open(path, "rb")
+
+
+def _write_chunk(out: Any, chunk: bytes) -> None:
+    if chunk.count(0) == len(chunk):
+        out.seek(len(chunk), os.SEEK_CUR)  # keep holes sparse; truncate() fixes the length
+    else:
+        out.write(chunk)
+
+
+def fetch_file(
+    fs: Any,
+    src: SourceFile,
+    dest: Path,
+    *,
+    tracker: ProgressTracker | None = None,
+    leases: Sequence[Lease] = (),
+) -> FileRecord:
+    """Copy one source file to ``dest`` atomically and return what was verified.
+
+    The caller holds the lease for ``dest`` (one of ``leases``, checked between chunks);
+    stale part files of ``dest`` are removed first.
+    """
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    for stale in dest.parent.glob(f".{dest.name}.*.part"):
+        stale.unlink(missing_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.part")
+    digest = hashlib.sha256()
+    done = 0
+    try:
+        with _open(fs, src.path) as inp, open(tmp, "wb") as out:
+            while True:
+                if any(lease.lost.is_set() for lease in leases):
+                    raise LeaseLostError(str(dest))
+                chunk = inp.read(CHUNK)
+                if not chunk:
+                    break
+                digest.update(chunk)
+                _write_chunk(out, chunk)
+                done += len(chunk)
+                if tracker is not None:
+                    tracker.advance(len(chunk))
+            out.truncate(done)
+            out.flush()
+            os.fsync(out.fileno())
+        if src.size is not None and done != src.size:
+            raise IntegrityError(
+                f"{src.rel}: the source changed size during the pull (listed {src.size} bytes, read {done})",
+                hint="wait until the source is no longer being written, then pull again",
+            )
+        after = fs.info(src.path)
+        if src.etag is not None and _etag(after) not in (None, src.etag):
+            raise IntegrityError(
+                f"{src.rel}: the source changed during the pull (ETag {src.etag} -> {_etag(after)})",
+                hint="wait until the source is no longer being written, then pull again",
+            )
+        tmp.chmod(0o444)
+        tmp.replace(dest)
+    except OSError as e:
+        if e.errno == errno.ENOSPC:
+            raise store_full(dest.parent) from e
+        if isinstance(e, FileNotFoundError):
+            raise NotFoundError(
+                f"{src.rel} disappeared from the source during the pull", hint="check the source"
+            ) from e
+        raise BackendUnavailableError(f"reading {src.path} failed: {e}", hint="check the source and pull again") from e
+    finally:
+        tmp.unlink(missing_ok=True)
+    if tracker is not None:
+        tracker.file_done()
+    return FileRecord(src.rel, done, digest.hexdigest(), src.etag)

@@ -1,0 +1,141 @@
+"""Names, refs and safe paths: the only place that turns user text into store paths.
+
+Invariants (tested): a validated name never contains ``/``, ``\\``, ``..``, a NUL or a
+leading dot, so ``store / name`` can never leave the store; :func:`safe_join` re-checks
+every relative path coming from a source listing or a model folder.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from jupyter_starverse.errors import InvalidNameError
+
+__all__ = ["DEFAULT_VERSION", "DatasetRef", "ModelRef", "Ref", "check_name", "parse_ref", "safe_join"]
+
+DEFAULT_VERSION = "1"
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_HF_PART_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+_REV_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
+_NAME_HINT = "use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit (no '/', no '..')"
+
+
+def check_name(value: object, *, what: str = "name") -> str:
+    """Return ``value`` if it is a valid entry name or version, else raise :class:`InvalidNameError`."""
+    if not isinstance(value, str) or not _NAME_RE.match(value) or ".." in value:
+        raise InvalidNameError(f"{what} {value!r} is not allowed", field=what, hint=_NAME_HINT)
+    return value
+
+
+@dataclass(frozen=True)
+class DatasetRef:
+    """A dataset entry: ``name`` or ``name@version`` (version None: the newest one)."""
+
+    name: str
+    version: str | None = None
+
+    @property
+    def kind(self) -> str:
+        return "dataset"
+
+    def __str__(self) -> str:
+        return self.name if self.version is None else f"{self.name}@{self.version}"
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A Hugging Face model: ``hf:ORG/REPO[@REVISION]`` (revision defaults to ``main``)."""
+
+    org: str
+    repo: str
+    revision: str = "main"
+
+    @property
+    def kind(self) -> str:
+        return "model"
+
+    @property
+    def repo_id(self) -> str:
+        return f"{self.org}/{self.repo}"
+
+    @property
+    def folder(self) -> str:
+        """Folder name used by huggingface_hub's cache for this repo."""
+        return f"models--{self.org}--{self.repo}"
+
+    @property
+    def revision_key(self) -> str:
+        """The revision as one safe file-name component (branches may contain ``/``)."""
+        return self.revision.replace("/", "%2F")
+
+    def __str__(self) -> str:
+        return f"hf:{self.repo_id}@{self.revision}"
+
+
+Ref = DatasetRef | ModelRef
+
+
+def _bad_hf(text: str, why: str) -> InvalidNameError:
+    return InvalidNameError(
+        f"{text!r} is not a valid model reference: {why}",
+        field="ref",
+        hint="write hf:ORG/REPO or hf:ORG/REPO@REVISION, e.g. hf:gpt2/gpt2@main",
+    )
+
+
+def parse_hf(text: str) -> ModelRef:
+    """Parse ``hf:ORG/REPO[@REV]`` strictly."""
+    body = text[3:]
+    repo_part, sep, rev = body.partition("@")
+    if sep and not rev:
+        raise _bad_hf(text, "empty revision after '@'")
+    parts = repo_part.split("/")
+    if len(parts) != 2:
+        raise _bad_hf(text, "expected exactly one '/' between organisation and repository")
+    for part in parts:
+        if not _HF_PART_RE.match(part) or ".." in part or "--" in part:
+            raise _bad_hf(text, f"{part!r} is not a valid organisation or repository name")
+    revision = rev or "main"
+    if not _REV_RE.match(revision) or ".." in revision or "//" in revision or revision.endswith("/"):
+        raise _bad_hf(text, f"{revision!r} is not a valid revision")
+    return ModelRef(parts[0], parts[1], revision)
+
+
+def parse_ref(text: object) -> Ref:
+    """Parse a dataset name (``name[@version]``) or a model ref (``hf:ORG/REPO[@REV]``)."""
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidNameError(f"{text!r} is not a catalog reference", field="ref", hint=_NAME_HINT)
+    text = text.strip()
+    if text.startswith("hf:"):
+        return parse_hf(text)
+    name, sep, version = text.partition("@")
+    check_name(name)
+    if sep:
+        check_name(version, what="version")
+        return DatasetRef(name, version)
+    return DatasetRef(name)
+
+
+def safe_join(root: Path, relative: str) -> Path:
+    """Join a relative POSIX path under ``root``; raise if it is absolute or escapes ``root``."""
+    pure = PurePosixPath(relative)
+    bad = (
+        not relative
+        or "\\" in relative
+        or "\x00" in relative
+        or pure.is_absolute()
+        or any(part in ("..", "") for part in pure.parts)
+        or relative.startswith("/")
+    )
+    if bad:
+        raise InvalidNameError(
+            f"path {relative!r} would leave the store",
+            field="path",
+            hint="entries may only contain relative paths without '..'",
+        )
+    out = root.joinpath(*pure.parts)
+    if not out.is_relative_to(root):  # belt and braces
+        raise InvalidNameError(f"path {relative!r} would leave the store", field="path")
+    return out

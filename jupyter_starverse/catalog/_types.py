@@ -1,0 +1,188 @@
+"""Dataclasses the catalog hands across module boundaries (all with ``to_json``)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["STATES", "Entry", "EntryStatus", "FileRecord", "PullProgress", "StoreListing", "format_bytes"]
+
+STATES = ("cached", "partial", "missing")
+
+
+def format_bytes(n: float | None) -> str:
+    """``1536`` -> ``'1.5 KiB'``."""
+    if n is None:
+        return "-"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"  # pragma: no cover
+
+
+def _ago(ts: float | None) -> str:
+    if ts is None:
+        return "never"
+    s = max(0.0, time.time() - ts)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s / size:.0f}{unit} ago"
+    return f"{s:.0f}s ago"
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    """One verified file of an entry."""
+
+    path: str
+    size: int
+    sha256: str | None = None
+    etag: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What the catalog knows about an entry before any byte is pulled.
+
+    ``ref`` is the string every front door accepts: ``name@version`` for datasets,
+    ``hf:ORG/REPO@REV`` for models.
+    """
+
+    kind: str
+    name: str
+    version: str
+    source: str
+    ref: str
+    description: str | None = None
+    license: str | None = None
+    added_at: float = field(default_factory=time.time)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Entry:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+    def __str__(self) -> str:
+        return f"{self.ref}  ({self.kind}, source {self.source})"
+
+
+@dataclass(frozen=True)
+class EntryStatus:
+    """Cache state of one entry on the store: ``cached``, ``partial`` or ``missing``."""
+
+    entry: Entry
+    state: str
+    size: int
+    files: int
+    expected_size: int | None = None
+    last_used: float | None = None
+    path: str | None = None
+    commit: str | None = None
+    pulling: PullProgress | None = None
+
+    @property
+    def ref(self) -> str:
+        return self.entry.ref
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ref": self.entry.ref,
+            "kind": self.entry.kind,
+            "name": self.entry.name,
+            "version": self.entry.version,
+            "source": self.entry.source,
+            "description": self.entry.description,
+            "license": self.entry.license,
+            "state": self.state,
+            "size": self.size,
+            "files": self.files,
+            "expected_size": self.expected_size,
+            "last_used": self.last_used,
+            "path": self.path,
+            "commit": self.commit,
+            "pulling": self.pulling.to_json() if self.pulling else None,
+        }
+
+    def __str__(self) -> str:
+        size = format_bytes(self.size)
+        line = f"{self.entry.ref}: {self.state}, {size} in {self.files} files, last used {_ago(self.last_used)}"
+        if self.path:
+            line += f"\n  path: {self.path}"
+        return line
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(str(self))
+
+
+@dataclass(frozen=True)
+class StoreListing:
+    """``starverse store ls``: every entry with its state (a table as text)."""
+
+    entries: tuple[EntryStatus, ...]
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [e.to_json() for e in self.entries]
+
+    def __str__(self) -> str:
+        if not self.entries:
+            return "The store is empty. Add a dataset with `starverse store add NAME SOURCE` or pull hf:ORG/REPO."
+        rows = [("REF", "KIND", "STATE", "SIZE", "FILES", "LAST USE")]
+        for e in self.entries:
+            state = e.state if e.pulling is None else f"{e.state} (pulling {e.pulling.percent:.0f}%)"
+            rows.append((e.ref, e.entry.kind, state, format_bytes(e.size), str(e.files), _ago(e.last_used)))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(str(self))
+
+
+@dataclass(frozen=True)
+class PullProgress:
+    """A snapshot of one pull, also persisted on the store for other processes to show.
+
+    ``phase`` is ``waiting`` (another process pulls), ``downloading``, ``verifying``,
+    ``done`` or ``failed``; ``owner`` is True in the process that moves the bytes.
+    """
+
+    ref: str
+    phase: str
+    bytes_done: int
+    bytes_total: int | None
+    files_done: int
+    files_total: int | None
+    rate: float
+    eta_s: float | None
+    owner: bool
+    updated_at: float
+    error: str | None = None
+
+    @property
+    def percent(self) -> float:
+        if not self.bytes_total:
+            return 100.0 if self.phase == "done" else 0.0
+        return min(100.0, 100.0 * self.bytes_done / self.bytes_total)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["percent"] = self.percent
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PullProgress:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+    def __str__(self) -> str:
+        eta = "-" if self.eta_s is None else f"{self.eta_s:.0f}s"
+        return (
+            f"{self.ref}: {self.phase} {format_bytes(self.bytes_done)}/{format_bytes(self.bytes_total)} "
+            f"({self.percent:.0f}%), {format_bytes(self.rate)}/s, ETA {eta}"
+        )
