@@ -8,25 +8,56 @@ good as the one made at launch. Displaying it shows the live monitor.
 from __future__ import annotations
 
 import collections
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..experiments._metrics import MetricPoint, read_metrics
+from ..errors import BadInputError
+from ..experiments import MetricPoint, RunPaths, read_json, read_metrics
 from ..launch import Job, JobState, LogLine
-from ._progress import JobProgress, summarize
+from ._progress import JobProgress, RankRecord, summarize
 
 if TYPE_CHECKING:
     from ..client import Starverse
+    from ..costs import Cost, CostService
     from ..launch import LaunchBackend
     from .monitor import JobMonitor
 
-__all__ = ["JobHandle", "read_job_metrics"]
+__all__ = ["JobHandle", "read_job_metrics", "read_rank_records"]
 
 
 def read_job_metrics(job: Job) -> list[MetricPoint]:
     """The metric records of ``job`` from its run folder (empty before the first step)."""
     return read_metrics(Path(job.experiment_dir))
+
+
+def _int(value: object, default: int = 0) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def read_rank_records(job: Job) -> list[RankRecord]:
+    """Pid, node, restart count and last error of each rank, as its worker recorded them."""
+    run = RunPaths(Path(job.experiment_dir))
+    out = []
+    for rank in range(job.spec.world_size):
+        info = read_json(run.pids / f"rank{rank}.json")
+        err = read_json(run.errors / f"rank{rank}.json")
+        if not isinstance(info, dict) and not isinstance(err, dict):
+            continue
+        base = info if isinstance(info, dict) else err
+        out.append(
+            RankRecord(
+                rank=rank,
+                node=_int(base.get("node"), rank // job.spec.procs_per_node),
+                local_rank=_int(base.get("local_rank"), rank % job.spec.procs_per_node),
+                pid=_int(base.get("pid")) or None,
+                attempt=_int(base.get("attempt")),
+                error=str(err.get("error")) if isinstance(err, dict) else None,
+                error_attempt=_int(err.get("attempt")) if isinstance(err, dict) else None,
+            )
+        )
+    return out
 
 
 class JobHandle:
@@ -71,16 +102,21 @@ class JobHandle:
     def progress(self, *, job: Job | None = None) -> JobProgress:
         """Step, ETA, throughput, metric series and cost so far."""
         job = job if job is not None else self.job
-        return summarize(job, read_job_metrics(job), prices=self.client.prices, cost=self._cost(job))
+        return summarize(job, read_job_metrics(job), cost=self.cost(job=job), ranks=read_rank_records(job))
 
-    def _cost(self, job: Job) -> Any:
-        """Cost so far from the costs package when it offers a job meter; None to use the price table."""
-        from .. import costs
+    def cost(self, *, job: Job | None = None) -> Cost | str:
+        """What the job cost so far; a sentence saying why when it cannot be priced."""
+        job = job if job is not None else self.job
+        try:
+            return self._costs.meter(job)
+        except BadInputError as e:  # e.g. a GPU type missing from the price table
+            return f"not priced: {e}"
 
-        meter = getattr(costs, "job_cost", None)
-        if meter is None:
-            return None
-        return getattr(meter(job, self.client.prices), "amount", None)
+    @functools.cached_property
+    def _costs(self) -> CostService:
+        from ..costs import CostService
+
+        return CostService(self.client.settings, table=self.client.prices)
 
     def tail(self, lines: int = 20, *, rank: int | None = None) -> list[LogLine]:
         """The last ``lines`` log lines (all ranks, each with its rank prefix when rendered)."""

@@ -11,14 +11,30 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..experiments._metrics import MetricPoint, progress
 from ..launch import Job, JobState
 
-__all__ = ["JobProgress", "RankView", "format_duration", "hourly_rate", "summarize"]
+if TYPE_CHECKING:
+    from ..costs import Cost
+
+__all__ = ["JobProgress", "RankRecord", "RankView", "format_duration", "summarize"]
 
 _NOT_VALUES = {"step", "time", "rank", "node", "world_size", "epoch"}
+
+
+@dataclass(frozen=True)
+class RankRecord:
+    """What a rank's worker recorded about itself (``pids/rankN.json``, ``errors/rankN.json``)."""
+
+    rank: int
+    node: int
+    local_rank: int
+    pid: int | None = None
+    attempt: int = 0
+    error: str | None = None
+    error_attempt: int | None = None
 
 
 @dataclass(frozen=True)
@@ -30,6 +46,9 @@ class RankView:
     local_rank: int
     state: JobState
     last_step: int | None
+    pid: int | None = None
+    restarts: int = 0
+    error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -38,6 +57,9 @@ class RankView:
             "local_rank": self.local_rank,
             "state": self.state.value,
             "last_step": self.last_step,
+            "pid": self.pid,
+            "restarts": self.restarts,
+            "error": self.error,
         }
 
 
@@ -57,6 +79,7 @@ class JobProgress:
     elapsed_s: float
     cost: Decimal | None
     currency: str | None
+    cost_text: str | None
     ranks: tuple[RankView, ...]
 
     @property
@@ -81,6 +104,7 @@ class JobProgress:
             "elapsed_s": self.elapsed_s,
             "cost": str(self.cost) if self.cost is not None else None,
             "currency": self.currency,
+            "cost_text": self.cost_text,
             "ranks": [r.to_json() for r in self.ranks],
         }
 
@@ -98,8 +122,8 @@ class JobProgress:
         if self.eta_s is not None and not self.state.finished:
             parts.append(f"ETA {format_duration(self.eta_s)}")
         parts.append(f"elapsed {format_duration(self.elapsed_s)}")
-        if self.cost is not None:
-            parts.append(f"cost {self.cost:.4f} {self.currency}")
+        if self.cost_text is not None:
+            parts.append(f"cost {self.cost_text}")
         return "  ".join(parts)
 
 
@@ -113,13 +137,23 @@ def format_duration(seconds: float) -> str:
     return f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
-def hourly_rate(job: Job, prices: Any) -> Decimal:
-    """Price of one hour of the whole job: card-hours for GPU jobs, node-hours for CPU jobs."""
+def _rank_view(job: Job, rank: int, records: Sequence[RankRecord], last_step_of: dict[int, int]) -> RankView:
     spec = job.spec
-    unit = prices.price(spec.accelerator)
-    rate: Decimal = unit.spot_high if spec.billing == "spot" else unit.on_demand
-    count = spec.nodes * spec.procs_per_node if spec.is_gpu else spec.nodes
-    return rate * count
+    rec = next((r for r in records if r.rank == rank), None)
+    node = rec.node if rec else rank // spec.procs_per_node
+    local = rec.local_rank if rec else rank % spec.procs_per_node
+    node_state = next((n.state for n in job.nodes if n.index == node), job.state)
+    state = node_state
+    failed_now = rec is not None and rec.error is not None and (rec.error_attempt or 0) >= rec.attempt
+    if failed_now:
+        state = JobState.FAILED  # until torchrun restarts it (a newer attempt clears this)
+    elif rec is None and job.state is JobState.RUNNING:
+        state = JobState.PENDING  # its worker has not started yet
+    return RankView(
+        rank, node, local, state, last_step_of.get(rank),
+        pid=rec.pid if rec else None, restarts=rec.attempt if rec else 0,
+        error=rec.error if failed_now and rec else None,
+    )
 
 
 def _pick_metric(records: Sequence[MetricPoint]) -> str | None:
@@ -138,8 +172,8 @@ def summarize(
     records: Sequence[MetricPoint],
     *,
     now: float | None = None,
-    prices: Any = None,
-    cost: Decimal | None = None,
+    cost: Cost | str | None = None,
+    ranks: Sequence[RankRecord] = (),
 ) -> JobProgress:
     """Build the :class:`JobProgress` of ``job`` from its metric records.
 
@@ -151,10 +185,11 @@ def summarize(
         Its metric records in file order (any rank).
     now
         Current time (``time.time()`` when omitted); used for elapsed time of running jobs.
-    prices
-        A price table (``PriceTable``); when given and ``cost`` is not, cost = rate x elapsed.
     cost
-        Cost so far computed elsewhere (the costs package); wins over ``prices``.
+        What the job cost so far (the costs meter), or why it could not be metered.
+    ranks
+        What each rank's worker recorded (pid, node, restarts, error); ranks without a
+        record are placed by the launch order ``node x procs_per_node + local rank``.
     """
     now = time.time() if now is None else now
     spec = job.spec
@@ -174,17 +209,12 @@ def summarize(
     start = job.started or job.created
     end = job.finished if job.finished is not None else now
     elapsed = max(0.0, end - start) if job.state is not JobState.PENDING else 0.0
-    currency = None
-    if cost is None and prices is not None:
-        cost = (hourly_rate(job, prices) * Decimal(str(elapsed)) / Decimal(3600)).quantize(Decimal("0.0001"))
-    if prices is not None:
-        currency = str(prices.currency)
-    ranks: list[RankView] = []
-    node_state = {n.index: n.state for n in job.nodes}
-    for node in range(spec.nodes):
-        for local in range(spec.procs_per_node):
-            rank = node * spec.procs_per_node + local
-            ranks.append(RankView(rank, node, local, node_state.get(node, job.state), last_step_of.get(rank)))
+    amount: Decimal | None = None
+    currency: str | None = None
+    cost_text: str | None = cost if isinstance(cost, str) else None
+    if cost is not None and not isinstance(cost, str):
+        amount, currency, cost_text = cost.amount, cost.currency, cost.figure
+    views = [_rank_view(job, r, ranks, last_step_of) for r in range(spec.world_size)]
     return JobProgress(
         job_id=job.id,
         state=job.state,
@@ -196,7 +226,8 @@ def summarize(
         steps_per_s=where.steps_per_s,
         eta_s=where.eta_s,
         elapsed_s=elapsed,
-        cost=cost,
+        cost=amount,
         currency=currency,
-        ranks=tuple(ranks),
+        cost_text=cost_text,
+        ranks=tuple(views),
     )

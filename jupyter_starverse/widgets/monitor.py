@@ -56,18 +56,17 @@ def _ranks_table(job: Job, progress: JobProgress) -> str:
     rows = []
     for r in progress.ranks:
         node = nodes.get(r.node)
-        extra = ""
-        if node is not None and r.local_rank == 0:
-            bits = [f"pid {node.pid}" if node.pid else ""]
-            if node.exit_code is not None:
-                bits.append(f"exit {node.exit_code}")
-            if node.reason:
-                bits.append(escape(node.reason))
-            extra = " ".join(b for b in bits if b)
+        bits = [f"pid {r.pid}" if r.pid else ""]
+        if r.restarts:
+            bits.append(f"restarts {r.restarts}")
+        if r.error:
+            bits.append(f'<span style="color:#d62728">{escape(r.error)}</span>')
+        if node is not None and r.local_rank == 0 and node.reason:
+            bits.append(f"node: {escape(node.reason)}")
         step = "-" if r.last_step is None else str(r.last_step)
         rows.append(
             f"<tr><td>node{r.node}</td><td>rank {r.rank}</td><td>{_badge(r.state)}</td>"
-            f"<td>{step}</td><td>{extra}</td></tr>"
+            f"<td>{step}</td><td>{' '.join(b for b in bits if b)}</td></tr>"
         )
     return (
         '<table class="starverse-ranks" style="font-size:12px">'
@@ -177,8 +176,8 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
         if p.steps_per_s is not None:
             bits.append(f"{p.steps_per_s:.2f} steps/s")
         bits.append(f"elapsed {format_duration(p.elapsed_s)}")
-        if p.cost is not None:
-            bits.append(f"cost {p.cost:.4f} {escape(p.currency or '')}")
+        if p.cost_text is not None:
+            bits.append(f"cost {escape(p.cost_text)}")
         return '<span class="starverse-stats">' + " &middot; ".join(bits) + "</span>"
 
     def start(self) -> None:

@@ -1,0 +1,250 @@
+import { Poll } from '@lumino/polling';
+import * as React from 'react';
+
+import { requestAPI, sendJSON } from '../request';
+import {
+  FINISHED_STATES,
+  IJob,
+  ILogTail,
+  ITensorBoardInfo,
+  JobState
+} from '../tokens';
+
+/** Seconds as `1m05s`, like the notebook monitor. */
+export function formatDuration(seconds: number): string {
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) {
+    return `${s}s`;
+  }
+  if (s < 3600) {
+    return `${Math.floor(s / 60)}m${String(s % 60).padStart(2, '0')}s`;
+  }
+  return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, '0')}m`;
+}
+
+function isFinished(state: JobState): boolean {
+  return FINISHED_STATES.includes(state);
+}
+
+function errorText(reason: unknown): string {
+  return reason instanceof Error ? reason.message : String(reason);
+}
+
+/** Poll `fn` every `interval` ms (backoff on errors, standby while the page is hidden). */
+function usePoll(name: string, interval: number, fn: () => Promise<void>): void {
+  const latest = React.useRef(fn);
+  latest.current = fn;
+  React.useEffect(() => {
+    const poll = new Poll({
+      auto: true,
+      factory: () => latest.current(),
+      frequency: { interval, backoff: true, max: 60 * 1000 },
+      name,
+      standby: 'when-hidden'
+    });
+    return () => poll.dispose();
+  }, [name, interval]);
+}
+
+/** The last lines of a job's logs, refreshed while shown and the job runs. */
+function JobLogs(props: { job: IJob }): JSX.Element {
+  const { job } = props;
+  const [tail, setTail] = React.useState<ILogTail | null>(null);
+  const [error, setError] = React.useState<string | null>(null);
+  const load = async (): Promise<void> => {
+    try {
+      setTail(await requestAPI<ILogTail>(['jobs', job.id, 'logs'], {}, { tail: '200' }));
+      setError(null);
+    } catch (reason) {
+      setError(errorText(reason));
+      throw reason;
+    }
+  };
+  usePoll(`jupyter-starverse:logs:${job.id}`, isFinished(job.state) ? 60 * 1000 : 2000, load);
+  if (error !== null) {
+    return <div className="jp-Starverse-error">{error}</div>;
+  }
+  if (tail === null) {
+    return <div className="jp-Starverse-loading">Loading logs…</div>;
+  }
+  const text = tail.lines
+    .map(l => `${l.rank === null ? `[node${l.node}]` : `[${l.rank}]`} ${l.text}`)
+    .join('\n');
+  return <pre className="jp-Starverse-jobLogs">{text || '(no output yet)'}</pre>;
+}
+
+/** Where the job's TensorBoard events are and the command that shows them. */
+function TensorBoardLink(props: { job: IJob }): JSX.Element {
+  const [info, setInfo] = React.useState<ITensorBoardInfo | null>(null);
+  const [error, setError] = React.useState<string | null>(null);
+  React.useEffect(() => {
+    requestAPI<ITensorBoardInfo>(['jobs', props.job.id, 'tensorboard'])
+      .then(setInfo)
+      .catch(reason => setError(errorText(reason)));
+  }, [props.job.id]);
+  if (error !== null) {
+    return <div className="jp-Starverse-error">{error}</div>;
+  }
+  if (info === null) {
+    return <div className="jp-Starverse-loading">…</div>;
+  }
+  const command = info.command.join(' ');
+  return (
+    <div className="jp-Starverse-tensorboard">
+      <div>
+        {info.has_events ? 'TensorBoard events in' : 'No TensorBoard events yet in'}{' '}
+        <code title={info.logdir}>{info.logdir}</code>
+      </div>
+      <div>
+        <code>{command}</code>{' '}
+        <button
+          className="jp-Button jp-mod-minimal"
+          onClick={() => void navigator.clipboard?.writeText(command)}
+          title="Copy the command"
+        >
+          Copy
+        </button>
+        {!info.installed && <span> (tensorboard is not installed here)</span>}
+      </div>
+    </div>
+  );
+}
+
+/** One job row: state, progress, loss, speed, cost; actions. */
+function JobRow(props: { job: IJob; onChanged: () => void }): JSX.Element {
+  const { job, onChanged } = props;
+  const [open, setOpen] = React.useState<'logs' | 'tensorboard' | null>(null);
+  const [busy, setBusy] = React.useState(false);
+  const [error, setError] = React.useState<string | null>(null);
+  const p = job.progress;
+  const finished = isFinished(job.state);
+  const cancel = async (): Promise<void> => {
+    setBusy(true);
+    try {
+      await sendJSON<IJob>(['jobs', job.id, 'cancel'], 'POST');
+      setError(null);
+    } catch (reason) {
+      setError(errorText(reason));
+    } finally {
+      setBusy(false);
+      onChanged();
+    }
+  };
+  const toggle = (what: 'logs' | 'tensorboard'): void => setOpen(open === what ? null : what);
+  const stats: string[] = [];
+  if (p.step !== null) {
+    stats.push(`step ${p.step + 1}${p.total_steps ? `/${p.total_steps}` : ''}`);
+  }
+  if (p.value !== null && p.metric) {
+    stats.push(`${p.metric} ${p.value.toPrecision(4)}`);
+  }
+  if (p.steps_per_s !== null) {
+    stats.push(`${p.steps_per_s.toFixed(2)} steps/s`);
+  }
+  if (p.eta_s !== null && !finished) {
+    stats.push(`ETA ${formatDuration(p.eta_s)}`);
+  }
+  if (p.cost_text) {
+    stats.push(p.cost_text);
+  }
+  return (
+    <li className="jp-Starverse-job" data-job-id={job.id} data-state={job.state}>
+      <div className="jp-Starverse-jobHead">
+        <span className="jp-Starverse-jobId" title={job.experiment_dir}>
+          {job.id}
+        </span>
+        <span className={`jp-Starverse-state jp-Starverse-state-${job.state}`}>{job.state}</span>
+      </div>
+      <div className="jp-Starverse-jobTopology">
+        {job.spec.nodes}×{job.spec.procs_per_node} {job.spec.template} on {job.spec.accelerator}
+        {' · '}
+        {job.nodes.map(n => (
+          <span
+            key={n.index}
+            className={`jp-Starverse-node jp-Starverse-state-${n.state}`}
+            title={`node${n.index}: ${n.state}${n.reason ? ` (${n.reason})` : ''}`}
+          >
+            n{n.index}
+          </span>
+        ))}
+      </div>
+      {p.fraction !== null && (
+        <progress className="jp-Starverse-jobProgress" max={1} value={p.fraction} />
+      )}
+      <div className="jp-Starverse-jobStats">{stats.join(' · ')}</div>
+      {job.reason && <div className="jp-Starverse-jobReason">{job.reason}</div>}
+      <div className="jp-Starverse-jobActions">
+        <button className="jp-Button jp-mod-minimal jp-Starverse-logsButton" onClick={() => toggle('logs')}>
+          {open === 'logs' ? 'Hide logs' : 'Logs'}
+        </button>
+        <button
+          className="jp-Button jp-mod-minimal jp-Starverse-tbButton"
+          onClick={() => toggle('tensorboard')}
+        >
+          TensorBoard
+        </button>
+        {!finished && (
+          <button
+            className="jp-Button jp-mod-warn jp-mod-minimal jp-Starverse-cancelButton"
+            disabled={busy}
+            onClick={() => void cancel()}
+          >
+            {busy ? 'Cancelling…' : 'Cancel'}
+          </button>
+        )}
+      </div>
+      {error !== null && <div className="jp-Starverse-error">{error}</div>}
+      {open === 'logs' && <JobLogs job={job} />}
+      {open === 'tensorboard' && <TensorBoardLink job={job} />}
+    </li>
+  );
+}
+
+/**
+ * The Jobs section of the side panel: every job of the default backend, live.
+ * Reads `GET /jupyter-starverse/jobs`; a job's truth is its experiment folder or the
+ * cluster, so the list survives kernel and server restarts.
+ */
+export function JobsSection(props: { interval?: number }): JSX.Element {
+  const [jobs, setJobs] = React.useState<IJob[] | null>(null);
+  const [error, setError] = React.useState<string | null>(null);
+  const load = async (): Promise<void> => {
+    try {
+      setJobs(await requestAPI<IJob[]>(['jobs']));
+      setError(null);
+    } catch (reason) {
+      setError(errorText(reason));
+      throw reason;
+    }
+  };
+  usePoll('jupyter-starverse:jobs', props.interval ?? 3000, load);
+  const reload = (): void => {
+    load().catch(() => undefined); // shown through `error`
+  };
+  if (error !== null && jobs === null) {
+    return (
+      <div className="jp-Starverse-error" role="alert">
+        Cannot list jobs: {error}
+      </div>
+    );
+  }
+  if (jobs === null) {
+    return <div className="jp-Starverse-loading">Loading…</div>;
+  }
+  return (
+    <div className="jp-Starverse-jobs">
+      {error !== null && <div className="jp-Starverse-error">{error}</div>}
+      {jobs.length === 0 ? (
+        <div className="jp-Starverse-empty">
+          No jobs yet. Launch one from a notebook with <code>%%sv train</code>.
+        </div>
+      ) : (
+        <ul className="jp-Starverse-jobList">
+          {jobs.map(job => (
+            <JobRow key={job.id} job={job} onChanged={reload} />
+          ))}
+        </ul>
+      )}
+    </div>
+  );
+}
