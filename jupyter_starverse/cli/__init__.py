@@ -1,0 +1,72 @@
+"""``starverse``: the command line, and the parser table the ``%sv`` magics share.
+
+Each command group lives in its own module with ``register(subparsers)``; a command is a
+function ``run(client, args) -> object`` whose result the front door renders.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from .._version import __version__
+from ..errors import StarverseError
+from ._common import CommandParser, HelpShown, UsageError, exit_code_for, render
+
+__all__ = ["build_parser", "parse", "main"]
+
+# Command group modules (each has ``register``); add yours here.
+_GROUPS = ("_info", "_cost")
+
+
+def build_parser(prog: str = "starverse") -> CommandParser:
+    """The full parser tree (CLI and magics share it)."""
+    parser = CommandParser(
+        prog=prog,
+        description="Train large models on rented GPUs: shared store, multi-node launch, costs, GPU/CPU modes.",
+    )
+    parser.add_argument("--version", action="version", version=f"jupyter_starverse {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
+    for name in _GROUPS:
+        importlib.import_module(f"{__name__}.{name}").register(sub)
+    return parser
+
+
+def parse(argv: Sequence[str], *, prog: str = "starverse", cell: str | None = None, notebook: bool = False) -> argparse.Namespace:
+    """Parse ``argv``; attach the cell body and the notebook flag for the command."""
+    parser = build_parser(prog)
+    args = parser.parse_args(list(argv))
+    if getattr(args, "run", None) is None:
+        raise UsageError("no command given", hint=f"usage: {parser.format_usage().strip()[7:]}; try --help")
+    args.cell = cell
+    args.notebook = notebook
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry point."""
+    from ..client import Starverse
+
+    try:
+        args = parse(sys.argv[1:] if argv is None else argv)
+    except HelpShown as shown:
+        print(shown.text)
+        return 0
+    except UsageError as e:
+        print(f"error: {e.message}\n{e.hint or ''}".rstrip(), file=sys.stderr)
+        return 2
+    try:
+        client = Starverse()
+        result: Any = args.run(client, args)
+        for line in render(result, as_json=getattr(args, "json", False)):
+            print(line, flush=True)
+    except StarverseError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return exit_code_for(e)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0

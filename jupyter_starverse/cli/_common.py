@@ -1,0 +1,93 @@
+"""What every command module shares: the parser class, output rendering, exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator
+from typing import Any, NoReturn
+
+from ..errors import (
+    BackendUnavailableError,
+    BadInputError,
+    ConflictError,
+    NotFoundError,
+    PermissionDeniedError,
+    StarverseError,
+)
+
+__all__ = ["CommandParser", "UsageError", "HelpShown", "add_json_flag", "render", "exit_code_for", "to_jsonable"]
+
+
+class UsageError(BadInputError):
+    """The command line does not parse; the message includes the usage line."""
+
+
+class HelpShown(Exception):
+    """``--help`` was asked for; ``text`` holds the help."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+
+class CommandParser(argparse.ArgumentParser):
+    """An ArgumentParser that raises instead of exiting, so the magics can use it in a kernel."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}", hint=f"usage: {self.format_usage().strip()[7:]}")
+
+    def _print_message(self, message: str, file: Any = None) -> None:  # noqa: ARG002 - argparse's signature
+        # --help and --version print, then exit: keep the text for HelpShown instead.
+        self._shown = getattr(self, "_shown", "") + message
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        if message:
+            raise UsageError(message.strip())
+        raise HelpShown(getattr(self, "_shown", "") or self.format_help())
+
+
+def add_json_flag(parser: argparse.ArgumentParser) -> None:
+    """``--json``: print machine-readable output instead of a table."""
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Our dataclasses expose ``to_json()``; containers are mapped element-wise."""
+    if hasattr(obj, "to_json"):
+        return obj.to_json()
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(o) for o in obj]
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if hasattr(obj, "__fspath__"):
+        return str(obj)
+    return obj
+
+
+def render(result: Any, *, as_json: bool) -> Iterator[str]:
+    """Lines to print for a command's result; generators are streamed item by item."""
+    if result is None:
+        return
+    if isinstance(result, Iterator):
+        for item in result:
+            yield from render(item, as_json=as_json)
+        return
+    if as_json:
+        yield json.dumps(to_jsonable(result), indent=None if isinstance(result, Iterator) else 2, sort_keys=False)
+    elif isinstance(result, (list, tuple)):
+        for item in result:
+            yield str(item)
+    else:
+        yield str(result)
+
+
+_EXIT = ((BadInputError, 2), (NotFoundError, 3), (ConflictError, 4), (PermissionDeniedError, 6), (BackendUnavailableError, 5))
+
+
+def exit_code_for(error: StarverseError) -> int:
+    """Exit codes: 2 bad input, 3 not found, 4 conflict, 5 backend unavailable, 6 forbidden, 1 other."""
+    for cls, code in _EXIT:
+        if isinstance(error, cls):
+            return code
+    return 1

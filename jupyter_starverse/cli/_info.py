@@ -1,0 +1,20 @@
+"""``starverse info``: version, store, backend, mode, currency."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..client import Info, Starverse
+from ._common import add_json_flag
+
+__all__ = ["register"]
+
+
+def _info(client: Starverse, args: argparse.Namespace) -> Info:  # noqa: ARG001 - command signature
+    return client.info()
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("info", help="show version, store, backend, mode and currency")
+    add_json_flag(p)
+    p.set_defaults(run=_info)

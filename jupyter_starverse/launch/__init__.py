@@ -1,0 +1,34 @@
+"""Where jobs run: the spec, the backend contract and the backends."""
+
+from __future__ import annotations
+
+from .._settings import Settings
+from ..errors import BadInputError
+from ._backend import Job, JobState, LaunchBackend, LogLine, NodeStatus
+from ._spec import BILLING_MODES, FRAMEWORKS, TEMPLATES, JobSpec
+
+__all__ = [
+    "BILLING_MODES",
+    "FRAMEWORKS",
+    "TEMPLATES",
+    "Job",
+    "JobSpec",
+    "JobState",
+    "LaunchBackend",
+    "LogLine",
+    "NodeStatus",
+    "make_backend",
+]
+
+
+def make_backend(name: str, settings: Settings) -> LaunchBackend:
+    """Build the backend called ``name`` (``local`` or ``kubernetes``)."""
+    if name == "local":
+        from ._local import LocalBackend
+
+        return LocalBackend(settings)
+    if name == "kubernetes":
+        from .kubernetes import KubernetesBackend
+
+        return KubernetesBackend(settings)
+    raise BadInputError(f"unknown backend {name!r}", field="backend", hint="use 'local' or 'kubernetes'")

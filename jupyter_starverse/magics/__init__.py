@@ -1,0 +1,54 @@
+"""IPython magics ``%sv`` / ``%%sv``: the CLI's command table, run inside the kernel.
+
+``%sv info`` shows what ``starverse info`` prints; ``%sv mount NAME`` returns a path;
+``%%sv train ...`` takes the cell body as the training script. Results are returned
+as objects (widgets display themselves), never printed and lost.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, magics_class
+
+from ..cli import parse
+from ..cli._common import HelpShown
+from ..client import Starverse
+from ..errors import StarverseError
+
+__all__ = ["StarverseMagics"]
+
+
+@magics_class
+class StarverseMagics(Magics):
+    """``%sv COMMAND ...`` and ``%%sv COMMAND ...`` (see ``%sv --help``)."""
+
+    def __init__(self, shell: Any = None) -> None:
+        super().__init__(shell)
+        self._client: Starverse | None = None
+
+    @property
+    def client(self) -> Starverse:
+        """One facade per kernel, built on first use from the kernel's environment."""
+        if self._client is None:
+            self._client = Starverse()
+        return self._client
+
+    @line_cell_magic
+    def sv(self, line: str, cell: str | None = None) -> Any:
+        """Run a starverse command in this kernel (``%sv --help`` lists them)."""
+        try:
+            args = parse(shlex.split(line), prog="%sv" if cell is None else "%%sv", cell=cell, notebook=True)
+        except HelpShown as shown:
+            print(shown.text)
+            return None
+        except StarverseError as e:
+            # IPython shows a UsageError as one red line, without a traceback to dig through,
+            # and still marks the cell as failed (so "run all" stops here).
+            raise UsageError(str(e)) from None
+        try:
+            return args.run(self.client, args)
+        except StarverseError as e:
+            raise UsageError(str(e)) from None

@@ -1,0 +1,185 @@
+"""Switch running kernels: save their variables, restart them in the new mode, restore.
+
+Works with any ``jupyter_client`` ``AsyncKernelManager`` (the kernels of a Jupyter server,
+or one a test starts). The code run inside the kernel is
+:mod:`jupyter_starverse.modes._kernelstate`; it is executed silently (no history, no
+``Out``) and only with literal arguments this module writes, never user text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jupyter_starverse.errors import ConflictError
+
+from ._kernelstate import RestoreReport, SavedState, new_state_id, read_state
+from ._switch import kernel_env
+
+if TYPE_CHECKING:
+    from jupyter_client.asynchronous.client import AsyncKernelClient
+    from jupyter_client.manager import AsyncKernelManager
+
+    from ._state import Mode
+
+__all__ = ["KernelSwitchReport", "restart_kernel", "restore_kernel", "save_kernel", "switch_kernel"]
+
+_MODULE = "jupyter_starverse.modes._kernelstate"
+
+
+@dataclass(frozen=True)
+class KernelSwitchReport:
+    """One kernel's switch: what was saved, what came back, or why it stopped."""
+
+    kernel_id: str
+    saved: SavedState
+    restore: RestoreReport | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kernel_id": self.kernel_id,
+            "saved": self.saved.to_json(),
+            "restore": self.restore.to_json() if self.restore else None,
+            "error": self.error,
+        }
+
+    def __str__(self) -> str:
+        lines = [f"kernel {self.kernel_id}:", str(self.restore or self.saved)]
+        if self.error:
+            lines.append(f"error: {self.error}")
+        return "\n".join(lines)
+
+
+class _KernelDied(Exception):
+    pass
+
+
+async def _execute(km: AsyncKernelManager, kc: AsyncKernelClient, code: str, *, timeout: float) -> dict[str, Any]:
+    """Run ``code`` silently; return the execute reply; raise ``_KernelDied`` if the process ends."""
+    msg_id = kc.execute(code, silent=True, store_history=False, allow_stdin=False)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            reply: dict[str, Any] = await kc.get_shell_msg(timeout=0.2)
+        except queue.Empty:
+            if not await km.is_alive():
+                raise _KernelDied() from None
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no reply within {timeout:g} s") from None
+            continue
+        if reply.get("parent_header", {}).get("msg_id") == msg_id:
+            return reply
+
+
+def _error_text(reply: dict[str, Any]) -> str | None:
+    content = reply.get("content", {})
+    if content.get("status") == "ok":
+        return None
+    return f"{content.get('ename', 'error')}: {content.get('evalue', '')}"
+
+
+async def _client(km: AsyncKernelManager, timeout: float) -> AsyncKernelClient:
+    kc = km.client()
+    kc.start_channels()
+    try:
+        await kc.wait_for_ready(timeout=timeout)
+    except BaseException:
+        kc.stop_channels()
+        raise
+    return kc
+
+
+async def save_kernel(
+    km: AsyncKernelManager, *, home: Path, from_mode: Mode, to_mode: Mode, timeout: float = 120.0
+) -> SavedState:
+    """Save the kernel's picklable variables under ``home``; raise ConflictError if it cannot."""
+    state_id = new_state_id()
+    code = (
+        f"__import__({_MODULE!r}, fromlist=['_']).save_namespace(get_ipython().user_ns, home={str(home)!r}, "
+        f"from_mode={str(from_mode)!r}, to_mode={str(to_mode)!r}, kernel_id={km.kernel_id!r}, state_id={state_id!r})"
+    )
+    kc = await _client(km, timeout)
+    try:
+        reply = await _execute(km, kc, code, timeout=timeout)
+    except (_KernelDied, TimeoutError) as e:
+        raise ConflictError(
+            f"could not save the variables of kernel {km.kernel_id}: "
+            + ("the kernel died" if isinstance(e, _KernelDied) else str(e)),
+            hint="nothing was switched; wait for the running cell to finish (or interrupt it) and switch again",
+        ) from None
+    finally:
+        kc.stop_channels()
+    error = _error_text(reply)
+    if error:
+        raise ConflictError(
+            f"could not save the variables of kernel {km.kernel_id}: {error}",
+            hint="nothing was switched; is jupyter_starverse installed in the kernel's environment?",
+        )
+    return read_state(home, state_id)
+
+
+async def restart_kernel(km: AsyncKernelManager, target: Mode, *, timeout: float = 120.0) -> None:
+    """Restart the kernel with the environment of ``target`` and wait until it answers."""
+    # jupyter_client keeps the launch arguments (including env) for restarts; we change
+    # only the GPU visibility in them.
+    launch_args = getattr(km, "_launch_args", None) or {}
+    base = launch_args.get("env") or os.environ
+    await km.restart_kernel(now=False, env=kernel_env(target, base))
+    kc = await _client(km, timeout)
+    kc.stop_channels()
+
+
+async def restore_kernel(
+    km: AsyncKernelManager, state: SavedState, *, home: Path, skip: tuple[str, ...] = (), timeout: float = 300.0
+) -> RestoreReport:
+    """Load ``state`` into the (new) kernel. If the kernel dies, the state stays on disk."""
+    code = (
+        f"__import__({_MODULE!r}, fromlist=['_']).restore_namespace(get_ipython().user_ns, "
+        f"home={str(home)!r}, state_id={state.id!r}, skip={tuple(skip)!r})"
+    )
+    kept = f"the saved state stays at {state.path}"
+    kc = await _client(km, timeout)
+    try:
+        reply = await _execute(km, kc, code, timeout=timeout)
+    except _KernelDied:
+        raise ConflictError(
+            f"kernel {km.kernel_id} died while its variables were restored; {kept}",
+            hint=f"restart the kernel and run `%sv mode restore {state.id} --skip NAME`, "
+            "leaving out the variable that broke it",
+        ) from None
+    except TimeoutError as e:
+        raise ConflictError(f"restoring kernel {km.kernel_id} did not finish: {e}; {kept}",
+                            hint=f"run `%sv mode restore {state.id}` in the notebook") from None
+    finally:
+        kc.stop_channels()
+    error = _error_text(reply)
+    if error:
+        raise ConflictError(f"restoring kernel {km.kernel_id} failed: {error}; {kept}",
+                            hint=f"run `%sv mode restore {state.id}` in the notebook")
+    return _read_report(home, state.id)
+
+
+def _read_report(home: Path, state_id: str) -> RestoreReport:
+    import json
+
+    path = Path(home) / "modes" / "reports" / f"{state_id}.json"
+    return RestoreReport.from_json(json.loads(path.read_text()))
+
+
+async def switch_kernel(
+    km: AsyncKernelManager, target: Mode, *, home: Path, from_mode: Mode, timeout: float = 120.0
+) -> KernelSwitchReport:
+    """Save, restart in ``target`` mode, restore. Errors after the save are reported, not raised."""
+    saved = await save_kernel(km, home=home, from_mode=from_mode, to_mode=target, timeout=timeout)
+    try:
+        await restart_kernel(km, target, timeout=timeout)
+        report = await restore_kernel(km, saved, home=home, timeout=timeout)
+    except (ConflictError, RuntimeError, TimeoutError, asyncio.TimeoutError) as e:
+        return KernelSwitchReport(km.kernel_id, saved, None, str(e))
+    return KernelSwitchReport(km.kernel_id, saved, report)

@@ -1,0 +1,117 @@
+"""What a switch will do and what it did: plans and results the front doors show."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._kernels import KernelSwitchReport
+    from ._kernelstate import SavedState
+    from ._state import Mode
+    from ._switch import SwitchOutcome
+
+__all__ = ["PriceChange", "SwitchPlan", "SwitchResult"]
+
+
+@dataclass(frozen=True)
+class PriceChange:
+    """Price per hour of the workspace before and after a switch (``None`` if unknown)."""
+
+    currency: str
+    before: Decimal | None
+    after: Decimal | None
+
+    @property
+    def difference(self) -> Decimal | None:
+        if self.before is None or self.after is None:
+            return None
+        return self.after - self.before
+
+    def to_json(self) -> dict[str, Any]:
+        diff = self.difference
+        return {
+            "currency": self.currency,
+            "before_per_hour": None if self.before is None else str(self.before),
+            "after_per_hour": None if self.after is None else str(self.after),
+            "difference_per_hour": None if diff is None else str(diff),
+        }
+
+    def __str__(self) -> str:
+        if self.difference is None:
+            return "price difference unknown"
+        sign = "+" if self.difference >= 0 else "-"
+        return (
+            f"{self.before} -> {self.after} {self.currency}/h "
+            f"({sign}{abs(self.difference)} {self.currency}/h)"
+        )
+
+
+@dataclass(frozen=True)
+class SwitchPlan:
+    """A checked switch, not yet made: from which mode to which, where, at what price."""
+
+    current: Mode
+    target: Mode
+    where: str
+    price: PriceChange
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def changes(self) -> bool:
+        return self.current != self.target
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "current": self.current.to_json(),
+            "target": self.target.to_json(),
+            "where": self.where,
+            "price": self.price.to_json(),
+            "changes": self.changes,
+            "warnings": list(self.warnings),
+        }
+
+    def __str__(self) -> str:
+        lines = [f"{self.current} -> {self.target} ({self.where} workspace)", f"price: {self.price}"]
+        lines += [f"warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class SwitchResult:
+    """A switch that was made: the outcome and what happened to each kernel's variables."""
+
+    plan: SwitchPlan
+    outcome: SwitchOutcome | None
+    kernels: tuple[KernelSwitchReport, ...] = ()
+    saved: tuple[SavedState, ...] = ()
+    message: str = ""
+    restart_requested: bool = False
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "plan": self.plan.to_json(),
+            "mode": self.plan.target.to_json(),
+            "outcome": self.outcome.to_json() if self.outcome else None,
+            "kernels": [k.to_json() for k in self.kernels],
+            "saved": [s.to_json() for s in self.saved],
+            "message": self.message,
+            "restart_requested": self.restart_requested,
+        }
+
+    def __str__(self) -> str:
+        if not self.plan.changes:
+            return f"already in {self.plan.target} mode"
+        lines = [f"switched to {self.plan.target} ({self.plan.where}); price {self.plan.price}"]
+        if self.outcome:
+            lines.append(self.outcome.action)
+        lines += [str(s) for s in self.saved]
+        lines += [str(k) for k in self.kernels]
+        if self.message:
+            lines.append(self.message)
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(str(self))

@@ -1,0 +1,264 @@
+"""The workspace's current mode, persisted under ``STARVERSE_HOME`` so every process agrees."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jupyter_starverse._settings import MODES, Settings
+from jupyter_starverse.errors import BadInputError, ConflictError, StoreError
+
+if TYPE_CHECKING:
+    from jupyter_starverse.launch import JobSpec, LaunchBackend
+
+    from ._jobs import SmokeResult
+    from ._kernelstate import SavedState
+    from ._plan import PriceChange, SwitchPlan, SwitchResult
+    from ._switch import SwitchOutcome, WorkspaceSwitcher
+
+__all__ = ["Mode", "ModeService"]
+
+
+@dataclass(frozen=True)
+class Mode:
+    """``gpu`` (with a GPU type and count) or ``cpu``."""
+
+    kind: str
+    gpu_type: str | None = None
+    gpus: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in MODES:
+            raise BadInputError(f"mode {self.kind!r} is not one of {', '.join(MODES)}", field="mode")
+        if self.kind == "cpu" and (self.gpu_type or self.gpus):
+            object.__setattr__(self, "gpu_type", None)
+            object.__setattr__(self, "gpus", 0)
+        if self.kind == "gpu":
+            if not self.gpu_type:
+                raise BadInputError("gpu mode needs a GPU type", field="gpu_type", hint="for example --gpu a100-80g")
+            if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
+                raise BadInputError(f"gpu mode needs at least one GPU, got {self.gpus!r}", field="gpus")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "gpu_type": self.gpu_type, "gpus": self.gpus}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Mode:
+        try:
+            gpus = int(data.get("gpus") or 0)
+        except (TypeError, ValueError):
+            raise BadInputError(f"gpus must be a whole number, got {data.get('gpus')!r}", field="gpus") from None
+        gpu_type = data.get("gpu_type")
+        kind = str(data.get("kind", "")).lower()
+        return cls(kind=kind, gpu_type=str(gpu_type).lower() if gpu_type else None, gpus=gpus)
+
+    @property
+    def accelerator(self) -> str:
+        """``cpu`` or the GPU type: the key of the price and pool tables."""
+        return self.gpu_type if self.kind == "gpu" and self.gpu_type else "cpu"
+
+    def __str__(self) -> str:
+        return f"gpu ({self.gpus} x {self.gpu_type})" if self.kind == "gpu" else "cpu"
+
+
+class ModeService:
+    """Reads, records and switches the workspace mode (``$STARVERSE_HOME/mode.json``).
+
+    Parameters
+    ----------
+    settings
+        Resolved configuration.
+    environ
+        Environment used to find where the workspace runs (``os.environ`` by default).
+    switcher
+        The workspace switcher to use instead of the one for where the workspace runs.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        environ: Mapping[str, str] | None = None,
+        switcher: WorkspaceSwitcher | None = None,
+    ) -> None:
+        self.settings = settings
+        self.environ = os.environ if environ is None else environ
+        self._switcher = switcher
+
+    @property
+    def path(self) -> Path:
+        return self.settings.home / "mode.json"
+
+    def default(self) -> Mode:
+        if self.settings.default_mode == "gpu":
+            return Mode("gpu", self.settings.gpu_type, 1)
+        return Mode("cpu")
+
+    def current(self) -> Mode:
+        """The recorded mode, or the default from the settings when none was recorded."""
+        try:
+            data = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return self.default()
+        except (OSError, ValueError) as e:
+            raise StoreError(
+                f"cannot read the mode file {self.path}: {e}", hint="delete it to fall back to the default mode"
+            ) from e
+        return Mode.from_json(data)
+
+    def record(self, mode: Mode) -> Mode:
+        """Persist ``mode`` atomically (temp file + rename)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".mode.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(mode.to_json(), f)
+            Path(tmp).replace(self.path)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+        return mode
+
+    # -- switching ---------------------------------------------------------------
+    @property
+    def switcher(self) -> WorkspaceSwitcher:
+        """The switcher for where this workspace runs (built once)."""
+        if self._switcher is None:
+            from ._switch import make_switcher
+
+            self._switcher = make_switcher(self.settings, environ=self.environ)
+        return self._switcher
+
+    def target(self, kind: str, *, gpu_type: str | None = None, gpus: int | None = None) -> Mode:
+        """The mode ``kind`` asks for; GPU type and count default to the current or configured ones."""
+        kind = (kind or "").strip().lower()
+        if kind not in MODES:
+            raise BadInputError(f"mode {kind!r} is not one of {', '.join(MODES)}", field="mode", hint="use cpu or gpu")
+        if kind == "cpu":
+            if gpu_type:
+                raise BadInputError("--gpu only goes with gpu mode", field="gpu_type", hint="use `mode gpu --gpu TYPE`")
+            return Mode("cpu")
+        current = self.current()
+        last = current if current.kind == "gpu" else None
+        return Mode(
+            "gpu",
+            (gpu_type or (last.gpu_type if last else None) or self.settings.gpu_type).lower(),
+            gpus if gpus is not None else (last.gpus if last else 1),
+        )
+
+    def price_change(self, current: Mode, target: Mode) -> PriceChange:
+        """Price per hour of the workspace in ``current`` and ``target`` mode."""
+        from jupyter_starverse.costs import load_price_table
+
+        from ._plan import PriceChange
+
+        table = load_price_table(self.settings)
+
+        def hourly(mode: Mode) -> Any:
+            try:
+                price = table.price(mode.accelerator).on_demand
+            except BadInputError:
+                return None
+            return price * mode.gpus if mode.kind == "gpu" else price
+
+        return PriceChange(table.currency, hourly(current), hourly(target))
+
+    def active_pulls(self) -> list[str]:
+        """Refs of pulls running now (a workspace restart would interrupt them)."""
+        from jupyter_starverse.catalog import Catalog
+
+        try:
+            pulls = Catalog(self.settings).pulls()
+        except (OSError, StoreError):
+            return []
+        fresh = time.time() - 3 * self.settings.lock_ttl
+        return [f"{p.ref} ({p.percent:.0f}%)" for p in pulls if p.updated_at >= fresh]
+
+    def plan(
+        self, kind: str, *, gpu_type: str | None = None, gpus: int | None = None, force: bool = False
+    ) -> SwitchPlan:
+        """Check a switch without making it: target mode, price change, blockers.
+
+        Raises :class:`ConflictError` while a pull runs (unless ``force``) and whatever
+        the switcher finds wrong (no such GPU pool, bare pod, refused profile).
+        """
+        from ._plan import SwitchPlan
+
+        current = self.current()
+        target = self.target(kind, gpu_type=gpu_type, gpus=gpus)
+        warnings: list[str] = []
+        if target != current:
+            pulls = self.active_pulls()
+            if pulls and not force:
+                raise ConflictError(
+                    f"a pull is running: {', '.join(pulls)}; switching now would interrupt it",
+                    hint="wait for the pull to finish, or switch with --force (the pull resumes later)",
+                )
+            if pulls:
+                warnings.append(f"pulls interrupted: {', '.join(pulls)} (they resume when pulled again)")
+            self.switcher.check(target)
+        return SwitchPlan(current, target, self.switcher.where, self.price_change(current, target), tuple(warnings))
+
+    def apply(self, plan: SwitchPlan) -> SwitchOutcome | None:
+        """Make a checked switch and record the new mode (``None`` when nothing changes)."""
+        if not plan.changes:
+            return None
+        outcome = self.switcher.apply(plan.target)
+        self.record(plan.target)
+        return outcome
+
+    def switch(
+        self,
+        kind: str,
+        *,
+        gpu_type: str | None = None,
+        gpus: int | None = None,
+        force: bool = False,
+        saved: tuple[SavedState, ...] = (),
+    ) -> SwitchResult:
+        """Plan and apply a switch of the workspace (kernels are handled by the caller)."""
+        from ._plan import SwitchResult
+
+        plan = self.plan(kind, gpu_type=gpu_type, gpus=gpus, force=force)
+        return SwitchResult(plan, self.apply(plan), saved=saved)
+
+    # -- kernel state ------------------------------------------------------------
+    def saved_states(self) -> list[SavedState]:
+        """Saved kernel states waiting on disk to be restored, newest first."""
+        from ._kernelstate import list_states
+
+        return list_states(self.settings.home)
+
+    # -- jobs --------------------------------------------------------------------
+    def translate(self, spec: JobSpec, *, mode: Mode | None = None) -> JobSpec:
+        """``spec`` as it runs in ``mode`` (default: the current mode)."""
+        from ._jobs import translate_spec
+
+        return translate_spec(spec, mode or self.current(), cpu_image=self.settings.cpu_image)
+
+    def smoke_then_submit(
+        self,
+        spec: JobSpec,
+        *,
+        smoke_backend: LaunchBackend,
+        backend: LaunchBackend,
+        steps: int | None = None,
+        timeout: float | None = 600.0,
+    ) -> SmokeResult:
+        """Run a few CPU steps of ``spec`` on ``smoke_backend``, then submit it for the current mode."""
+        from ._jobs import SMOKE_STEPS, smoke_then_submit
+
+        return smoke_then_submit(
+            spec,
+            mode=self.current(),
+            smoke_backend=smoke_backend,
+            backend=backend,
+            steps=steps or SMOKE_STEPS,
+            timeout=timeout,
+            cpu_image=self.settings.cpu_image,
+        )

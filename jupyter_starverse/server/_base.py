@@ -1,0 +1,127 @@
+"""The one base handler: facade access, thread offloading, JSON in/out, error mapping."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.extension.handler import ExtensionHandlerMixin
+from tornado import web
+
+from ..client import Starverse
+from ..errors import (
+    BackendUnavailableError,
+    BadInputError,
+    ConflictError,
+    NotFoundError,
+    PermissionDeniedError,
+    StarverseError,
+)
+
+__all__ = ["StarverseHandler", "status_for"]
+
+T = TypeVar("T")
+
+# The one mapping from our errors to HTTP. Order matters: most specific first.
+_STATUS: tuple[tuple[type[StarverseError], int], ...] = (
+    (BadInputError, 400),
+    (PermissionDeniedError, 403),
+    (NotFoundError, 404),
+    (ConflictError, 409),
+    (BackendUnavailableError, 503),
+)
+
+
+def status_for(error: BaseException) -> int:
+    """HTTP status for an exception raised by the core (500 for anything unexpected)."""
+    for cls, status in _STATUS:
+        if isinstance(error, cls):
+            return status
+    return 500
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Our dataclasses expose ``to_json()``; lists of them are mapped element-wise."""
+    if hasattr(obj, "to_json"):
+        return obj.to_json()
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(o) for o in obj]
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    return obj
+
+
+class StarverseHandler(ExtensionHandlerMixin, APIHandler):
+    """Base of every handler. A verb is: parse -> ``await self.run(core_call)`` -> ``finish_json``.
+
+    Every verb must carry ``@tornado.web.authenticated``; tests/server/test_auth.py checks
+    each route and verb against a server with no token.
+    """
+
+    @property
+    def client(self) -> Starverse:
+        """The facade built once in ``StarverseApp.initialize_settings``."""
+        client: Starverse = self.settings["starverse_client"]
+        return client
+
+    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking core call in a worker thread, off the event loop."""
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    def json_body(self) -> dict[str, Any]:
+        """The request body as a JSON object; bad JSON is a 400, never a 500."""
+        if not self.request.body:
+            return {}
+        try:
+            body = json.loads(self.request.body)
+        except ValueError as e:
+            raise BadInputError(f"request body is not valid JSON: {e}") from None
+        if not isinstance(body, dict):
+            raise BadInputError("request body must be a JSON object")
+        return body
+
+    def query(self, name: str, default: str | None = None) -> str | None:
+        """A query argument (last one wins)."""
+        value: str | None = self.get_query_argument(name, default)
+        return value
+
+    def finish_json(self, obj: Any, *, status: int = 200) -> None:
+        """Serialise ``obj`` (dataclass with ``to_json``, list, dict) and finish."""
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(to_jsonable(obj)))
+
+    def _handle_request_exception(self, e: BaseException) -> None:
+        if isinstance(e, StarverseError):
+            status = status_for(e)
+            if status >= 500:
+                self.log.error("jupyter_starverse: %s", e, exc_info=e)
+            else:
+                self.log.info("jupyter_starverse: %s %s -> %d: %s", self.request.method, self.request.path, status, e)
+            self.send_error(status, exc_info=(type(e), e, e.__traceback__))
+            return
+        super()._handle_request_exception(e)  # type: ignore[arg-type]
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, StarverseError):
+            reply = {
+                "error": type(exc).__name__,
+                "message": exc.message,
+                "hint": exc.hint,
+                "field": getattr(exc, "field", None),
+            }
+        elif isinstance(exc, web.HTTPError):
+            reply = {
+                "error": "HTTPError",
+                "message": exc.log_message or self._reason,
+                "hint": None,
+                "field": None,
+            }
+        else:
+            reply = {"error": "InternalError", "message": self._reason, "hint": "see the server log", "field": None}
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(reply))

@@ -1,0 +1,116 @@
+"""``/jupyter-starverse/cost/*``: the price table, estimates, comparisons, meters, totals.
+
+| verb | path                                                        | answer        |
+|------|-------------------------------------------------------------|---------------|
+| GET  | cost/prices                                                 | ``PriceTable``|
+| GET  | cost/estimate?gpu=&cards=&hours=|duration=&billing=         | ``Estimate``  |
+| GET  | cost/compare?gpu=&cards=&hours=|duration=&billing=&gpus=    | ``Comparison``|
+| GET  | cost/total[?user=]                                          | ``UserTotal`` |
+| GET  | cost/jobs/ID[?backend=]                                     | ``Cost``      |
+
+``billing`` and ``gpus`` of ``compare`` are comma lists or ``all`` (default: every billing
+mode, the one GPU type). Every bad parameter is a 400 with a hint.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+
+from tornado import web
+
+from jupyter_starverse.costs import Cost, Resources, parse_duration
+from jupyter_starverse.errors import BadInputError
+
+from ._base import StarverseHandler
+
+__all__ = ["routes"]
+
+_ID = r"(?P<job_id>[A-Za-z0-9][A-Za-z0-9._-]{0,127})"
+
+
+class _CostHandler(StarverseHandler):
+    """Shared query parsing of the estimate and compare routes."""
+
+    async def resources(self) -> Resources:
+        gpu = self.query("gpu")
+        if not gpu:
+            mode = await self.run(lambda: self.client.mode)  # reads the mode file: off the loop
+            gpu = mode.gpu_type if mode.kind == "gpu" and mode.gpu_type else "cpu"
+        raw = self.query("cards", "1") or "1"
+        try:
+            cards = int(raw)
+        except ValueError:
+            raise BadInputError(f"cards={raw!r} is not a whole number", field="cards") from None
+        return Resources(gpu, cards)
+
+    def seconds(self) -> Decimal:
+        hours, duration = self.query("hours"), self.query("duration")
+        if hours and duration:
+            raise BadInputError("give either hours or duration, not both", field="duration")
+        if duration:
+            return parse_duration(duration)
+        if not hours:
+            raise BadInputError("hours or duration is required", field="duration", hint="add ?hours=4 or ?duration=3d")
+        try:
+            value = Decimal(hours)
+        except InvalidOperation:
+            raise BadInputError(f"hours={hours!r} is not a number", field="duration") from None
+        return value * 3600
+
+    def names(self, key: str) -> list[str] | None:
+        raw = (self.query(key) or "").strip()
+        if not raw or raw == "all":
+            return None
+        return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+class PricesHandler(StarverseHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        self.finish_json(await self.run(lambda: self.client.costs.prices))
+
+
+class EstimateHandler(_CostHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        res, seconds, billing = await self.resources(), self.seconds(), self.query("billing") or "on_demand"
+        self.finish_json(await self.run(self.client.costs.estimate, res, seconds, billing))
+
+
+class CompareHandler(_CostHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        res, seconds = await self.resources(), self.seconds()
+        billings, gpus = self.names("billing"), self.names("gpus")
+        if (self.query("gpus") or "").strip() == "all":
+            gpus = ["all"]
+        elif gpus and res.accelerator not in gpus:
+            gpus = [res.accelerator, *gpus]
+        costs = self.client.costs
+        self.finish_json(await self.run(lambda: costs.compare(res, seconds, billings=billings, accelerators=gpus)))
+
+
+class TotalHandler(StarverseHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        self.finish_json(await self.run(self.client.costs.total, self.query("user") or None))
+
+
+class JobCostHandler(StarverseHandler):
+    @web.authenticated
+    async def get(self, job_id: str) -> None:
+        client, backend = self.client, self.query("backend") or None
+
+        def meter() -> Cost:
+            return client.costs.meter(client.attach(job_id, backend=backend))
+
+        self.finish_json(await self.run(meter))
+
+
+routes: list[tuple[str, type[StarverseHandler]]] = [
+    (r"cost/prices", PricesHandler),
+    (r"cost/estimate", EstimateHandler),
+    (r"cost/compare", CompareHandler),
+    (r"cost/total", TotalHandler),
+    (rf"cost/jobs/{_ID}", JobCostHandler),
+]
