@@ -1,0 +1,35 @@
+"""Experiment folders: one per experiment, one run folder per job, and readers for them."""
+
+from __future__ import annotations
+
+from ._checkpoints import Checkpoint, ResumePlan, checkpoint_name, latest_checkpoint, list_checkpoints, plan_resume
+from ._layout import ExperimentPaths, RunPaths, find_run, list_runs, new_job_id, read_json, write_json
+from ._metrics import MetricPoint, Progress, parse_log_metrics, progress, read_metrics
+from ._status import NodeInterval, NodeRecord, RunStatus, node_intervals, read_status, write_status
+
+__all__ = [
+    "Checkpoint",
+    "ExperimentPaths",
+    "MetricPoint",
+    "NodeInterval",
+    "NodeRecord",
+    "Progress",
+    "ResumePlan",
+    "RunPaths",
+    "RunStatus",
+    "checkpoint_name",
+    "find_run",
+    "latest_checkpoint",
+    "list_checkpoints",
+    "list_runs",
+    "new_job_id",
+    "node_intervals",
+    "parse_log_metrics",
+    "plan_resume",
+    "progress",
+    "read_json",
+    "read_metrics",
+    "read_status",
+    "write_json",
+    "write_status",
+]

@@ -1,0 +1,184 @@
+"""Where a run's files live: one folder per experiment, one sub-folder per run.
+
+::
+
+    <experiments>/<experiment>/
+        runs/<job_id>/
+            spec.json  plan.json  status.json  cancel.json
+            checkpoints/step-00000040/   (a resumed run starts from the newest of any run)
+            logs/rank0.log ... logs/node0.log ...
+            pids/rank0.json ...  errors/rank1.json ...
+            metrics.jsonl  tensorboard/  wandb/
+
+The run folder is the job's truth: any process reading it sees the same job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import InvalidNameError, NotFoundError
+
+__all__ = ["RunPaths", "ExperimentPaths", "new_job_id", "find_run", "list_runs", "write_json", "read_json"]
+
+
+def _check_name(name: str, what: str) -> str:
+    if not name or "/" in name or "\\" in name or name in (".", "..") or name.startswith("."):
+        raise InvalidNameError(f"{what} {name!r} is not a valid name", hint="use letters, digits, '.', '_' or '-'")
+    return name
+
+
+@dataclass(frozen=True)
+class ExperimentPaths:
+    """Paths of one experiment (shared by its runs)."""
+
+    root: Path
+
+    @classmethod
+    def of(cls, experiments: Path, name: str) -> ExperimentPaths:
+        return cls(Path(experiments) / _check_name(name, "experiment"))
+
+    @property
+    def name(self) -> str:
+        return self.root.name
+
+    @property
+    def runs(self) -> Path:
+        return self.root / "runs"
+
+    def run(self, job_id: str) -> RunPaths:
+        return RunPaths(self.runs / _check_name(job_id, "job id"))
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Paths inside one run folder (``STARVERSE_EXPERIMENT_DIR`` of its processes)."""
+
+    root: Path
+
+    @property
+    def job_id(self) -> str:
+        return self.root.name
+
+    @property
+    def experiment(self) -> ExperimentPaths:
+        return ExperimentPaths(self.root.parent.parent)
+
+    @property
+    def spec(self) -> Path:
+        return self.root / "spec.json"
+
+    @property
+    def plan(self) -> Path:
+        return self.root / "plan.json"
+
+    @property
+    def status(self) -> Path:
+        return self.root / "status.json"
+
+    @property
+    def cancel(self) -> Path:
+        return self.root / "cancel.json"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def pids(self) -> Path:
+        return self.root / "pids"
+
+    @property
+    def errors(self) -> Path:
+        return self.root / "errors"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.jsonl"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.root / "tensorboard"
+
+    @property
+    def wandb(self) -> Path:
+        return self.root / "wandb"
+
+    @property
+    def script(self) -> Path:
+        return self.root / "train.py"
+
+    def rank_log(self, rank: int) -> Path:
+        return self.logs / f"rank{rank}.log"
+
+    def node_log(self, node: int) -> Path:
+        return self.logs / f"node{node}.log"
+
+    def make(self) -> None:
+        for d in (self.root, self.logs, self.pids, self.errors):
+            d.mkdir(parents=True, exist_ok=True)
+
+
+def new_job_id(name: str) -> str:
+    """``<name>-<utc time>-<4 hex>``: sortable by creation, unique across processes."""
+    return f"{name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
+
+
+def find_run(experiments: Path, job_id: str) -> RunPaths:
+    """The run folder of ``job_id`` under any experiment; ``NotFoundError`` if none."""
+    _check_name(job_id, "job id")
+    root = Path(experiments)
+    if root.is_dir():
+        for exp in root.iterdir():
+            candidate = exp / "runs" / job_id
+            if (candidate / "spec.json").is_file():
+                return RunPaths(candidate)
+    raise NotFoundError(f"no job {job_id!r} under {root}", hint="list jobs with `starverse jobs ls`")
+
+
+def list_runs(experiments: Path) -> list[RunPaths]:
+    """Every run folder that has a spec, newest first (by creation time in the id)."""
+    root = Path(experiments)
+    if not root.is_dir():
+        return []
+    runs = [RunPaths(p.parent) for p in root.glob("*/runs/*/spec.json")]
+    return sorted(runs, key=lambda r: _created(r), reverse=True)
+
+
+def _created(run: RunPaths) -> float:
+    try:
+        return run.spec.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write JSON atomically (temp file + rename): readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: Path) -> Any:
+    """Read a JSON file written by :func:`write_json`; ``None`` if it does not exist."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None

@@ -1,0 +1,83 @@
+"""A tiny character-level transformer LM and its data, shared by the template scripts."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["TinyLM", "CharData", "load_text", "FALLBACK_TEXT"]
+
+FALLBACK_TEXT = (
+    "the quick brown fox jumps over the lazy dog. "
+    "a small model learns the shape of the text it reads. "
+    "every rank sees its own slice of the data and the gradients are averaged. "
+) * 40
+
+
+def load_text(folder: Path | None) -> str:
+    """All ``*.txt`` files of a mounted dataset folder, or a built-in text."""
+    if folder is None:
+        return FALLBACK_TEXT
+    parts = [p.read_text(errors="replace") for p in sorted(Path(folder).rglob("*.txt"))]
+    return "".join(parts) or FALLBACK_TEXT
+
+
+class CharData:
+    """Random windows of a text, encoded per character; each rank draws its own."""
+
+    def __init__(self, text: str, *, seq_len: int, seed: int) -> None:
+        self.chars = sorted(set(text))
+        index = {c: i for i, c in enumerate(self.chars)}
+        self.data = torch.tensor([index[c] for c in text], dtype=torch.long)
+        self.seq_len = seq_len
+        self.gen = torch.Generator().manual_seed(seed)
+
+    @property
+    def vocab(self) -> int:
+        return len(self.chars)
+
+    def batch(self, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        starts = torch.randint(0, len(self.data) - self.seq_len - 1, (size,), generator=self.gen)
+        x = torch.stack([self.data[s : s + self.seq_len] for s in starts.tolist()])
+        y = torch.stack([self.data[s + 1 : s + 1 + self.seq_len] for s in starts.tolist()])
+        return x, y
+
+
+class Block(nn.Module):
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(dim)
+        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.ln2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyLM(nn.Module):
+    """Decoder-only transformer: embeddings, ``layers`` blocks, tied output head."""
+
+    def __init__(self, vocab: int, *, dim: int = 64, heads: int = 4, layers: int = 2, seq_len: int = 64) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.pos = nn.Parameter(torch.zeros(seq_len, dim))
+        self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.ln = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+        nn.init.normal_(self.pos, std=1 / math.sqrt(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = x.shape[1]
+        mask = torch.triu(torch.full((t, t), float("-inf"), device=x.device), diagonal=1)
+        h = self.embed(x) + self.pos[:t]
+        for block in self.blocks:
+            h = block(h, mask)
+        out: Any = self.head(self.ln(h))
+        return out
