@@ -98,7 +98,7 @@ def billable_seconds(value: DurationLike, *, field: str = "duration", allow_zero
         raise BadInputError(f"{field}: {value!r} is not a finite duration", field=field)
     if seconds < 0 or (seconds == 0 and not allow_zero):
         raise BadInputError(
-            f"{field}: must be {'zero or more' if allow_zero else 'positive'}, got {value!r}",
+            f"{field}: must be {'zero or more' if allow_zero else 'positive'}, got {seconds.normalize():f} s",
             field=field,
             hint="give the time the job runs, for example --hours 4",
         )
