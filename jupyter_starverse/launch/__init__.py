@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+import types
+from typing import Any
+
 from .._settings import Settings
 from ..errors import BadInputError
 from ._backend import Job, JobState, LaunchBackend, LogLine, NodeStatus
@@ -32,3 +36,20 @@ def make_backend(name: str, settings: Settings) -> LaunchBackend:
 
         return KubernetesBackend(settings)
     raise BadInputError(f"unknown backend {name!r}", field="backend", hint="use 'local' or 'kubernetes'")
+
+
+class _LaunchModule(types.ModuleType):
+    """``jupyter_starverse.launch`` is this package *and* the front-door function.
+
+    The package attribute ``jupyter_starverse.launch`` is this module once it is imported,
+    which hides the lazy ``launch`` function of ``jupyter_starverse/__init__.py``; calling
+    the module forwards to :func:`jupyter_starverse._api.launch`.
+    """
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from jupyter_starverse._api import launch
+
+        return launch(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _LaunchModule
