@@ -13,7 +13,7 @@ import errno
 import hashlib
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from jupyter_starverse.errors import (
     IntegrityError,
     MissingDependencyError,
     NotFoundError,
+    StarverseError,
     StoreError,
 )
 
@@ -94,6 +95,19 @@ def _etag(info: dict[str, Any]) -> str | None:
     return None if mtime is None else f"mtime:{mtime}"
 
 
+def _walk(fs: Any, path: str, depth: int) -> Iterator[dict[str, Any]]:
+    # Our own walk: fsspec's http find() does not descend into sub-folders.
+    if depth > 64:
+        raise BadInputError(f"{path} is nested too deeply", field="source")
+    for info in fs.ls(path, detail=True):
+        name = str(info["name"])
+        if info.get("type") == "directory":
+            if name.rstrip("/") != path.rstrip("/"):
+                yield from _walk(fs, name, depth + 1)
+        else:
+            yield info
+
+
 def list_source(fs: Any, root: str, source: str) -> list[SourceFile]:
     """Every file under ``root`` with size and ETag; a missing source is a NotFoundError."""
     try:
@@ -105,11 +119,12 @@ def list_source(fs: Any, root: str, source: str) -> list[SourceFile]:
     if not exists:
         raise NotFoundError(f"source {source!r} does not exist", hint="check the path or URL and add the dataset again")
     out: list[SourceFile] = []
-    if fs.isdir(root):
+    # Over HTTP every URL is also a "file" and isdir() would GET it: folders end with '/'.
+    is_dir = root.endswith("/") if _protocol(fs) in ("http", "https") else fs.isdir(root)
+    if is_dir:
         base = fs._strip_protocol(root).rstrip("/")
-        for path, info in sorted(fs.find(root, detail=True).items()):
-            if info.get("type") == "directory":
-                continue
+        for info in sorted(_walk(fs, root, 0), key=lambda i: str(i["name"])):
+            path = str(info["name"])
             stripped = fs._strip_protocol(path)
             rel = stripped[len(base) :].lstrip("/") if stripped.startswith(base) else stripped.rsplit("/", 1)[-1]
             size = info.get("size")
@@ -130,9 +145,12 @@ def list_source(fs: Any, root: str, source: str) -> list[SourceFile]:
     return out
 
 
+def _protocol(fs: Any) -> str:
+    return str(fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0])
+
+
 def _open(fs: Any, path: str) -> Any:
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    if protocol in ("http", "https"):
+    if _protocol(fs) in ("http", "https"):
         return fs.open(path, "rb", block_size=0)  # one streaming GET, not many range requests
     return fs.open(path, "rb")
 
@@ -192,6 +210,8 @@ def fetch_file(
             )
         tmp.chmod(0o444)
         tmp.replace(dest)
+    except (StarverseError, LeaseLostError):
+        raise
     except OSError as e:
         if e.errno == errno.ENOSPC:
             raise store_full(dest.parent) from e
@@ -200,6 +220,16 @@ def fetch_file(
                 f"{src.rel} disappeared from the source during the pull", hint="check the source"
             ) from e
         raise BackendUnavailableError(f"reading {src.path} failed: {e}", hint="check the source and pull again") from e
+    except Exception as e:
+        # Transport errors of any fsspec backend (aiohttp, botocore, ...): nothing was published.
+        if type(e).__name__ == "ClientPayloadError":  # body shorter than its Content-Length
+            raise IntegrityError(
+                f"{src.rel}: the source changed size during the pull ({e})",
+                hint="the partial file was discarded; wait until the source is stable, then pull again",
+            ) from e
+        raise BackendUnavailableError(
+            f"reading {src.path} failed: {e}", hint="the partial file was discarded; check the source and pull again"
+        ) from e
     finally:
         tmp.unlink(missing_ok=True)
     if tracker is not None:

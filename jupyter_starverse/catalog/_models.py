@@ -140,7 +140,6 @@ def _poll_blobs(blobs: Path, tracker: ProgressTracker, baseline: int) -> Iterato
 def pull_model(ref: ModelRef, hf_cache: Path, tracker: ProgressTracker) -> ModelSnapshot:
     """Download ``ref`` into ``hf_cache`` and verify it; the caller holds the lease."""
     hf = _hf()
-    from huggingface_hub import errors as hf_errors
 
     api = hf.HfApi(endpoint=_endpoint())
     try:
@@ -151,7 +150,7 @@ def pull_model(ref: ModelRef, hf_cache: Path, tracker: ProgressTracker) -> Model
             for f in api.list_repo_tree(ref.repo_id, revision=commit, recursive=True)
             if isinstance(f, hf.hf_api.RepoFile)
         ]
-    except (hf_errors.HfHubHTTPError, hf_errors.OfflineModeIsEnabled, OSError) as e:
+    except Exception as e:  # httpx/hf errors share no base class: translate all at this edge
         raise _translate(ref, e) from e
     expected = {f.path: (f.size, f.lfs.sha256 if f.lfs is not None else None) for f in listing}
     for path in expected:
@@ -165,7 +164,7 @@ def pull_model(ref: ModelRef, hf_cache: Path, tracker: ProgressTracker) -> Model
             folder = hf.snapshot_download(
                 ref.repo_id, revision=commit, cache_dir=hf_cache, endpoint=_endpoint(), tqdm_class=_SilentTqdm
             )
-    except (hf_errors.HfHubHTTPError, hf_errors.OfflineModeIsEnabled, hf_errors.LocalEntryNotFoundError, OSError) as e:
+    except Exception as e:
         raise _translate(ref, e) from e
     tracker.set_phase("verifying")
     files = []

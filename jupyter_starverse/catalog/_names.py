@@ -128,6 +128,7 @@ def safe_join(root: Path, relative: str) -> Path:
         or pure.is_absolute()
         or any(part in ("..", "") for part in pure.parts)
         or relative.startswith("/")
+        or "//" in relative
     )
     if bad:
         raise InvalidNameError(

@@ -1,0 +1,294 @@
+"""Loopback HTTP servers for catalog tests and the benchmark.
+
+``HubServer`` speaks enough of the Hugging Face Hub API for the real ``huggingface_hub``
+client (``HF_ENDPOINT``): repo info by revision, recursive tree listing, and
+``HEAD``/``GET`` on ``resolve`` with ``X-Repo-Commit``, ``ETag``, ``X-Linked-Etag`` and
+``X-Linked-Size`` and ``Range`` support. ``FileServer`` is a plain HTTP file server with
+HTML folder listings (what fsspec's http filesystem reads). Both count every complete
+``GET`` per file and every body byte sent, and can throttle to make pulls slow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import unquote, urlsplit
+
+BLOCK = 1024 * 1024
+
+
+class Blob:
+    """File content: real bytes, or a generated stream of ``size`` bytes (no memory needed)."""
+
+    def __init__(self, data: bytes | None = None, *, size: int | None = None, seed: int = 0) -> None:
+        self.data = data
+        self.size = len(data) if data is not None else int(size or 0)
+        self.seed = seed
+        self._block = hashlib.sha256(str(seed).encode()).digest() * (BLOCK // 32) if data is None else b""
+        self.declared_size: int | None = None  # lie about the size (source "changes" mid-pull)
+
+    def read(self, start: int, end: int) -> bytes:
+        if self.data is not None:
+            return self.data[start:end]
+        out = bytearray()
+        pos = start
+        while pos < end:
+            off = pos % BLOCK
+            n = min(BLOCK - off, end - pos)
+            out += self._block[off : off + n]
+            pos += n
+        return bytes(out)
+
+    def chunks(self, start: int = 0, size: int = BLOCK) -> object:
+        pos = start
+        while pos < self.size:
+            yield self.read(pos, min(self.size, pos + size))
+            pos += size
+
+    def sha256(self) -> str:
+        h = hashlib.sha256()
+        for c in self.chunks():
+            h.update(c)  # type: ignore[arg-type]
+        return h.hexdigest()
+
+    def git_sha1(self) -> str:
+        h = hashlib.sha1(f"blob {self.size}\0".encode())
+        for c in self.chunks():
+            h.update(c)  # type: ignore[arg-type]
+        return h.hexdigest()
+
+
+class _Base:
+    def __init__(self) -> None:
+        self.downloads: Counter[str] = Counter()
+        self.bytes_sent = 0
+        self.throttle: float | None = None  # bytes per second per response
+        self._lock = threading.Lock()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> _Base:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_HEAD(self) -> None:
+                server.handle(self, head=True)
+
+            def do_GET(self) -> None:
+                server.handle(self, head=False)
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+
+    def reset_counts(self) -> None:
+        with self._lock:
+            self.downloads.clear()
+            self.bytes_sent = 0
+
+    def handle(self, h: BaseHTTPRequestHandler, *, head: bool) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    # -- helpers -------------------------------------------------------------------
+    @staticmethod
+    def send_json(
+        h: BaseHTTPRequestHandler, data: object, status: int = 200, headers: dict[str, str] | None = None
+    ) -> None:
+        body = json.dumps(data).encode()
+        h.send_response(status)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(body)))
+        for k, v in (headers or {}).items():
+            h.send_header(k, v)
+        h.end_headers()
+        if h.command != "HEAD":
+            h.wfile.write(body)
+
+    def send_error_code(self, h: BaseHTTPRequestHandler, status: int, code: str) -> None:
+        self.send_json(h, {"error": code}, status, {"X-Error-Code": code})
+
+    def send_blob(
+        self, h: BaseHTTPRequestHandler, key: str, blob: Blob, headers: dict[str, str], *, head: bool
+    ) -> None:
+        start, end = 0, blob.size
+        status = 200
+        rng = h.headers.get("Range")
+        m = re.match(r"bytes=(\d+)-(\d*)", rng or "")
+        if m:
+            start = int(m.group(1))
+            end = min(blob.size, int(m.group(2)) + 1) if m.group(2) else blob.size
+            status = 206
+        length = blob.declared_size if blob.declared_size is not None and not m else end - start
+        h.send_response(status)
+        h.send_header("Content-Type", "application/octet-stream")
+        h.send_header("Content-Length", str(length))
+        h.send_header("Accept-Ranges", "bytes")
+        if status == 206:
+            h.send_header("Content-Range", f"bytes {start}-{end - 1}/{blob.size}")
+        for k, v in headers.items():
+            h.send_header(k, v)
+        h.end_headers()
+        if head:
+            return
+        pos = start
+        t0 = time.monotonic()
+        try:
+            while pos < end:
+                n = min(BLOCK if self.throttle is None else 64 * 1024, end - pos)
+                h.wfile.write(blob.read(pos, pos + n))
+                pos += n
+                with self._lock:
+                    self.bytes_sent += n
+                if self.throttle:
+                    ahead = (pos - start) / self.throttle - (time.monotonic() - t0)
+                    if ahead > 0:
+                        time.sleep(ahead)
+            if blob.declared_size is not None and blob.declared_size > end - start:
+                h.close_connection = True  # body shorter than announced: the source "changed"
+        except (BrokenPipeError, ConnectionResetError):
+            h.close_connection = True
+            return
+        if start == 0 and pos == blob.size:
+            with self._lock:
+                self.downloads[key] += 1
+
+
+class HubServer(_Base):
+    """A Hugging Face Hub stand-in holding model repos in memory."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refs: dict[str, dict[str, str]] = {}  # repo -> revision -> commit
+        self.commits: dict[str, dict[str, Blob]] = {}
+        self.lfs: set[str] = set()  # "commit/path" served as LFS files
+
+    def add_repo(self, repo_id: str, files: dict[str, Blob], *, revision: str = "main", lfs_min: int = 1024) -> str:
+        h = hashlib.sha1(repo_id.encode())
+        for path, blob in sorted(files.items()):
+            h.update(f"{path}:{blob.size}:{blob.seed}:{blob.data[:64] if blob.data else b''}".encode())
+        commit = h.hexdigest()
+        self.commits[commit] = dict(files)
+        self.refs.setdefault(repo_id, {})[revision] = commit
+        self.refs[repo_id][commit] = commit
+        for path, blob in files.items():
+            if blob.size >= lfs_min:
+                self.lfs.add(f"{commit}/{path}")
+        self._oids: dict[str, tuple[str, str]] = getattr(self, "_oids", {})
+        for path, blob in files.items():
+            self._oids[f"{commit}/{path}"] = (blob.git_sha1(), blob.sha256())
+        return commit
+
+    def handle(self, h: BaseHTTPRequestHandler, *, head: bool) -> None:
+        path = urlsplit(h.path).path
+        m = re.match(r"^/api/models/([^/]+/[^/]+)/revision/(.+)$", path)
+        if m:
+            repo, rev = m.group(1), unquote(m.group(2))
+            if repo not in self.refs:
+                return self.send_error_code(h, 404, "RepoNotFound")
+            commit = self.refs[repo].get(rev)
+            if commit is None:
+                return self.send_error_code(h, 404, "RevisionNotFound")
+            siblings = [{"rfilename": p} for p in sorted(self.commits[commit])]
+            return self.send_json(
+                h, {"id": repo, "modelId": repo, "sha": commit, "siblings": siblings, "private": False}
+            )
+        m = re.match(r"^/api/models/([^/]+/[^/]+)/tree/([^/]+)(/.*)?$", path)
+        if m:
+            repo, rev = m.group(1), unquote(m.group(2))
+            commit = self.refs.get(repo, {}).get(rev)
+            if commit is None:
+                return self.send_error_code(h, 404, "RevisionNotFound" if repo in self.refs else "RepoNotFound")
+            out: list[dict[str, object]] = []
+            dirs: set[str] = set()
+            for p, blob in sorted(self.commits[commit].items()):
+                parts = p.split("/")
+                for i in range(1, len(parts)):
+                    dirs.add("/".join(parts[:i]))
+                git, sha = self._oids[f"{commit}/{p}"]
+                item: dict[str, object] = {"type": "file", "path": p, "size": blob.size, "oid": git}
+                if f"{commit}/{p}" in self.lfs:
+                    item["lfs"] = {"oid": sha, "size": blob.size, "pointerSize": 134}
+                out.append(item)
+            out += [{"type": "directory", "path": d, "size": 0, "oid": "0" * 40} for d in sorted(dirs)]
+            return self.send_json(h, out)
+        m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
+        if m:
+            repo, rev, file = m.group(1), unquote(m.group(2)), unquote(m.group(3))
+            commit = self.refs.get(repo, {}).get(rev)
+            if commit is None:
+                return self.send_error_code(h, 404, "RevisionNotFound" if repo in self.refs else "RepoNotFound")
+            blob = self.commits[commit].get(file)
+            if blob is None:
+                return self.send_error_code(h, 404, "EntryNotFound")
+            git, sha = self._oids[f"{commit}/{file}"]
+            headers = {"X-Repo-Commit": commit, "ETag": f'"{git}"'}
+            if f"{commit}/{file}" in self.lfs:
+                headers.update({"X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(blob.size), "ETag": f'"{sha}"'})
+            return self.send_blob(h, f"{repo}/{file}", blob, headers, head=head)
+        return self.send_error_code(h, 404, "RepoNotFound")
+
+
+class FileServer(_Base):
+    """Plain HTTP files under folders; ``GET /folder/`` returns an HTML listing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.files: dict[str, Blob] = {}
+        self.on_get: Callable[[str], None] | None = None
+
+    def add(self, path: str, blob: Blob) -> str:
+        self.files[path.lstrip("/")] = blob
+        return f"{self.url}/{path.lstrip('/')}"
+
+    def handle(self, h: BaseHTTPRequestHandler, *, head: bool) -> None:
+        path = unquote(urlsplit(h.path).path).lstrip("/")
+        if path in self.files:
+            blob = self.files[path]
+            etag = hashlib.sha1(f"{path}:{blob.size}:{blob.seed}".encode()).hexdigest()
+            return self.send_blob(h, path, blob, {"ETag": f'"{etag}"'}, head=head)
+        prefix = path.rstrip("/") + "/" if path else ""
+        children = sorted(
+            {
+                p[len(prefix) :].split("/", 1)[0] + ("/" if "/" in p[len(prefix) :] else "")
+                for p in self.files
+                if p.startswith(prefix)
+            }
+        )
+        if not children or (path and not path.endswith("/")):
+            h.send_response(404)
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+            return
+        body = "<html><body>" + "".join(f'<a href="{c}">{c}</a>\n' for c in children) + "</body></html>"
+        data = body.encode()
+        h.send_response(200)
+        h.send_header("Content-Type", "text/html")
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        if not head:
+            h.wfile.write(data)

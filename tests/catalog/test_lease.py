@@ -1,0 +1,61 @@
+"""The NFS-safe lease: exclusive, renewable, taken over when stale, fenced when lost."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from jupyter_starverse.catalog._lease import Lease
+
+
+def test_only_one_holder(tmp_path: Path) -> None:
+    a, b = Lease(tmp_path / "x.lease", ttl=30), Lease(tmp_path / "x.lease", ttl=30)
+    assert a.try_acquire()
+    assert not b.try_acquire()
+    a.release()
+    assert b.try_acquire()
+    assert not (tmp_path / "x.lease.tmp").exists()
+
+
+def test_expired_lease_is_taken_over_and_old_owner_learns_it(tmp_path: Path) -> None:
+    a, b = Lease(tmp_path / "x.lease", ttl=0.3), Lease(tmp_path / "x.lease", ttl=0.3)
+    assert a.try_acquire()
+    time.sleep(0.5)  # a did not renew
+    assert b.try_acquire()
+    assert not a.renew()
+    assert a.lost.is_set()
+    a.release()  # must not remove b's lease
+    assert b.holder() is not None and b.holder().token == b.token  # type: ignore[union-attr]
+
+
+def test_renewing_keeps_the_lease_alive(tmp_path: Path) -> None:
+    a, b = Lease(tmp_path / "x.lease", ttl=0.3), Lease(tmp_path / "x.lease", ttl=0.3)
+    assert a.try_acquire()
+    with a.renewing():
+        time.sleep(0.8)
+        assert not b.try_acquire()
+    assert a.held
+
+
+def test_lease_of_a_dead_process_on_this_host_is_stale_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "x.lease"
+    code = (
+        "import sys; from pathlib import Path; from jupyter_starverse.catalog._lease import Lease;"
+        f"l = Lease(Path({str(path)!r}), ttl=3600); assert l.try_acquire()"
+    )
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": str(root)})
+    assert json.loads(path.read_text())["ttl"] == 3600
+    assert Lease(path, ttl=3600).try_acquire()
+
+
+def test_garbage_lease_file_is_eventually_stale(tmp_path: Path) -> None:
+    path = tmp_path / "x.lease"
+    path.write_text("{not json")
+    old = time.time() - 10
+    os.utime(path, (old, old))
+    assert Lease(path, ttl=30).try_acquire()
