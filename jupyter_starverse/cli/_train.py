@@ -9,10 +9,11 @@ from __future__ import annotations
 import argparse
 from decimal import Decimal
 
-from ..client import Starverse
-from ..errors import BadInputError
-from ..launch import TEMPLATES, JobSpec
-from ..widgets._handle import JobHandle
+from jupyter_starverse.client import Starverse
+from jupyter_starverse.errors import BadInputError
+from jupyter_starverse.launch import TEMPLATES, JobSpec
+from jupyter_starverse.widgets._handle import JobHandle
+
 from ._common import add_json_flag
 
 __all__ = ["register", "spec_from_args"]

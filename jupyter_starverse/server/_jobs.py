@@ -27,10 +27,11 @@ from typing import Any
 from tornado import web
 from tornado.iostream import StreamClosedError
 
-from ..errors import BadInputError
-from ..launch import Job, LaunchBackend, LogLine
-from ..widgets._handle import JobHandle
-from ..widgets._progress import JobProgress
+from jupyter_starverse.errors import BadInputError
+from jupyter_starverse.launch import Job, LaunchBackend, LogLine
+from jupyter_starverse.widgets._handle import JobHandle
+from jupyter_starverse.widgets._progress import JobProgress
+
 from ._base import StarverseHandler
 
 __all__ = ["JobView", "LogTail", "TensorBoardInfo", "routes", "tensorboard_info"]

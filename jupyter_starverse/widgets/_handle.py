@@ -13,15 +13,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BadInputError
-from ..experiments import MetricPoint, RunPaths, read_json, read_metrics
-from ..launch import Job, JobState, LogLine
+from jupyter_starverse.errors import BadInputError
+from jupyter_starverse.experiments import MetricPoint, RunPaths, read_json, read_metrics
+from jupyter_starverse.launch import Job, JobState, LogLine
+
 from ._progress import JobProgress, RankRecord, summarize
 
 if TYPE_CHECKING:
-    from ..client import Starverse
-    from ..costs import Cost, CostService
-    from ..launch import LaunchBackend
+    from jupyter_starverse.client import Starverse
+    from jupyter_starverse.costs import Cost, CostService
+    from jupyter_starverse.launch import LaunchBackend
+
     from .monitor import JobMonitor
 
 __all__ = ["JobHandle", "read_job_metrics", "read_rank_records"]
@@ -114,13 +116,31 @@ class JobHandle:
 
     @functools.cached_property
     def _costs(self) -> CostService:
-        from ..costs import CostService
+        from jupyter_starverse.costs import CostService
 
         return CostService(self.client.settings, table=self.client.prices)
 
     def tail(self, lines: int = 20, *, rank: int | None = None) -> list[LogLine]:
-        """The last ``lines`` log lines (all ranks, each with its rank prefix when rendered)."""
-        return list(collections.deque(self.backend.logs(self.id, rank=rank), maxlen=lines))
+        """The last log lines: ``lines`` shared among the ranks, plus the last 2 of each node agent.
+
+        Logs carry no timestamps, so lines are grouped by source (rank order, then agents)
+        rather than interleaved; ``rank`` restricts the tail to one rank.
+        """
+        per_source: dict[tuple[int, int | None], collections.deque[LogLine]] = {}
+        for line in self.backend.logs(self.id, rank=rank):
+            key = (line.node, line.rank)
+            if key not in per_source:
+                per_source[key] = collections.deque(maxlen=lines)
+            per_source[key].append(line)
+        rank_keys = sorted((k for k in per_source if k[1] is not None), key=lambda k: k[1] or 0)
+        agent_keys = sorted(k for k in per_source if k[1] is None)
+        share = max(3, lines // max(1, len(rank_keys)))
+        out: list[LogLine] = []
+        for key in rank_keys:
+            out.extend(list(per_source[key])[-share:])
+        for key in agent_keys:
+            out.extend(list(per_source[key])[-2:])
+        return out
 
     def logs(self, *, follow: bool = False, rank: int | None = None) -> Iterator[LogLine]:
         """Every log line; with ``follow`` keep yielding until the job ends."""

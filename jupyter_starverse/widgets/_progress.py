@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from ..experiments._metrics import MetricPoint, progress
-from ..launch import Job, JobState
+from jupyter_starverse.experiments._metrics import MetricPoint, progress
+from jupyter_starverse.launch import Job, JobState
 
 if TYPE_CHECKING:
-    from ..costs import Cost
+    from jupyter_starverse.costs import Cost
 
 __all__ = ["JobProgress", "RankRecord", "RankView", "format_duration", "summarize"]
 

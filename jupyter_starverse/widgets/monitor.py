@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from ..launch import Job, JobState, LogLine
+from jupyter_starverse.launch import Job, JobState, LogLine
+
 from ._chart import loss_svg
 from ._progress import JobProgress, format_duration
 
