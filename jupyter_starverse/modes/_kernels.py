@@ -104,14 +104,20 @@ async def save_kernel(
         f"__import__({_MODULE!r}, fromlist=['_']).save_namespace(get_ipython().user_ns, home={str(home)!r}, "
         f"from_mode={str(from_mode)!r}, to_mode={str(to_mode)!r}, kernel_id={km.kernel_id!r}, state_id={state_id!r})"
     )
-    kc = await _client(km, timeout)
+    busy_hint = "nothing was switched; wait for the running cell to finish (or interrupt it) and switch again"
+    try:
+        kc = await _client(km, timeout)
+    except (RuntimeError, TimeoutError) as e:
+        raise ConflictError(
+            f"could not save the variables of kernel {km.kernel_id}: it does not answer ({e})", hint=busy_hint
+        ) from None
     try:
         reply = await _execute(km, kc, code, timeout=timeout)
     except (_KernelDied, TimeoutError) as e:
         raise ConflictError(
             f"could not save the variables of kernel {km.kernel_id}: "
             + ("the kernel died" if isinstance(e, _KernelDied) else str(e)),
-            hint="nothing was switched; wait for the running cell to finish (or interrupt it) and switch again",
+            hint=busy_hint,
         ) from None
     finally:
         kc.stop_channels()
