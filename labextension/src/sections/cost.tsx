@@ -1,0 +1,297 @@
+import { Poll } from '@lumino/polling';
+import * as React from 'react';
+
+import { requestAPI, StarverseRequestError } from '../request';
+import {
+  BILLING_MODES,
+  BillingMode,
+  IComparison,
+  IEstimate,
+  IPriceTable,
+  IUserTotal
+} from '../tokens';
+
+/** A billing mode, or every mode side by side. */
+type BillingChoice = BillingMode | 'all';
+
+const BILLING_LABELS: Record<BillingChoice, string> = {
+  on_demand: 'On demand (per second)',
+  daily: 'Daily package',
+  weekly: 'Weekly package',
+  spot: 'Spot (range)',
+  all: 'All, side by side'
+};
+
+/** The server's message plus its hint, so a 400 says what to do. */
+function errorText(reason: unknown): string {
+  if (reason instanceof StarverseRequestError && reason.hint) {
+    return `${reason.message} (${reason.hint})`;
+  }
+  return reason instanceof Error ? reason.message : String(reason);
+}
+
+/** `230.40 CNY`, or `51.20 – 153.60 CNY` for a spot range. Money stays a decimal string. */
+export function formatEstimate(e: IEstimate): string {
+  return e.low === e.high ? `${e.high} ${e.currency}` : `${e.low} – ${e.high} ${e.currency}`;
+}
+
+/** The price table in force: per card-hour (GPU) or node-hour (CPU). */
+function PriceTableView(props: { table: IPriceTable }): JSX.Element {
+  const { table } = props;
+  const packages = Object.values(table.packages).filter(p => p !== undefined);
+  const rows: Array<[string, IPriceTable['cpu_node']]> = [
+    ...Object.entries(table.gpus),
+    ['cpu', table.cpu_node]
+  ];
+  return (
+    <table className="jp-Starverse-prices">
+      <thead>
+        <tr>
+          <th>Type</th>
+          <th>On demand</th>
+          <th>Spot</th>
+        </tr>
+      </thead>
+      <tbody>
+        {rows.map(([name, price]) => (
+          <tr key={name} data-gpu={name}>
+            <th>{name}</th>
+            <td>{price.on_demand}</td>
+            <td>{price.spot ? `${price.spot[0]}–${price.spot[1]}` : '—'}</td>
+          </tr>
+        ))}
+      </tbody>
+      <caption>
+        {table.currency} per {'card-hour (CPU: node-hour)'}
+        {packages.map(p => ` · ${p.name} ${p.hours}h at ${Math.round(Number(p.discount) * 100)}% off`)}
+      </caption>
+    </table>
+  );
+}
+
+/** A comparison, cheapest row marked. */
+function ComparisonView(props: { comparison: IComparison }): JSX.Element {
+  const { comparison } = props;
+  const best = comparison.cheapest;
+  return (
+    <div className="jp-Starverse-comparison">
+      <table>
+        <tbody>
+          {comparison.rows.map(row => {
+            const cheapest = row.accelerator === best.accelerator && row.billing === best.billing;
+            return (
+              <tr
+                key={`${row.accelerator}:${row.billing}`}
+                className={cheapest ? 'jp-Starverse-cheapest' : undefined}
+                title={row.note}
+              >
+                <th>{row.accelerator}</th>
+                <td>{BILLING_LABELS[row.billing]}</td>
+                <td>{formatEstimate(row)}</td>
+                <td>{cheapest ? 'cheapest' : ''}</td>
+              </tr>
+            );
+          })}
+        </tbody>
+      </table>
+      {comparison.skipped.length > 0 && (
+        <div className="jp-Starverse-note">Not priced: {comparison.skipped.join(', ')}</div>
+      )}
+    </div>
+  );
+}
+
+/** The estimate form: GPU type, cards, hours, billing; one estimate or a comparison. */
+function EstimateForm(props: { table: IPriceTable }): JSX.Element {
+  const types = [...Object.keys(props.table.gpus), 'cpu'];
+  const [gpu, setGpu] = React.useState<string>(types.includes('rtx4090') ? 'rtx4090' : types[0]);
+  const [cards, setCards] = React.useState('1');
+  const [hours, setHours] = React.useState('1');
+  const [billing, setBilling] = React.useState<BillingChoice>('on_demand');
+  const [allTypes, setAllTypes] = React.useState(false);
+  const [result, setResult] = React.useState<IEstimate | IComparison | null>(null);
+  const [error, setError] = React.useState<string | null>(null);
+  const [busy, setBusy] = React.useState(false);
+
+  const submit = async (event: React.FormEvent): Promise<void> => {
+    event.preventDefault();
+    setBusy(true);
+    const query: Record<string, string> = { gpu, cards, hours };
+    try {
+      if (billing === 'all' || allTypes) {
+        query.billing = billing;
+        if (allTypes) {
+          query.gpus = 'all';
+        }
+        setResult(await requestAPI<IComparison>(['cost', 'compare'], {}, query));
+      } else {
+        query.billing = billing;
+        setResult(await requestAPI<IEstimate>(['cost', 'estimate'], {}, query));
+      }
+      setError(null);
+    } catch (reason) {
+      setResult(null);
+      setError(errorText(reason));
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  return (
+    <form className="jp-Starverse-estimateForm" onSubmit={e => void submit(e)}>
+      <label>
+        Type
+        <select value={gpu} onChange={e => setGpu(e.target.value)} name="gpu">
+          {types.map(t => (
+            <option key={t} value={t}>
+              {t}
+            </option>
+          ))}
+        </select>
+      </label>
+      <label>
+        {gpu === 'cpu' ? 'Nodes' : 'Cards'}
+        <input
+          name="cards"
+          type="number"
+          min={1}
+          step={1}
+          value={cards}
+          onChange={e => setCards(e.target.value)}
+        />
+      </label>
+      <label>
+        Hours
+        <input
+          name="hours"
+          type="number"
+          min={0}
+          step="any"
+          value={hours}
+          onChange={e => setHours(e.target.value)}
+        />
+      </label>
+      <label>
+        Billing
+        <select
+          name="billing"
+          value={billing}
+          onChange={e => setBilling(e.target.value as BillingChoice)}
+        >
+          {[...BILLING_MODES, 'all' as const].map(b => (
+            <option key={b} value={b}>
+              {BILLING_LABELS[b]}
+            </option>
+          ))}
+        </select>
+      </label>
+      <label className="jp-Starverse-checkbox">
+        <input
+          name="compare"
+          type="checkbox"
+          checked={allTypes}
+          onChange={e => setAllTypes(e.target.checked)}
+        />
+        Compare GPU types
+      </label>
+      <button type="submit" className="jp-mod-styled jp-mod-accept" disabled={busy}>
+        Estimate
+      </button>
+      {error !== null && (
+        <div className="jp-Starverse-error" role="alert">
+          {error}
+        </div>
+      )}
+      {result !== null && 'rows' in result && <ComparisonView comparison={result} />}
+      {result !== null && !('rows' in result) && (
+        <div className="jp-Starverse-estimate" title={result.note}>
+          <strong>{formatEstimate(result)}</strong>
+          <div className="jp-Starverse-note">{result.note}</div>
+        </div>
+      )}
+    </form>
+  );
+}
+
+/** What the user has spent over all experiments, refreshed every 30 s while visible. */
+function TotalView(): JSX.Element {
+  const [total, setTotal] = React.useState<IUserTotal | null>(null);
+  const [error, setError] = React.useState<string | null>(null);
+  React.useEffect(() => {
+    const poll = new Poll({
+      auto: true,
+      factory: async () => {
+        try {
+          setTotal(await requestAPI<IUserTotal>(['cost', 'total']));
+          setError(null);
+        } catch (reason) {
+          setError(errorText(reason));
+          throw reason;
+        }
+      },
+      frequency: { interval: 30 * 1000, backoff: true, max: 5 * 60 * 1000 },
+      name: 'jupyter-starverse:cost-total',
+      standby: 'when-hidden'
+    });
+    return () => poll.dispose();
+  }, []);
+  if (error !== null) {
+    return <div className="jp-Starverse-error">{error}</div>;
+  }
+  if (total === null) {
+    return <div className="jp-Starverse-loading">Loading…</div>;
+  }
+  const amounts = total.amounts.map(a => `${a.amount} ${a.currency}`).join(' + ');
+  return (
+    <div className="jp-Starverse-total">
+      <div>
+        <strong>{total.user}</strong>: {amounts || 'nothing spent yet'}
+        {total.runs > 0 && ` over ${total.runs} run(s), ${total.running} running`}
+      </div>
+      <ul className="jp-Starverse-costRuns">
+        {total.records.slice(0, 10).map(r => (
+          <li key={r.path} title={r.path}>
+            {r.job_id ?? r.path}: {r.upper_bound ? '≤ ' : ''}
+            {r.amount} {r.currency}
+            {r.reason && <div className="jp-Starverse-jobReason">{r.reason}</div>}
+          </li>
+        ))}
+      </ul>
+      {total.unreadable.length > 0 && (
+        <div className="jp-Starverse-error">Unreadable cost records: {total.unreadable.join('; ')}</div>
+      )}
+    </div>
+  );
+}
+
+/** The "Costs" section: price table, estimate form, per-user total. */
+export function CostSection(): JSX.Element {
+  const [table, setTable] = React.useState<IPriceTable | null>(null);
+  const [error, setError] = React.useState<string | null>(null);
+  React.useEffect(() => {
+    let live = true;
+    requestAPI<IPriceTable>(['cost', 'prices'])
+      .then(t => live && setTable(t))
+      .catch(reason => live && setError(errorText(reason)));
+    return () => {
+      live = false;
+    };
+  }, []);
+  if (error !== null) {
+    return (
+      <div className="jp-Starverse-error" role="alert">
+        {error}
+      </div>
+    );
+  }
+  if (table === null) {
+    return <div className="jp-Starverse-loading">Loading prices…</div>;
+  }
+  return (
+    <div className="jp-Starverse-cost">
+      <EstimateForm table={table} />
+      <PriceTableView table={table} />
+      <TotalView />
+    </div>
+  );
+}
