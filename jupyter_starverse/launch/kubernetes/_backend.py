@@ -1,0 +1,550 @@
+"""``KubernetesBackend``: the LaunchBackend contract on a cluster, with the official client.
+
+The cluster is the job's truth (labels and the spec annotation); the run folder keeps the
+code, a small record (``kubernetes.json``) and copies of the pod logs, so a job can be shown
+after its objects are gone. Every call is synchronous: front doors run it in a thread.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from jupyter_starverse._settings import Settings
+from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError, StarverseError
+from jupyter_starverse.experiments import ExperimentPaths, plan_resume, read_json, write_json
+from jupyter_starverse.launch._backend import Job, JobState, LaunchBackend, LogLine
+from jupyter_starverse.launch._spec import JobSpec
+
+from ._config import KubeConnection, connect, require_kubernetes, resolve_namespace
+from ._crds import CRD_INFO
+from ._errors import api_errors
+from ._logs import PodStream, fan_in, saved_logs
+from ._manifests import (
+    ANNOTATION_SPEC,
+    LABEL_JOB,
+    LABEL_MANAGED,
+    LABEL_ROLE,
+    MANAGER,
+    ClusterConfig,
+    KubeLaunch,
+    make_manifests,
+    pool_for,
+    to_dict,
+)
+from ._names import make_job_id
+from ._status import job_state, latest_per_node, parse_time
+
+__all__ = ["RECORD", "KubernetesBackend"]
+
+RECORD = "kubernetes.json"
+Wire = dict[str, Any]
+WireList = list[Wire]  # spelled here: inside the class ``list`` is the method
+_WATCH_CHUNK = 30  # seconds per watch request; reconnects continue from the last resourceVersion
+
+
+class KubernetesBackend(LaunchBackend):
+    """Jobs as Kubernetes objects (Indexed Job + Service, JobSet, TrainJob or PyTorchJob).
+
+    Parameters
+    ----------
+    settings
+        Namespace, context, kind, image, Kueue queue, pool table, store and experiments.
+    kind
+        Overrides ``settings.kube_kind`` (``job``, ``jobset``, ``trainjob``, ``pytorchjob``).
+    connection
+        A ready connection (tests); by default loaded once on first use.
+    """
+
+    name = "kubernetes"
+
+    def __init__(
+        self, settings: Settings, *, kind: str | None = None, connection: KubeConnection | None = None
+    ) -> None:
+        self.settings = settings
+        self.kind = kind or settings.kube_kind
+        if self.kind not in ("job", *CRD_INFO):
+            raise BadInputError(
+                f"unknown kind {self.kind!r}", field="kind", hint="use job, jobset, trainjob or pytorchjob"
+            )
+        self._conn = connection
+
+    # -- plumbing -------------------------------------------------------------------
+    @property
+    def conn(self) -> KubeConnection:
+        if self._conn is None:
+            self._conn = connect(self.settings)
+        return self._conn
+
+    def _cluster(self, namespace: str | None = None, kind: str | None = None) -> ClusterConfig:
+        s = self.settings
+        return ClusterConfig(
+            namespace=namespace or (self._conn.namespace if self._conn else resolve_namespace(s)),
+            store=s.store,
+            experiments=str(s.experiments),
+            image=s.image,
+            cpu_image=getattr(s, "cpu_image", None),
+            kind=kind or self.kind,
+            kueue_queue=s.kueue_queue,
+        )
+
+    def _errors(self, action: str, obj: str, namespace: str | None = None) -> Any:
+        conn = self.conn
+        return api_errors(action=action, obj=obj, namespace=namespace or conn.namespace, host=conn.host)
+
+    def _client(self) -> Any:
+        return require_kubernetes().client
+
+    def _read(self, fn: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """Call a read API and return the wire JSON (no model building: lists can be large)."""
+        resp = fn(*args, _preload_content=False, **kwargs)
+        try:
+            return dict(json.loads(resp.data))
+        finally:
+            resp.release_conn()
+
+    # -- main object per kind -------------------------------------------------------
+    def _create_main(self, kind: str, obj: Any, ns: str) -> dict[str, Any]:
+        c = self._client()
+        body = to_dict(obj)
+        if kind == "job":
+            return self._read(c.BatchV1Api(self.conn.api).create_namespaced_job, ns, body)
+        info = CRD_INFO[kind]
+        return dict(
+            c.CustomObjectsApi(self.conn.api).create_namespaced_custom_object(
+                info.group, info.version, ns, info.plural, body
+            )
+        )
+
+    def _get_main(self, kind: str, name: str, ns: str) -> dict[str, Any]:
+        c = self._client()
+        if kind == "job":
+            return self._read(c.BatchV1Api(self.conn.api).read_namespaced_job, name, ns)
+        info = CRD_INFO[kind]
+        return dict(
+            c.CustomObjectsApi(self.conn.api).get_namespaced_custom_object(
+                info.group, info.version, ns, info.plural, name
+            )
+        )
+
+    def _list_main(self, kind: str, ns: str, selector: str) -> WireList:
+        c = self._client()
+        if kind == "job":
+            data = self._read(c.BatchV1Api(self.conn.api).list_namespaced_job, ns, label_selector=selector)
+        else:
+            info = CRD_INFO[kind]
+            data = c.CustomObjectsApi(self.conn.api).list_namespaced_custom_object(
+                info.group, info.version, ns, info.plural, label_selector=selector
+            )
+        return list(data.get("items") or [])
+
+    def _delete_main(self, kind: str, name: str, ns: str) -> None:
+        c = self._client()
+        if kind == "job":
+            c.BatchV1Api(self.conn.api).delete_namespaced_job(name, ns, propagation_policy="Foreground")
+        else:
+            info = CRD_INFO[kind]
+            c.CustomObjectsApi(self.conn.api).delete_namespaced_custom_object(
+                info.group, info.version, ns, info.plural, name, propagation_policy="Foreground"
+            )
+
+    def _create_dependent(self, obj: Any, ns: str) -> None:
+        c = self._client()
+        if obj.kind == "Service":
+            c.CoreV1Api(self.conn.api).create_namespaced_service(ns, obj)
+        else:
+            c.BatchV1Api(self.conn.api).create_namespaced_job(ns, obj)
+
+    def check_kind(self, kind: str | None = None) -> None:
+        """Raise a clear error when the cluster lacks the CRD of ``kind`` (API discovery)."""
+        kind = kind or self.kind
+        if kind == "job":
+            return
+        info = CRD_INFO[kind]
+        c = self._client()
+        with self._errors("look up", f"{info.crd_name} (CRD)"):
+            try:
+                c.CustomObjectsApi(self.conn.api).get_api_resources(info.group, info.version)
+            except c.exceptions.ApiException as e:
+                if e.status == 404:
+                    raise BadInputError(
+                        f"the cluster has no {info.kind} CRD ({info.crd_name}) for --kind {kind}",
+                        field="kind",
+                        hint="install its operator, or use --kind job (works on any cluster); "
+                        f"check with `kubectl get crd {info.crd_name}`",
+                    ) from None
+                raise
+
+    # -- planning -------------------------------------------------------------------
+    def _resolve_mounts(self, spec: JobSpec) -> tuple[dict[str, str], tuple[str, ...], str]:
+        """(paths of pulled mounts, names to warm up, HF cache dir)."""
+        from jupyter_starverse.catalog import Catalog
+
+        catalog = Catalog(self.settings)
+        hf_cache = catalog.job_env().get("HF_HUB_CACHE", f"{self.settings.store}/hub")
+        paths: dict[str, str] = {}
+        warm: list[str] = []
+        for name in spec.mounts:
+            try:
+                paths[name] = str(catalog.mount(name))
+            except ConflictError:
+                warm.append(name)  # registered but not pulled: the warm-up job fills the store once
+            except (NotFoundError, BadInputError) as e:
+                raise BadInputError(f"mount {name!r}: {e.message}", field="mounts", hint=e.hint) from e
+        return paths, tuple(warm), hf_cache
+
+    def _script(self, spec: JobSpec, run_dir: Path) -> str | None:
+        if spec.script is None:
+            return None
+        path = Path(spec.script).expanduser().absolute()
+        if not path.is_file():
+            raise BadInputError(
+                f"script {str(path)!r} does not exist", field="script", hint="give the path of a Python file"
+            )
+        shared = [Path(self.settings.experiments)] + (
+            [Path(self.settings.store)] if "://" not in self.settings.store else []
+        )
+        if any(path.is_relative_to(root) for root in shared):
+            return str(path)
+        return str(run_dir / "train.py")  # copied at submit: pods see only the shared volumes
+
+    def plan(
+        self, spec: JobSpec, *, job_id: str | None = None, namespace: str | None = None
+    ) -> tuple[KubeLaunch, list[Any]]:
+        """The resolved launch and its manifests, without any API call."""
+        from jupyter_starverse.modes._pools import load_pools
+
+        pools = load_pools(self.settings)
+        pool = pool_for(spec, pools)
+        job_id = job_id or make_job_id(spec.name)
+        exp = ExperimentPaths.of(self.settings.experiments, spec.experiment_name)
+        run = exp.run(job_id)
+        mounts, warm, hf_cache = self._resolve_mounts(spec)
+        resume = plan_resume(exp, new_world_size=spec.world_size) if spec.resume else None
+        launch = KubeLaunch(
+            job_id=job_id,
+            spec=spec,
+            run_dir=str(run.root),
+            pool=pool,
+            cpu_pool=pools.get("cpu"),
+            script=self._script(spec, run.root),
+            mounts=mounts,
+            warmup=warm,
+            hf_cache=hf_cache,
+            resume_from=str(resume.checkpoint.path) if resume and resume.checkpoint else None,
+            user=self.settings.user,
+        )
+        return launch, make_manifests(launch, self._cluster(namespace))
+
+    def render(self, spec: JobSpec, *, output: str = "yaml") -> str:
+        _, objects = self.plan(spec)
+        docs = [to_dict(o) for o in objects]
+        if output == "json":
+            return json.dumps(docs if len(docs) > 1 else docs[0], indent=2)
+        if output != "yaml":
+            raise BadInputError(f"unknown output {output!r}", field="output", hint="use yaml or json")
+        import yaml
+
+        return "---\n".join(yaml.safe_dump(d, sort_keys=False, width=200) for d in docs)
+
+    # -- submit ---------------------------------------------------------------------
+    def submit(self, spec: JobSpec, *, dry_run: bool = False) -> Job:
+        launch, objects = self.plan(spec, namespace=None if dry_run else self.conn.namespace)
+        now = time.time()
+        if dry_run:
+            return Job(launch.job_id, self.name, spec, JobState.PENDING, launch.run_dir, now, reason="dry run")
+        self.check_kind()
+        ns, run_dir = self.conn.namespace, Path(launch.run_dir)
+        self._write_run(launch, run_dir, ns, now)
+        created: dict[str, Any] | None = None
+        main, *dependents = objects
+        try:
+            with self._errors("create", f"{to_dict(main)['kind'].lower()} {launch.job_id!r}", ns):
+                created = self._create_main(self.kind, main, ns)
+            owner = self._client().V1OwnerReference(
+                api_version=created["apiVersion"],
+                kind=created["kind"],
+                name=created["metadata"]["name"],
+                uid=created["metadata"]["uid"],
+                controller=True,
+                block_owner_deletion=True,
+            )
+            for dep in dependents:
+                dep.metadata.owner_references = [owner]
+                with self._errors("create", f"{dep.kind.lower()} {dep.metadata.name!r}", ns):
+                    self._create_dependent(dep, ns)
+        except BaseException:
+            self._undo(created, ns, run_dir)
+            raise
+        return self.get(launch.job_id)
+
+    def _write_run(self, launch: KubeLaunch, run_dir: Path, ns: str, now: float) -> None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        spec = launch.spec
+        if spec.code is not None:
+            (run_dir / "train.py").write_text(spec.code)
+        elif spec.script and launch.script == str(run_dir / "train.py"):
+            shutil.copyfile(Path(spec.script).expanduser(), run_dir / "train.py")
+        from jupyter_starverse.launch.templates import write_framework_files
+
+        write_framework_files(spec, run_dir)
+        write_json(
+            run_dir / RECORD,
+            {
+                "job_id": launch.job_id,
+                "kind": self.kind,
+                "namespace": ns,
+                "created": now,
+                "spec": spec.to_json(),
+                "final": None,
+            },
+        )
+
+    def _undo(self, created: dict[str, Any] | None, ns: str, run_dir: Path) -> None:
+        """A failed submit removes what it created: the main object (cascading) and the run folder."""
+        if created is not None:
+            try:
+                self._delete_main(self.kind, created["metadata"]["name"], ns)
+            except Exception:  # noqa: S110 - the original error is the one to report
+                pass
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+    # -- reading --------------------------------------------------------------------
+    def _record(self, job_id: str) -> tuple[Path | None, dict[str, Any]]:
+        root = Path(self.settings.experiments)
+        for path in root.glob(f"*/runs/{job_id}/{RECORD}") if root.is_dir() and "/" not in job_id else []:
+            return path.parent, dict(read_json(path) or {})
+        return None, {}
+
+    def _pods(self, ns: str, selector: str) -> tuple[WireList, str]:
+        data = self._read(self._client().CoreV1Api(self.conn.api).list_namespaced_pod, ns, label_selector=selector)
+        return list(data.get("items") or []), str((data.get("metadata") or {}).get("resourceVersion", ""))
+
+    def _job_from(self, obj: dict[str, Any], pods: WireList) -> Job:
+        meta = obj.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        spec = JobSpec.from_json(json.loads(annotations[ANNOTATION_SPEC]))
+        nodes = latest_per_node(pods)
+        st = job_state(obj, nodes)
+        return Job(
+            id=meta["name"],
+            backend=self.name,
+            spec=spec,
+            state=st.state,
+            experiment_dir=annotations.get("starverse.io/run-dir", ""),
+            created=parse_time(meta.get("creationTimestamp")) or 0.0,
+            started=st.started,
+            finished=st.finished,
+            reason=st.reason,
+            nodes=nodes,
+        )
+
+    def _selector(self, job_id: str | None = None) -> str:
+        sel = f"{LABEL_MANAGED}={MANAGER},{LABEL_ROLE}=node"
+        return f"{sel},{LABEL_JOB}={job_id}" if job_id else sel
+
+    def get(self, job_id: str) -> Job:
+        run_dir, record = self._record(job_id)
+        kind, ns = record.get("kind", self.kind), record.get("namespace") or self.conn.namespace
+        try:
+            with self._errors("read", f"job {job_id!r}", ns):
+                obj = self._get_main(kind, job_id, ns)
+                pods, _ = self._pods(ns, self._selector(job_id))
+        except NotFoundError:
+            if run_dir is None:
+                raise NotFoundError(
+                    f"no Kubernetes job {job_id!r} in namespace {ns!r}",
+                    hint=f"list jobs with `starverse jobs ls`; `kubectl get jobs -n {ns}`",
+                ) from None
+            return self._gone(job_id, run_dir, record)
+        job = self._job_from(obj, pods)
+        if run_dir is not None and not job.state.finished and (run_dir / "cancel.json").is_file():
+            return self._gone(job_id, run_dir, record)  # foreground deletion still removing pods
+        if job.state.finished and run_dir is not None and not record.get("final"):
+            record["final"] = job.to_json()
+            write_json(run_dir / RECORD, record)
+        return job
+
+    def _gone(self, job_id: str, run_dir: Path, record: dict[str, Any]) -> Job:
+        """A job whose objects are gone (cancelled, or removed after its TTL): from the record."""
+        spec = JobSpec.from_json(record["spec"])
+        cancel = read_json(run_dir / "cancel.json")
+        final = record.get("final") or {}
+        if cancel:
+            state, reason, finished = JobState.CANCELLED, cancel.get("reason"), cancel.get("time")
+        elif final:
+            state, reason, finished = JobState(final["state"]), final.get("reason"), final.get("finished")
+        else:
+            state, reason, finished = JobState.FAILED, "its Kubernetes objects were deleted", None
+        return Job(
+            job_id,
+            self.name,
+            spec,
+            state,
+            str(run_dir),
+            float(record.get("created", 0.0)),
+            started=final.get("started"),
+            finished=finished,
+            reason=reason,
+        )
+
+    def list(self) -> list[Job]:
+        ns = self.conn.namespace
+        with self._errors("list", "jobs", ns):
+            objs = self._list_main(self.kind, ns, f"{LABEL_MANAGED}={MANAGER},{LABEL_ROLE}=node")
+            pods, _ = self._pods(ns, self._selector())
+        by_job: dict[str, WireList] = {}
+        for pod in pods:
+            by_job.setdefault((pod["metadata"].get("labels") or {}).get(LABEL_JOB, ""), []).append(pod)
+        jobs = [
+            self._job_from(o, by_job.get(o["metadata"]["name"], []))
+            for o in objs
+            if ANNOTATION_SPEC in (o["metadata"].get("annotations") or {})
+        ]
+        return sorted(jobs, key=lambda j: (j.created, j.id), reverse=True)
+
+    # -- watching -------------------------------------------------------------------
+    def watch_job(self, job_id: str, *, timeout: float | None = None) -> Iterator[Job]:
+        """The job now, then again on every change of its pods, until it finished or ``timeout``.
+
+        Uses a pod watch from the listed resourceVersion; a ``410 Gone`` (expired history)
+        re-lists and continues.
+        """
+        end = None if timeout is None else time.monotonic() + timeout
+        job = self.get(job_id)
+        yield job
+        if job.state.finished:
+            return
+        watch = require_kubernetes().watch
+        core = self._client().CoreV1Api(self.conn.api)
+        ns, sel = self.conn.namespace, self._selector(job_id)
+        with self._errors("watch", f"pods of job {job_id!r}", ns):
+            pods_list, rv = self._pods(ns, sel)
+        pods = {p["metadata"]["name"]: p for p in pods_list}
+        while not job.state.finished:
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                return
+            chunk = max(1, int(min(_WATCH_CHUNK, left if left is not None else _WATCH_CHUNK)))
+            try:
+                with self._errors("watch", f"pods of job {job_id!r}", ns):
+                    for event in watch.Watch().stream(
+                        core.list_namespaced_pod,
+                        ns,
+                        label_selector=sel,
+                        resource_version=rv,
+                        timeout_seconds=chunk,
+                        deserialize=False,
+                    ):
+                        obj = event["object"]
+                        rv = obj["metadata"]["resourceVersion"]
+                        if event["type"] == "DELETED":
+                            pods.pop(obj["metadata"]["name"], None)
+                        else:
+                            pods[obj["metadata"]["name"]] = obj
+                        new = self._refresh(job, list(pods.values()), obj)
+                        if new != job:
+                            job = new
+                            yield job
+                        if job.state.finished:
+                            return
+            except StarverseError as e:
+                if getattr(e.__cause__, "status", None) != 410:
+                    raise
+                with self._errors("watch", f"pods of job {job_id!r}", ns):
+                    pods_list, rv = self._pods(ns, sel)  # history expired: re-list, continue from now
+                pods = {p["metadata"]["name"]: p for p in pods_list}
+            new = self.get(job_id)  # job-level conditions (failure policy, TTL) change without pod events
+            if new != job:
+                job = new
+                yield job
+
+    def _refresh(self, job: Job, pods: WireList, changed: dict[str, Any]) -> Job:
+        phase = (changed.get("status") or {}).get("phase")
+        if phase in ("Succeeded", "Failed") or not pods:
+            return self.get(job.id)  # a pod ended: the job's own conditions decide
+        nodes = latest_per_node(pods)
+        st = job_state({"status": {"startTime": None}}, nodes)
+        return Job(
+            job.id,
+            job.backend,
+            job.spec,
+            st.state,
+            job.experiment_dir,
+            job.created,
+            started=job.started or st.started,
+            reason=st.reason,
+            nodes=nodes,
+        )
+
+    def wait(self, job_id: str, *, timeout: float | None = None) -> Job:
+        last = None
+        for job in self.watch_job(job_id, timeout=timeout):
+            last = job
+        assert last is not None
+        return last
+
+    # -- logs -----------------------------------------------------------------------
+    def logs(self, job_id: str, *, follow: bool = False, rank: int | None = None) -> Iterator[LogLine]:
+        job = self.get(job_id)
+        run_dir = Path(job.experiment_dir)
+        ns, ppn = self.conn.namespace, job.spec.procs_per_node
+        if follow:  # pods must have started before their logs can be followed
+            for job in self.watch_job(job_id):
+                if job.state.finished or (
+                    job.nodes
+                    and all(n.state is not JobState.PENDING for n in job.nodes)
+                    and len(job.nodes) >= job.spec.nodes
+                ):
+                    break
+        if not job.nodes or all(n.state is JobState.PENDING for n in job.nodes):
+            yield from saved_logs(run_dir, procs_per_node=ppn, rank=rank)
+            return
+        core = self._client().CoreV1Api(self.conn.api)
+        streams = [
+            PodStream(n.name, n.index, run_dir / "logs" / "pods" / f"{n.name}.node{n.index}.log")
+            for n in job.nodes
+            if n.state is not JobState.PENDING
+        ]
+
+        def open_stream(pod: PodStream) -> Iterator[bytes]:
+            with self._errors("read logs of", f"pod {pod.name!r}", ns):
+                resp = core.read_namespaced_pod_log(
+                    pod.name, ns, container="trainer", follow=follow, _preload_content=False
+                )
+            try:
+                yield from resp.stream(64 * 1024)
+            finally:
+                resp.release_conn()
+
+        yield from fan_in(streams, open_stream, procs_per_node=ppn, rank=rank)
+
+    # -- cancel ---------------------------------------------------------------------
+    def cancel(self, job_id: str) -> Job:
+        job = self.get(job_id)
+        if job.state.finished:
+            return job
+        run_dir, record = self._record(job_id)
+        ns = record.get("namespace") or self.conn.namespace
+        if run_dir is not None:
+            write_json(run_dir / "cancel.json", {"time": time.time(), "reason": "cancelled by user"})
+        with self._errors("delete", f"job {job_id!r}", ns):
+            self._delete_main(record.get("kind", self.kind), job_id, ns)
+        if run_dir is None:
+            return Job(
+                job.id,
+                self.name,
+                job.spec,
+                JobState.CANCELLED,
+                job.experiment_dir,
+                job.created,
+                started=job.started,
+                finished=time.time(),
+                reason="cancelled by user",
+                nodes=job.nodes,
+            )
+        return self.get(job_id)
