@@ -99,12 +99,17 @@ class Catalog:
         """Every entry with state, size and last use."""
         return [self._status(r) for r in self.layout.all_refs()]
 
-    def pulls(self) -> list[PullProgress]:
-        """Pulls in progress anywhere (persisted by their owners on the store)."""
+    def pulls(self, *, recent_s: float = 120.0) -> list[PullProgress]:
+        """Pulls running anywhere (persisted by their owners), plus those that ended recently."""
         out = []
+        now = time.time()
         for p in sorted((self.root / ".progress").glob("*.json")):
             prog = read_progress(p)
-            if prog is not None and prog.phase in ("downloading", "verifying"):
+            if prog is None:
+                continue
+            age = now - prog.updated_at
+            running = prog.phase in ("downloading", "verifying") and age < 3 * self.settings.lock_ttl
+            if running or (prog.phase in ("done", "failed") and age < recent_s):
                 out.append(prog)
         return out
 
@@ -213,6 +218,7 @@ class Catalog:
                 tracker.owner = False
                 continue
             except BaseException as e:
+                tracker.owner = True  # we held the lease: publish the failure for other viewers
                 tracker.set_phase("failed", error=str(e))
                 raise
             finally:

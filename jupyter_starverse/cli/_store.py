@@ -1,0 +1,135 @@
+"""``starverse store ...`` (and ``%sv store ...``), plus the top-level ``mount`` verb.
+
+| command                                      | returns                         |
+|----------------------------------------------|---------------------------------|
+| store ls [--json]                            | StoreListing (table)            |
+| store add NAME SOURCE [--version V]          | Entry                           |
+| store pull REF [--json]                      | EntryStatus (progress on stderr or a widget) |
+| store mount REF [--json] / mount REF         | pathlib.Path                    |
+| store status REF [--json]                    | EntryStatus                     |
+| store import-model PATH --as ORG/REPO        | Entry                           |
+| store rm REF                                 | removed refs                    |
+| store evict --max-bytes N                    | evicted entries                 |
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from jupyter_starverse.catalog import Entry, EntryStatus, PullProgress, StoreListing, tqdm_callback
+from jupyter_starverse.client import Starverse
+from jupyter_starverse.errors import BadInputError
+
+from ._common import add_json_flag
+
+__all__ = ["parse_size", "register"]
+
+_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+
+def parse_size(text: str) -> int:
+    """``'10G'`` -> bytes (binary units; ``B``/``iB`` suffixes allowed)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", text.lower())
+    if not m:
+        raise BadInputError(f"{text!r} is not a size", field="max_bytes", hint="write bytes or e.g. 500M, 20G")
+    return int(float(m.group(1)) * _UNITS[m.group(2)])
+
+
+def _progress(args: argparse.Namespace, ref: str) -> tuple[Callable[[PullProgress], None], Callable[[], None]]:
+    if getattr(args, "notebook", False):
+        from jupyter_starverse.widgets.catalog import progress_bar
+
+        return progress_bar(ref)
+    return tqdm_callback(desc=ref)
+
+
+def _ls(client: Starverse, args: argparse.Namespace) -> StoreListing:
+    return StoreListing(tuple(client.catalog.ls()))
+
+
+def _add(client: Starverse, args: argparse.Namespace) -> Entry:
+    return client.catalog.add_dataset(
+        args.name, args.source, version=args.version, description=args.description, license=args.license
+    )
+
+
+def _pull(client: Starverse, args: argparse.Namespace) -> EntryStatus:
+    update, close = _progress(args, args.ref)
+    try:
+        return client.catalog.pull(args.ref, progress=update)
+    finally:
+        close()
+
+
+def _mount(client: Starverse, args: argparse.Namespace) -> Path:
+    return client.catalog.mount(args.ref)
+
+
+def _status(client: Starverse, args: argparse.Namespace) -> EntryStatus:
+    return client.catalog.status(args.ref)
+
+
+def _import(client: Starverse, args: argparse.Namespace) -> Entry:
+    update, close = _progress(args, args.repo)
+    try:
+        return client.catalog.import_model(args.path, repo=args.repo, progress=update)
+    finally:
+        close()
+
+
+def _rm(client: Starverse, args: argparse.Namespace) -> list[str]:
+    return [f"removed {ref}" for ref in client.catalog.rm(args.ref)]
+
+
+def _evict(client: Starverse, args: argparse.Namespace) -> list[EntryStatus]:
+    return client.catalog.evict(max_bytes=parse_size(args.max_bytes))
+
+
+def _ref_parser(sub: Any, name: str, help_: str, run: Callable[[Starverse, argparse.Namespace], object]) -> None:
+    p = sub.add_parser(name, help=help_)
+    p.add_argument("ref", metavar="REF", help="dataset NAME[@VERSION] or hf:ORG/REPO[@REVISION]")
+    add_json_flag(p)
+    p.set_defaults(run=run)
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    store = sub.add_parser("store", help="datasets and Hugging Face models on the shared store")
+    verbs = store.add_subparsers(dest="store_command", metavar="VERB", parser_class=type(store))
+
+    p = verbs.add_parser("ls", help="list entries with cache state, size and last use")
+    add_json_flag(p)
+    p.set_defaults(run=_ls)
+
+    p = verbs.add_parser("add", help="register a dataset (a folder or an fsspec URL)")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("source", metavar="SOURCE", help="folder, file://, memory://, http(s)://, s3://, gs:// ...")
+    p.add_argument("--version", default=None, help="version label (default 1)")
+    p.add_argument("--description", default=None)
+    p.add_argument("--license", default=None)
+    add_json_flag(p)
+    p.set_defaults(run=_add)
+
+    _ref_parser(verbs, "pull", "fill the store once (concurrent pulls share one download)", _pull)
+    _ref_parser(verbs, "mount", "print the read-only path of a pulled entry", _mount)
+    _ref_parser(verbs, "status", "cache state of one entry", _status)
+    _ref_parser(verbs, "rm", "remove an entry and its bytes", _rm)
+
+    p = verbs.add_parser("import-model", help="copy a local Hugging Face model folder into the store")
+    p.add_argument("path", metavar="PATH")
+    p.add_argument("--as", dest="repo", required=True, metavar="ORG/REPO", help="model name, e.g. my-org/llama-ft")
+    add_json_flag(p)
+    p.set_defaults(run=_import)
+
+    p = verbs.add_parser("evict", help="drop least recently used entries until the store fits a budget")
+    p.add_argument("--max-bytes", required=True, metavar="SIZE", help="budget, e.g. 500G")
+    add_json_flag(p)
+    p.set_defaults(run=_evict)
+
+    p = sub.add_parser("mount", help="path of a pulled store entry (%%sv mount returns a pathlib.Path)")
+    p.add_argument("ref", metavar="REF", help="dataset NAME[@VERSION] or hf:ORG/REPO[@REVISION]")
+    add_json_flag(p)
+    p.set_defaults(run=_mount)

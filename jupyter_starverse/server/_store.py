@@ -1,0 +1,142 @@
+"""``/jupyter-starverse/store``: the catalog for the side panel.
+
+| verb | path                   | body / query                                | answer                        |
+|------|------------------------|---------------------------------------------|-------------------------------|
+| GET  | store                  |                                             | ``[EntryStatus]``             |
+| POST | store                  | ``{name, source, version?, description?, license?}`` | ``Entry`` (201)      |
+| GET  | store/entry?ref=REF    |                                             | ``EntryStatus``               |
+| GET  | store/mount?ref=REF    |                                             | ``{ref, path}``               |
+| POST | store/pull             | ``{ref}``                                   | ``PullProgress`` (202)        |
+| GET  | store/pulls            |                                             | ``[PullProgress]``            |
+
+A pull runs in a server thread and persists its progress on the store, so ``store/pulls``
+shows it, and also pulls started by notebooks, the CLI or other nodes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from tornado import web
+
+from jupyter_starverse.catalog import PullProgress, parse_ref
+from jupyter_starverse.client import Starverse
+from jupyter_starverse.errors import BadInputError
+
+from ._base import StarverseHandler
+
+__all__ = ["MountInfo", "routes"]
+
+
+@dataclass(frozen=True)
+class MountInfo:
+    """Where an entry is mounted (the same path in every pod)."""
+
+    ref: str
+    path: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ref": self.ref, "path": self.path}
+
+
+def _text(body: dict[str, Any], key: str, *, required: bool = False) -> str | None:
+    value = body.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise BadInputError(f"{key!r} must be a non-empty string", field=key)
+    return value
+
+
+class _Pulls:
+    """Background pulls started through the server (one thread per ref at a time)."""
+
+    _lock = threading.Lock()
+    _threads: dict[str, threading.Thread] = {}
+
+    @classmethod
+    def start(cls, client: Starverse, ref: str) -> PullProgress:
+        with cls._lock:
+            running = cls._threads.get(ref)
+            if running is None or not running.is_alive():
+
+                def work() -> None:
+                    try:
+                        client.catalog.pull(ref)
+                    except Exception:  # noqa: S110 - the failure is persisted as the pull's progress
+                        pass
+
+                thread = threading.Thread(target=work, name=f"starverse-pull-{ref}", daemon=True)
+                cls._threads[ref] = thread
+                thread.start()
+        return PullProgress(ref, "waiting", 0, None, 0, None, 0.0, None, False, time.time())
+
+
+class StoreHandler(StarverseHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        self.finish_json(await self.run(self.client.catalog.ls))
+
+    @web.authenticated
+    async def post(self) -> None:
+        body = self.json_body()
+        entry = await self.run(
+            self.client.catalog.add_dataset,
+            _text(body, "name", required=True),
+            _text(body, "source", required=True),
+            version=_text(body, "version"),
+            description=_text(body, "description"),
+            license=_text(body, "license"),
+        )
+        self.finish_json(entry, status=201)
+
+
+class EntryHandler(StarverseHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        self.finish_json(await self.run(self.client.catalog.status, self._ref()))
+
+    def _ref(self) -> str:
+        ref = self.query("ref")
+        if not ref:
+            raise BadInputError(
+                "query argument 'ref' is required", field="ref", hint="e.g. ?ref=mnist or ?ref=hf:org/repo"
+            )
+        return ref
+
+
+class MountHandler(EntryHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        ref = self._ref()
+        path = await self.run(self.client.catalog.mount, ref)
+        self.finish_json(MountInfo(ref, str(path)))
+
+
+class PullHandler(StarverseHandler):
+    @web.authenticated
+    async def post(self) -> None:
+        ref = _text(self.json_body(), "ref", required=True)
+        assert ref is not None
+        parsed = parse_ref(ref)  # bad refs are a 400 now, not a failed thread later
+        if parsed.kind == "dataset":
+            await self.run(self.client.catalog.status, ref)  # unknown datasets are a 404
+        self.finish_json(_Pulls.start(self.client, ref), status=202)
+
+
+class PullsHandler(StarverseHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        self.finish_json(await self.run(self.client.catalog.pulls))
+
+
+routes: list[tuple[str, type[StarverseHandler]]] = [
+    (r"store", StoreHandler),
+    (r"store/entry", EntryHandler),
+    (r"store/mount", MountHandler),
+    (r"store/pull", PullHandler),
+    (r"store/pulls", PullsHandler),
+]
