@@ -15,7 +15,7 @@ from typing import Any
 
 from ._layout import ExperimentPaths, RunPaths, read_json
 
-__all__ = ["Checkpoint", "ResumePlan", "list_checkpoints", "latest_checkpoint", "plan_resume", "checkpoint_name"]
+__all__ = ["Checkpoint", "ResumePlan", "checkpoint_name", "latest_checkpoint", "list_checkpoints", "plan_resume"]
 
 _STEP_DIR = re.compile(r"^step-(\d{8,})$")
 
@@ -59,11 +59,11 @@ def list_checkpoints(path: Path | ExperimentPaths | RunPaths) -> list[Checkpoint
     for d in (d for root in _roots(path) for d in root.iterdir()):
         m = _STEP_DIR.match(d.name)
         meta = read_json(d / "meta.json") if m else None
-        if not isinstance(meta, dict):
+        if m is None or not isinstance(meta, dict):
             continue
         out.append(
             Checkpoint(
-                step=int(meta.get("step", m.group(1) if m else 0)),
+                step=int(meta.get("step") or m.group(1)),
                 path=d,
                 world_size=int(meta.get("world_size", 0)),
                 time=float(meta.get("time", 0.0)),
@@ -109,8 +109,12 @@ class ResumePlan:
 
     def __str__(self) -> str:
         if self.checkpoint is None:
-            return f"resume {self.experiment}: no checkpoint yet, starts at step 0 with world size {self.new_world_size}"
-        change = f"{self.old_world_size} -> {self.new_world_size}" if self.reshard else f"{self.new_world_size} (unchanged)"
+            return (
+                f"resume {self.experiment}: no checkpoint yet, starts at step 0 with world size {self.new_world_size}"
+            )
+        change = (
+            f"{self.old_world_size} -> {self.new_world_size}" if self.reshard else f"{self.new_world_size} (unchanged)"
+        )
         return (
             f"resume {self.experiment}: checkpoint step {self.checkpoint.step} ({self.checkpoint.path.name}), "
             f"world size {change}, continues at step {self.start_step}"

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidNameError, NotFoundError
+from jupyter_starverse.errors import InvalidNameError, NotFoundError
 
-__all__ = ["RunPaths", "ExperimentPaths", "new_job_id", "find_run", "list_runs", "write_json", "read_json"]
+__all__ = ["ExperimentPaths", "RunPaths", "find_run", "list_runs", "new_job_id", "read_json", "write_json"]
 
 
 def _check_name(name: str, what: str) -> str:
@@ -170,7 +170,7 @@ def write_json(path: Path, data: Any) -> None:
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
+        Path(tmp).replace(path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -12,7 +12,7 @@ from typing import Any
 
 from ._layout import RunPaths
 
-__all__ = ["MetricPoint", "Progress", "read_metrics", "parse_log_metrics", "progress"]
+__all__ = ["MetricPoint", "Progress", "parse_log_metrics", "progress", "read_metrics"]
 
 _LOSS_RE = re.compile(r"\bloss\b\s*[:=]?\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)", re.IGNORECASE)
 _STEP_RE = re.compile(r"\b(?:step|iter(?:ation)?)\b\s*[:=]?\s*(\d+)", re.IGNORECASE)
@@ -40,7 +40,9 @@ def _point(data: Any) -> MetricPoint | None:
         if k not in ("step", "time", "rank") and isinstance(v, (int, float)) and not isinstance(v, bool)
     }
     t = data.get("time")
-    return MetricPoint(int(data["step"]), values, float(t) if isinstance(t, (int, float)) else None, int(data.get("rank", 0)))
+    return MetricPoint(
+        int(data["step"]), values, float(t) if isinstance(t, (int, float)) else None, int(data.get("rank", 0))
+    )
 
 
 def parse_log_metrics(text: str) -> list[MetricPoint]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from ._layout import RunPaths, read_json, write_json
 
-__all__ = ["NodeRecord", "RunStatus", "read_status", "write_status", "NodeInterval", "node_intervals"]
+__all__ = ["NodeInterval", "NodeRecord", "RunStatus", "node_intervals", "read_status", "write_status"]
 
 FINISHED = ("succeeded", "failed", "cancelled")
 

@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from .._settings import Settings
-from ..errors import BadInputError, ConflictError, NotFoundError, StarverseError
-from ..experiments import (
+from jupyter_starverse._settings import Settings
+from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError, StarverseError
+from jupyter_starverse.experiments import (
     ExperimentPaths,
     ResumePlan,
     RunPaths,
@@ -34,6 +34,7 @@ from ..experiments import (
     write_json,
     write_status,
 )
+
 from ._backend import Job, JobState, LaunchBackend, LogLine, NodeStatus
 from ._logs import follow_logs
 from ._procs import job_processes, pid_alive, stop_pids
@@ -77,21 +78,25 @@ class LocalBackend(LaunchBackend):
         else:
             path = Path(spec.script or "").expanduser()
             if not path.is_file():
-                raise BadInputError(f"script {str(path)!r} does not exist", field="script", hint="give the path of a Python file")
+                raise BadInputError(
+                    f"script {str(path)!r} does not exist", field="script", hint="give the path of a Python file"
+                )
             source, where = path.read_text(errors="replace"), str(path)
         try:
             compile(source, where, "exec")
         except SyntaxError as e:
             raise BadInputError(
-                f"{where} has a syntax error on line {e.lineno}: {e.msg}", field="script", hint="fix it; nothing was launched"
+                f"{where} has a syntax error on line {e.lineno}: {e.msg}",
+                field="script",
+                hint="fix it; nothing was launched",
             ) from None
 
     def _mounts(self, spec: JobSpec) -> tuple[dict[str, str], dict[str, str]]:
         if not spec.mounts:
-            from ..catalog import Catalog
+            from jupyter_starverse.catalog import Catalog
 
             return {}, Catalog(self.settings).job_env()
-        from ..catalog import Catalog
+        from jupyter_starverse.catalog import Catalog
 
         catalog = Catalog(self.settings)
         paths: dict[str, str] = {}
@@ -103,15 +108,12 @@ class LocalBackend(LaunchBackend):
         return paths, catalog.job_env()
 
     def _check_gpu(self, spec: JobSpec) -> None:
-        if spec.is_gpu:
-            import glob
-
-            if not glob.glob("/dev/nvidia[0-9]*"):
-                raise BadInputError(
-                    f"JobSpec.accelerator: {spec.accelerator!r} asks for GPUs but this machine has none",
-                    field="accelerator",
-                    hint="use accelerator='cpu' (gloo) here, or launch with backend='kubernetes'",
-                )
+        if spec.is_gpu and not any(Path("/dev").glob("nvidia[0-9]*")):
+            raise BadInputError(
+                f"JobSpec.accelerator: {spec.accelerator!r} asks for GPUs but this machine has none",
+                field="accelerator",
+                hint="use accelerator='cpu' (gloo) here, or launch with backend='kubernetes'",
+            )
 
     def _check_name_free(self, spec: JobSpec) -> None:
         for job in self.list():
@@ -121,8 +123,9 @@ class LocalBackend(LaunchBackend):
                     hint=f"wait for it, cancel it (`starverse jobs cancel {job.id}`), or choose another name",
                 )
 
-    def _plan(self, spec: JobSpec, job_id: str, port: int | None, *, mounts: dict[str, str],
-              store_env: dict[str, str]) -> tuple[LaunchPlan, ResumePlan | None]:
+    def _plan(
+        self, spec: JobSpec, job_id: str, port: int | None, *, mounts: dict[str, str], store_env: dict[str, str]
+    ) -> tuple[LaunchPlan, ResumePlan | None]:
         exp = ExperimentPaths.of(self.settings.experiments, spec.experiment_name)
         run = exp.run(job_id)
         resume = plan_resume(exp.root, new_world_size=spec.world_size) if spec.resume else None
@@ -148,7 +151,8 @@ class LocalBackend(LaunchBackend):
             missing = [k for k in spec.secrets if k not in os.environ]
             if missing:
                 raise BadInputError(
-                    f"JobSpec.secrets: the local backend passes secrets from this environment; {', '.join(missing)} not set",
+                    f"JobSpec.secrets: the local backend takes secrets from this environment; "
+                    f"{', '.join(missing)} not set",
                     field="secrets",
                     hint="export the variables before launching (their values never reach the experiment folder)",
                 )
@@ -207,8 +211,13 @@ class LocalBackend(LaunchBackend):
         except BaseException as e:
             sock.close()
             if run.status.exists() and not isinstance(e, KeyboardInterrupt):
-                failed = RunStatus(job_id=job_id, state="failed", created=time.time(), finished=time.time(),
-                                   reason=f"could not start: {e}")
+                failed = RunStatus(
+                    job_id=job_id,
+                    state="failed",
+                    created=time.time(),
+                    finished=time.time(),
+                    reason=f"could not start: {e}",
+                )
                 write_status(run, failed)
             raise
         sock.close()
@@ -219,7 +228,7 @@ class LocalBackend(LaunchBackend):
         env = {**os.environ, **self.settings.to_env()}
         env.pop("STARVERSE_JOB_ID", None)
         with run.root.joinpath("supervisor.log").open("ab") as log:
-            proc = subprocess.Popen(  # noqa: S603 - fixed argv
+            proc = subprocess.Popen(
                 [sys.executable, "-m", "jupyter_starverse.launch._supervisor", str(run.root), "--listen-fd", str(fd)],
                 env=env,
                 cwd=run.root,
@@ -289,8 +298,14 @@ class LocalBackend(LaunchBackend):
     def logs(self, job_id: str, *, follow: bool = False, rank: int | None = None) -> Iterator[LogLine]:
         run = self.run_paths(job_id)
         job = self.get(job_id)
-        return follow_logs(run, world_size=job.spec.world_size, nodes=job.spec.nodes, rank=rank,
-                           follow=follow, finished=lambda: self.get(job_id).state.finished)
+        return follow_logs(
+            run,
+            world_size=job.spec.world_size,
+            nodes=job.spec.nodes,
+            rank=rank,
+            follow=follow,
+            finished=lambda: self.get(job_id).state.finished,
+        )
 
     def wait(self, job_id: str, *, timeout: float | None = None) -> Job:
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -6,7 +6,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ..experiments import RunPaths
+from jupyter_starverse.experiments import RunPaths
+
 from ._backend import LogLine
 
 __all__ = ["follow_logs"]

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["pid_alive", "job_processes", "signal_pids", "stop_pids", "is_job_process"]
+__all__ = ["is_job_process", "job_processes", "pid_alive", "signal_pids", "stop_pids"]
 
 _PROC = Path("/proc")
 

@@ -20,8 +20,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .._settings import Settings
-from ..experiments import NodeRecord, RunPaths, RunStatus, node_intervals, read_json, read_status, write_status
+from jupyter_starverse._settings import Settings
+from jupyter_starverse.experiments import (
+    NodeRecord,
+    RunPaths,
+    RunStatus,
+    node_intervals,
+    read_json,
+    read_status,
+    write_status,
+)
+
 from ._procs import job_processes, signal_pids, stop_pids
 from ._spec import JobSpec
 from ._torchrun import LOCAL_ADDR, LaunchPlan, NodePlan
@@ -86,7 +95,7 @@ class _Supervisor:
         log = self.logs.get(node.index)
         if log is None:
             log = self.logs[node.index] = self.run.node_log(node.index).open("ab")
-        proc = subprocess.Popen(  # noqa: S603 - argv list built by make_local_plan
+        proc = subprocess.Popen(
             list(node.argv),
             env={**self.base_env(), **node.env},
             cwd=self.run.root,
@@ -98,14 +107,21 @@ class _Supervisor:
         self.procs[node.index] = proc
         now = time.time()
         rec = self.node(node.index)
-        self.set_node(node.index, state="running", pid=proc.pid, exit_code=None, started=rec.started or now,
-                      finished=None, launches=(*rec.launches, (now, None)))
+        self.set_node(
+            node.index,
+            state="running",
+            pid=proc.pid,
+            exit_code=None,
+            started=rec.started or now,
+            finished=None,
+            launches=(*rec.launches, (now, None)),
+        )
 
     def host_store(self) -> None:
         """Serve the rendezvous store on the socket ``submit`` bound (no port race)."""
         from datetime import timedelta
 
-        from torch.distributed import TCPStore
+        from torch._C._distributed_c10d import TCPStore
 
         self.store = TCPStore(
             LOCAL_ADDR,
@@ -125,7 +141,7 @@ class _Supervisor:
     def on_exit(self, index: int, code: int) -> None:
         now = time.time()
         rec = self.node(index)
-        launches = rec.launches[:-1] + ((rec.launches[-1][0], now),) if rec.launches else ()
+        launches = (*rec.launches[:-1], (rec.launches[-1][0], now)) if rec.launches else ()
         if code == 0:
             self.set_node(index, state="succeeded", exit_code=0, finished=now, launches=launches)
             return
@@ -134,14 +150,19 @@ class _Supervisor:
         if killed and self.stop_reason is None and self.relaunches < self.plan.max_node_relaunches:
             self.relaunches += 1
             stop_pids(job_processes(self.plan.job_id, node=index, pid_dir=self.run.pids), grace=2.0)
-            self.set_node(index, reason=f"{reason}; relaunched ({self.relaunches}/{self.plan.max_node_relaunches})",
-                          launches=launches)
+            self.set_node(
+                index,
+                reason=f"{reason}; relaunched ({self.relaunches}/{self.plan.max_node_relaunches})",
+                launches=launches,
+            )
             self.start_node(self.plan.nodes[index])
             return
         self.set_node(index, state="failed", exit_code=code, finished=now, reason=reason, launches=launches)
         if self.stop_reason is None:
             cause = root_cause(self.run)
-            self.request_stop(f"node {index} failed ({reason})" + (f"; first error: {cause}" if cause else ""), "failed")
+            self.request_stop(
+                f"node {index} failed ({reason})" + (f"; first error: {cause}" if cause else ""), "failed"
+            )
 
     def check_budget(self) -> None:
         """The budget cap: stop gracefully (SIGTERM, so the runtime checkpoints) at the cap."""
@@ -149,7 +170,7 @@ class _Supervisor:
             return
         self._next_budget = time.monotonic() + BUDGET_EVERY_S
         try:
-            from ..costs import check_budget, load_price_table, write_cost
+            from jupyter_starverse.costs import check_budget, load_price_table, write_cost
 
             decision = check_budget(
                 self.spec,
@@ -161,7 +182,7 @@ class _Supervisor:
                 user=self.settings.user,
             )
             write_cost(self.run.root, decision.cost, reason=decision.reason)
-        except Exception as e:  # noqa: BLE001 - a broken price table must not kill the job
+        except Exception as e:
             print(f"cost meter: {e}", file=sys.stderr, flush=True)
             return
         self.status = replace(self.status, cost=str(decision.cost.amount))
@@ -195,14 +216,19 @@ class _Supervisor:
             time.sleep(POLL_S)
 
     def run_job(self) -> None:
-        self.save(state="running", started=time.time(), supervisor_pid=os.getpid(), port=self.plan.port,
-                  nodes=tuple(NodeRecord(n.index) for n in self.plan.nodes))
+        self.save(
+            state="running",
+            started=time.time(),
+            supervisor_pid=os.getpid(),
+            port=self.plan.port,
+            nodes=tuple(NodeRecord(n.index) for n in self.plan.nodes),
+        )
         try:
             for node in self.plan.nodes:
                 self.start_node(node)
             self.host_store()
             self.loop()
-        except Exception as e:  # noqa: BLE001 - recorded in status.json, then cleaned up
+        except Exception as e:
             self.request_stop(f"supervisor error: {type(e).__name__}: {e}", "failed")
         finally:
             if self.stop_reason is not None:
@@ -214,7 +240,7 @@ class _Supervisor:
         now = time.time()
         nodes = []
         for n in self.status.nodes:
-            launches = n.launches[:-1] + ((n.launches[-1][0], n.launches[-1][1] or now),) if n.launches else ()
+            launches = (*n.launches[:-1], (n.launches[-1][0], n.launches[-1][1] or now)) if n.launches else ()
             state = n.state if n.state in ("succeeded", "failed") else self.stop_state if self.stop_reason else "failed"
             proc = self.procs.get(n.index)
             code = n.exit_code if n.exit_code is not None else (proc.returncode if proc else None)

@@ -14,7 +14,7 @@ from typing import Any
 
 from ._spec import JobSpec
 
-__all__ = ["NodePlan", "LaunchPlan", "torchrun_argv", "job_env", "make_local_plan", "render_plan", "WORKER_MODULE"]
+__all__ = ["WORKER_MODULE", "LaunchPlan", "NodePlan", "job_env", "make_local_plan", "render_plan", "torchrun_argv"]
 
 WORKER_MODULE = "jupyter_starverse.launch._worker"
 LOCAL_ADDR = "127.0.0.1"

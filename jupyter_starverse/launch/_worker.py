@@ -20,7 +20,7 @@ from typing import Any
 def _write(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
+    tmp.replace(path)
 
 
 def _redirect(log: Path) -> None:
@@ -65,7 +65,7 @@ def main(argv: list[str]) -> int:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if code:
             _record(run_dir, info, f"SystemExit: {e.code}", "")
-    except BaseException as e:  # noqa: BLE001 - record any failure of the user's script
+    except BaseException as e:
         tb = traceback.format_exc()
         sys.stderr.write(tb)
         _record(run_dir, info, f"{type(e).__name__}: {e}", tb)

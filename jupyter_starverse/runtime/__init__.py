@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..errors import NotFoundError
+from jupyter_starverse.errors import NotFoundError
+
 from ._checkpoint import find_resume_checkpoint, load_latest, save_checkpoint
 from ._dist import Context, agree_stop, barrier, handle_sigterm, init, stop_requested, wrap
 from ._env import JobEnv, job_env
@@ -60,8 +61,8 @@ def mount_path(name: str) -> Path:
     if name in env.mounts:
         return Path(env.mounts[name])
     if env.job_id is None:
-        from .._settings import Settings
-        from ..catalog import Catalog
+        from jupyter_starverse._settings import Settings
+        from jupyter_starverse.catalog import Catalog
 
         return Catalog(Settings.from_env()).mount(name)
     raise NotFoundError(
@@ -70,7 +71,9 @@ def mount_path(name: str) -> Path:
     )
 
 
-def steps(total: int | None = None, *, model: Any, optimizer: Any = None, checkpoint_every: int | None = None) -> Iterator[int]:
+def steps(
+    total: int | None = None, *, model: Any, optimizer: Any = None, checkpoint_every: int | None = None
+) -> Iterator[int]:
     """Yield the step numbers still to run, resuming after the latest checkpoint.
 
     A checkpoint is saved every ``checkpoint_every`` steps (default

@@ -8,18 +8,18 @@ checkpoint is never picked up. Older checkpoints beyond ``keep`` are removed.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import NotFoundError
-from ..experiments import Checkpoint, checkpoint_name, latest_checkpoint, list_checkpoints
+from jupyter_starverse.errors import NotFoundError
+from jupyter_starverse.experiments import Checkpoint, checkpoint_name, latest_checkpoint, list_checkpoints
+
 from ._dist import barrier, init
 from ._env import job_env
 
-__all__ = ["save_checkpoint", "load_latest", "find_resume_checkpoint"]
+__all__ = ["find_resume_checkpoint", "load_latest", "save_checkpoint"]
 
 
 def _state(model: Any, optimizer: Any) -> tuple[dict[str, Any], Any]:
@@ -35,7 +35,7 @@ def _state(model: Any, optimizer: Any) -> tuple[dict[str, Any], Any]:
 
 def save_checkpoint(step: int, *, model: Any, optimizer: Any = None, keep: int = 2, **extra: Any) -> Path:
     """Save model (and optimizer) after ``step``; collective: call it on every rank."""
-    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
     env = job_env()
     ctx = init()
@@ -47,13 +47,13 @@ def save_checkpoint(step: int, *, model: Any, optimizer: Any = None, keep: int =
         root.mkdir(parents=True, exist_ok=True)
     barrier()
     state, _ = _state(model, optimizer)
-    dcp.save(state, checkpoint_id=str(tmp))
+    dcp_save(state, checkpoint_id=str(tmp))
     barrier()
     if ctx.rank == 0:
         meta = {"step": int(step), "world_size": ctx.world_size, "time": time.time(), "job_id": env.job_id, **extra}
         (tmp / "meta.json").write_text(json.dumps(meta))
         shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
+        tmp.replace(final)
         for old in list_checkpoints(root.parent)[:-keep] if keep > 0 else []:
             if old.path.parent == root:
                 shutil.rmtree(old.path, ignore_errors=True)
@@ -73,21 +73,23 @@ def find_resume_checkpoint() -> Checkpoint | None:
         if not meta.is_file():
             raise NotFoundError(f"checkpoint {env.resume_from} is incomplete or gone", hint="launch without resume")
         data = json.loads(meta.read_text())
-        return Checkpoint(int(data["step"]), env.resume_from, int(data.get("world_size", 0)), float(data.get("time", 0)))
+        return Checkpoint(
+            int(data["step"]), env.resume_from, int(data.get("world_size", 0)), float(data.get("time", 0))
+        )
     return None
 
 
 def load_latest(*, model: Any, optimizer: Any = None) -> int:
     """Load the newest checkpoint into ``model`` / ``optimizer``; return the next step to run (0 if none)."""
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import set_state_dict
+    from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 
     ckpt = find_resume_checkpoint()
     if ckpt is None:
         return 0
     init()
     state, optims = _state(model, optimizer)
-    dcp.load(state, checkpoint_id=str(ckpt.path))
+    dcp_load(state, checkpoint_id=str(ckpt.path))
     set_state_dict(model, optims, model_state_dict=state["model"], optim_state_dict=state.get("optim", {}))
     print(f"resumed from {ckpt.path.name} (step {ckpt.step}, written by world size {ckpt.world_size})", flush=True)
     return ckpt.step + 1

@@ -8,10 +8,11 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import MissingDependencyError
+from jupyter_starverse.errors import MissingDependencyError
+
 from ._env import job_env
 
-__all__ = ["Context", "init", "wrap", "stop_requested", "agree_stop", "barrier", "handle_sigterm"]
+__all__ = ["Context", "agree_stop", "barrier", "handle_sigterm", "init", "stop_requested", "wrap"]
 
 _STOP = threading.Event()
 _EXIT_AFTER_S = 25.0  # torchrun SIGKILLs 30 s after its SIGTERM: exit before that

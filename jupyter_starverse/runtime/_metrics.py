@@ -9,7 +9,7 @@ from typing import Any
 
 from ._env import job_env
 
-__all__ = ["log_metrics", "close_metrics"]
+__all__ = ["close_metrics", "log_metrics"]
 
 _sinks: dict[str, Any] = {}
 
@@ -73,9 +73,7 @@ def close_metrics() -> None:
     for key, sink in list(_sinks.items()):
         if sink is None:
             continue
-        if key == "jsonl":
-            sink.close()
-        elif key == "tb":
+        if key == "jsonl" or key == "tb":
             sink.close()
         elif key == "wandb":
             sink.finish()

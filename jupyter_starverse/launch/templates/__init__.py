@@ -11,10 +11,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ...errors import BadInputError
-from .._spec import TEMPLATES, JobSpec
+from jupyter_starverse.errors import BadInputError
+from jupyter_starverse.launch._spec import TEMPLATES, JobSpec
 
-__all__ = ["GPU_TEMPLATES", "check_template", "example_script", "framework_args", "deepspeed_config", "megatron_args"]
+__all__ = ["GPU_TEMPLATES", "check_template", "deepspeed_config", "example_script", "framework_args", "megatron_args"]
 
 GPU_TEMPLATES = ("tp", "pp")
 _HERE = Path(__file__).parent
@@ -23,7 +23,9 @@ _HERE = Path(__file__).parent
 def example_script(template: str) -> Path:
     """The example training script of ``template`` (shipped with the package)."""
     if template not in TEMPLATES:
-        raise BadInputError(f"unknown template {template!r}", field="template", hint=f"use one of {', '.join(TEMPLATES)}")
+        raise BadInputError(
+            f"unknown template {template!r}", field="template", hint=f"use one of {', '.join(TEMPLATES)}"
+        )
     return _HERE / f"{template}.py"
 
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
 
-__all__ = ["TinyLM", "CharData", "load_text", "FALLBACK_TEXT"]
+__all__ = ["FALLBACK_TEXT", "CharData", "TinyLM", "load_text"]
 
 FALLBACK_TEXT = (
     "the quick brown fox jumps over the lazy dog. "
@@ -58,7 +57,8 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         h = self.ln1(x)
         x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
-        return x + self.mlp(self.ln2(x))
+        out: torch.Tensor = x + self.mlp(self.ln2(x))
+        return out
 
 
 class TinyLM(nn.Module):
@@ -79,5 +79,5 @@ class TinyLM(nn.Module):
         h = self.embed(x) + self.pos[:t]
         for block in self.blocks:
             h = block(h, mask)
-        out: Any = self.head(self.ln(h))
+        out: torch.Tensor = self.head(self.ln(h))
         return out

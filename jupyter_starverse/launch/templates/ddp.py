@@ -43,7 +43,7 @@ def main() -> None:
         logits = model(x.to(ctx.device))
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.to(ctx.device).reshape(-1))
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         opt.step()
         sv.log_metrics(step, loss=loss.detach(), tokens=(step + 1) * args.batch * args.seq_len * ctx.world_size)
         if ctx.is_main and step % 10 == 0:

@@ -1,0 +1,149 @@
+"""``starverse launch SCRIPT --nodes N --procs P ...``: submit a training script.
+
+Without SCRIPT the template's example script runs. ``--dry-run`` prints what would be
+started (``-o yaml|json``) and, with ``--resume``, the resume plan.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from jupyter_starverse._settings import KUBE_KINDS
+from jupyter_starverse.client import Starverse
+from jupyter_starverse.errors import BadInputError
+from jupyter_starverse.experiments import ExperimentPaths, ResumePlan, plan_resume
+from jupyter_starverse.launch import BILLING_MODES, FRAMEWORKS, TEMPLATES, JobSpec, LaunchBackend
+
+from ._common import add_json_flag
+from ._jobs import JobDetail, detail
+
+__all__ = ["LaunchPreview", "register", "spec_from_launch_args"]
+
+
+def _env_pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key, value
+
+
+@dataclass(frozen=True)
+class LaunchPreview:
+    """A dry run: the rendered plan (``yaml``/``json``) and, with ``--resume``, the resume plan."""
+
+    output: str
+    rendered: str
+    resume: ResumePlan | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "output": self.output,
+            "rendered": self.rendered,
+            "resume": self.resume.to_json() if self.resume else None,
+        }
+
+    def __str__(self) -> str:
+        head = f"# {self.resume}\n" if self.resume else ""
+        return head + self.rendered.rstrip()
+
+
+def spec_from_launch_args(args: argparse.Namespace) -> JobSpec:
+    """The :class:`JobSpec` the ``launch`` options describe."""
+    from jupyter_starverse.launch.templates import example_script
+
+    if args.procs is not None and args.gpus_per_node is not None and args.procs != args.gpus_per_node:
+        raise BadInputError(
+            f"--procs {args.procs} and --gpus-per-node {args.gpus_per_node} disagree",
+            field="procs_per_node",
+            hint="give one of them: each process drives one GPU",
+        )
+    procs = args.procs if args.procs is not None else args.gpus_per_node if args.gpus_per_node is not None else 1
+    script = args.script or str(example_script(args.template))
+    name = args.name or Path(script).stem.lower().replace("_", "-")
+    return JobSpec(
+        name=name,
+        script=script if args.command is None else None,
+        command=tuple(args.command) if args.command else None,
+        args=tuple(args.script_args),
+        nodes=args.nodes,
+        procs_per_node=procs,
+        accelerator=args.gpu or "cpu",
+        template=args.template,
+        tensor_parallel=args.tp,
+        pipeline_parallel=args.pp,
+        framework=args.framework,
+        mounts=tuple(args.mount),
+        env=dict(args.env),
+        steps=args.steps,
+        max_restarts=args.max_restarts,
+        checkpoint_every=args.checkpoint_every,
+        billing=args.billing,
+        budget=args.budget,
+        experiment=args.experiment,
+        resume=args.resume,
+        image=args.image,
+    )
+
+
+def _backend(client: Starverse, args: argparse.Namespace) -> LaunchBackend:
+    if args.kind is not None:
+        client = Starverse(client.settings.replace(kube_kind=args.kind))
+    name = args.backend or client.settings.backend
+    if name == "local" and args.port is not None:
+        from jupyter_starverse.launch._local import LocalBackend
+
+        return LocalBackend(client.settings, port=args.port)
+    return client.backend(name)
+
+
+def _launch(client: Starverse, args: argparse.Namespace) -> LaunchPreview | JobDetail:
+    spec = spec_from_launch_args(args)
+    backend = _backend(client, args)
+    if args.dry_run:
+        resume = None
+        if spec.resume:
+            exp = ExperimentPaths.of(client.settings.experiments, spec.experiment_name)
+            resume = plan_resume(exp.root, new_world_size=spec.world_size)
+        return LaunchPreview(args.output, backend.render(spec, output=args.output), resume)
+    return detail(backend.submit(spec))
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "launch",
+        help="run a training script on N nodes x P processes (local processes or Kubernetes)",
+        description="Submit a training script. Without SCRIPT the --template example runs.",
+    )
+    p.add_argument("script", nargs="?", default=None, metavar="SCRIPT", help="Python training script")
+    p.add_argument("script_args", nargs="*", metavar="ARG", help="arguments for the script (after --)")
+    p.add_argument("--name", default=None, help="job name (default: the script's name)")
+    p.add_argument("--command", nargs="+", default=None, metavar="ARGV", help="run this command instead of a script")
+    p.add_argument("--nodes", type=int, default=1, help="number of nodes (default: 1)")
+    p.add_argument("--procs", type=int, default=None, help="processes per node (default: 1)")
+    p.add_argument("--gpus-per-node", type=int, default=None, metavar="N", help="GPUs (= processes) per node")
+    p.add_argument("--gpu", default=None, metavar="TYPE", help="GPU type, e.g. a100-80g (default: cpu)")
+    p.add_argument("--template", choices=TEMPLATES, default="ddp", help="parallelism template (default: ddp)")
+    p.add_argument("--tp", type=int, default=1, metavar="N", help="tensor parallel degree (tp template)")
+    p.add_argument("--pp", type=int, default=1, metavar="N", help="pipeline parallel degree (pp template)")
+    p.add_argument("--framework", choices=FRAMEWORKS, default="torch", help="torch, megatron or deepspeed")
+    p.add_argument("--mount", action="append", default=[], metavar="NAME", help="catalog entry to mount (repeatable)")
+    p.add_argument("--steps", type=int, default=None, help="training steps (STARVERSE_STEPS)")
+    p.add_argument("--checkpoint-every", type=int, default=None, metavar="STEPS", help="steps between checkpoints")
+    p.add_argument("--max-restarts", type=int, default=0, help="restarts of a failed worker group or node")
+    p.add_argument("--env", action="append", type=_env_pair, default=[], metavar="KEY=VALUE", help="extra environment")
+    p.add_argument("--experiment", default=None, help="experiment name (default: the job name)")
+    p.add_argument("--resume", action="store_true", help="continue from the experiment's latest checkpoint")
+    p.add_argument("--budget", type=Decimal, default=None, help="stop gracefully once the cost reaches this amount")
+    p.add_argument("--billing", choices=BILLING_MODES, default="on_demand", help="billing mode (default: on_demand)")
+    p.add_argument("--backend", default=None, help="local or kubernetes (default: settings)")
+    p.add_argument("--kind", choices=KUBE_KINDS, default=None, help="Kubernetes object kind (kubernetes backend)")
+    p.add_argument("--image", default=None, help="container image (kubernetes backend)")
+    p.add_argument("--port", type=int, default=None, help="rendezvous port (local backend; default: a free one)")
+    p.add_argument("--dry-run", action="store_true", help="print what would start; start nothing")
+    p.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml", help="dry-run format (default: yaml)")
+    add_json_flag(p)
+    p.set_defaults(run=_launch)
