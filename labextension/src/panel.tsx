@@ -2,6 +2,7 @@ import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
 import { StarverseModel } from './model';
+import { CatalogSection } from './sections/catalog';
 import { CostSection } from './sections/cost';
 import { InfoSection } from './sections/info';
 
@@ -38,6 +39,9 @@ export class StarversePanel extends ReactWidget {
             <header className="jp-Starverse-header">Starverse</header>
             <Section id="workspace" title="Workspace">
               <InfoSection info={this.model.info} error={this.model.error} />
+            </Section>
+            <Section id="catalog" title="Catalog">
+              <CatalogSection />
             </Section>
             <Section id="cost" title="Costs">
               <CostSection />

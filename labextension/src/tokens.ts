@@ -228,3 +228,66 @@ export interface IUserTotal {
   unreadable: string[];
 }
 // ---- end costs ---------------------------------------------------------------------------
+
+// ---- store (jupyter_starverse.catalog: EntryStatus, PullProgress, Entry; server/_store.py) --
+// Owned by the store area; mirrors EntryStatus.to_json(), PullProgress.to_json(), Entry.to_json().
+
+/** Cache state of an entry on the shared store. */
+export type StoreState = 'cached' | 'partial' | 'missing';
+
+/** Phase of a pull; `waiting` means another process or node moves the bytes. */
+export type PullPhase = 'waiting' | 'downloading' | 'verifying' | 'done' | 'failed';
+
+/** `PullProgress.to_json()`: also persisted on the store, so pulls started elsewhere show. */
+export interface IPullProgress {
+  ref: string;
+  phase: PullPhase;
+  bytes_done: number;
+  bytes_total: number | null;
+  files_done: number;
+  files_total: number | null;
+  rate: number;
+  eta_s: number | null;
+  owner: boolean;
+  updated_at: number;
+  error: string | null;
+  percent: number;
+}
+
+/** `GET store` (a list) and `GET store/entry?ref=`: `EntryStatus.to_json()`. */
+export interface IStoreEntry {
+  ref: string;
+  kind: 'dataset' | 'model';
+  name: string;
+  version: string;
+  source: string;
+  description: string | null;
+  license: string | null;
+  state: StoreState;
+  size: number;
+  files: number;
+  expected_size: number | null;
+  last_used: number | null;
+  path: string | null;
+  commit: string | null;
+  pulling: IPullProgress | null;
+}
+
+/** `POST store` answer: `Entry.to_json()`. */
+export interface ICatalogEntry {
+  kind: 'dataset' | 'model';
+  name: string;
+  version: string;
+  source: string;
+  ref: string;
+  description: string | null;
+  license: string | null;
+  added_at: number;
+}
+
+/** `GET store/mount?ref=`: `MountInfo.to_json()`. */
+export interface IMountInfo {
+  ref: string;
+  path: string;
+}
+// ---- end store ---------------------------------------------------------------------------

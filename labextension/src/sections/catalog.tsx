@@ -1,0 +1,200 @@
+import { Clipboard } from '@jupyterlab/apputils';
+import { Poll } from '@lumino/polling';
+import * as React from 'react';
+
+import { requestAPI, sendJSON, StarverseRequestError } from '../request';
+import { ICatalogEntry, IMountInfo, IPullProgress, IStoreEntry } from '../tokens';
+
+/** `1536` -> `1.5 KiB`. */
+export function formatBytes(n: number | null): string {
+  if (n === null) {
+    return '–';
+  }
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let value = n;
+  let unit = 0;
+  while (Math.abs(value) >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  return unit === 0 ? `${value} B` : `${value.toFixed(1)} ${units[unit]}`;
+}
+
+/** `12 MiB / 40 MiB · 8.0 MiB/s · ETA 4 s`. */
+export function formatProgress(p: IPullProgress): string {
+  const eta = p.eta_s === null ? '–' : `${Math.round(p.eta_s)} s`;
+  const who = p.owner || p.phase === 'done' ? '' : ' (another process)';
+  return (
+    `${p.phase}${who} ${formatBytes(p.bytes_done)} / ${formatBytes(p.bytes_total)}` +
+    ` · ${formatBytes(p.rate)}/s · ETA ${eta}`
+  );
+}
+
+function errorText(reason: unknown): string {
+  if (reason instanceof StarverseRequestError && reason.hint) {
+    return `${reason.message} (${reason.hint})`;
+  }
+  return reason instanceof Error ? reason.message : String(reason);
+}
+
+/** One pull's bar (HTML progress element, so it is accessible and themable). */
+function PullBar(props: { progress: IPullProgress }): JSX.Element {
+  const { progress } = props;
+  return (
+    <div className="jp-Starverse-pull" data-phase={progress.phase}>
+      <progress max={100} value={progress.percent} />
+      <span>{formatProgress(progress)}</span>
+      {progress.error && <div className="jp-Starverse-error">{progress.error}</div>}
+    </div>
+  );
+}
+
+/** One catalog entry: state, size, pull, copy path. */
+function EntryRow(props: {
+  entry: IStoreEntry;
+  progress: IPullProgress | undefined;
+  onPull: (ref: string) => void;
+  onCopy: (ref: string) => void;
+}): JSX.Element {
+  const { entry, progress } = props;
+  const running = progress !== undefined && ['waiting', 'downloading', 'verifying'].includes(progress.phase);
+  return (
+    <li className="jp-Starverse-entry" data-ref={entry.ref} data-state={entry.state}>
+      <div className="jp-Starverse-entryHead">
+        <span className="jp-Starverse-entryRef" title={entry.description ?? entry.source}>
+          {entry.ref}
+        </span>
+        <span className={`jp-Starverse-state jp-Starverse-state-${entry.state}`}>{entry.state}</span>
+        <span>{formatBytes(entry.size)}</span>
+      </div>
+      <div className="jp-Starverse-entryActions">
+        {entry.state !== 'cached' && (
+          <button className="jp-mod-styled" disabled={running} onClick={() => props.onPull(entry.ref)}>
+            {running ? 'Pulling…' : 'Pull'}
+          </button>
+        )}
+        {entry.state === 'cached' && (
+          <button className="jp-mod-styled" title={entry.path ?? ''} onClick={() => props.onCopy(entry.ref)}>
+            Copy path
+          </button>
+        )}
+      </div>
+      {progress !== undefined && <PullBar progress={progress} />}
+    </li>
+  );
+}
+
+/** Register a dataset: a name and a folder or fsspec URL. */
+function AddDataset(props: { onAdded: () => void }): JSX.Element {
+  const [name, setName] = React.useState('');
+  const [source, setSource] = React.useState('');
+  const [error, setError] = React.useState<string | null>(null);
+  const submit = async (event: React.FormEvent): Promise<void> => {
+    event.preventDefault();
+    try {
+      await sendJSON<ICatalogEntry>(['store'], 'POST', { name, source });
+      setName('');
+      setSource('');
+      setError(null);
+      props.onAdded();
+    } catch (reason) {
+      setError(errorText(reason));
+    }
+  };
+  return (
+    <form className="jp-Starverse-addDataset" onSubmit={submit}>
+      <input className="jp-mod-styled" placeholder="name" value={name} onChange={e => setName(e.target.value)} />
+      <input
+        className="jp-mod-styled"
+        placeholder="folder or URL (s3://, https://)"
+        value={source}
+        onChange={e => setSource(e.target.value)}
+      />
+      <button className="jp-mod-styled" type="submit" disabled={!name || !source}>
+        Add
+      </button>
+      {error && <div className="jp-Starverse-error">{error}</div>}
+    </form>
+  );
+}
+
+/**
+ * The Catalog section: every store entry with its state and size; pulls show live
+ * progress (also pulls started by notebooks, the CLI or other nodes); cached entries
+ * copy their mount path.
+ */
+export function CatalogSection(): JSX.Element {
+  const [entries, setEntries] = React.useState<IStoreEntry[]>([]);
+  const [pulls, setPulls] = React.useState<IPullProgress[]>([]);
+  const [error, setError] = React.useState<string | null>(null);
+  const [copied, setCopied] = React.useState<string | null>(null);
+  const poll = React.useRef<Poll | null>(null);
+
+  const refresh = React.useCallback(async (): Promise<void> => {
+    try {
+      const [list, active] = await Promise.all([
+        requestAPI<IStoreEntry[]>(['store']),
+        requestAPI<IPullProgress[]>(['store', 'pulls'])
+      ]);
+      setEntries(list);
+      setPulls(active);
+      setError(null);
+    } catch (reason) {
+      setError(errorText(reason));
+      throw reason;
+    }
+  }, []);
+
+  React.useEffect(() => {
+    const p = new Poll({
+      auto: true,
+      factory: refresh,
+      frequency: { interval: 1000, backoff: true, max: 30 * 1000 },
+      name: 'jupyter-starverse:store',
+      standby: 'when-hidden'
+    });
+    poll.current = p;
+    return () => p.dispose();
+  }, [refresh]);
+
+  const pull = async (ref: string): Promise<void> => {
+    try {
+      await sendJSON<IPullProgress>(['store', 'pull'], 'POST', { ref });
+      setError(null);
+      void poll.current?.refresh();
+    } catch (reason) {
+      setError(errorText(reason));
+    }
+  };
+
+  const copy = async (ref: string): Promise<void> => {
+    try {
+      const info = await requestAPI<IMountInfo>(['store', 'mount'], {}, { ref });
+      Clipboard.copyToSystem(info.path);
+      setCopied(info.path);
+    } catch (reason) {
+      setError(errorText(reason));
+    }
+  };
+
+  const byRef = new Map<string, IPullProgress>(pulls.map(p => [p.ref, p]));
+  return (
+    <div className="jp-Starverse-catalog">
+      {error && <div className="jp-Starverse-error">{error}</div>}
+      {entries.length === 0 && <div className="jp-Starverse-note">The store is empty.</div>}
+      <ul className="jp-Starverse-entries">
+        {entries.map(entry => (
+          <EntryRow
+            key={entry.ref}
+            entry={entry}
+            progress={byRef.get(entry.ref) ?? entry.pulling ?? undefined}
+            onPull={ref => void pull(ref)}
+            onCopy={ref => void copy(ref)}
+          />
+        ))}
+      </ul>
+      {copied && <div className="jp-Starverse-note">Copied {copied}</div>}
+      <AddDataset onAdded={() => void poll.current?.refresh()} />
+    </div>
+  );
+}
