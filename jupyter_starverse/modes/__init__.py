@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ._jobs import SmokeResult, make_smoke_spec, smoke_then_submit, translate_spec
 from ._kernelstate import RestoreReport, SavedState, restore_namespace, save_namespace
-from ._plan import PriceChange, SwitchPlan, SwitchResult
+from ._plan import ModeStatus, PriceChange, SwitchPlan, SwitchResult
 from ._pools import NodePool, PoolTable, Toleration, load_pools
 from ._state import Mode, ModeService
 from ._switch import LocalSwitcher, SwitchOutcome, WorkspaceSwitcher, kernel_env, make_switcher
@@ -13,6 +13,7 @@ __all__ = [
     "LocalSwitcher",
     "Mode",
     "ModeService",
+    "ModeStatus",
     "NodePool",
     "PoolTable",
     "PriceChange",

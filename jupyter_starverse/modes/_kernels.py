@@ -22,10 +22,13 @@ from ._kernelstate import RestoreReport, SavedState, new_state_id, read_state
 from ._switch import kernel_env
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from jupyter_client.asynchronous.client import AsyncKernelClient
     from jupyter_client.manager import AsyncKernelManager
 
-    from ._state import Mode
+    from ._plan import SwitchPlan, SwitchResult
+    from ._state import Mode, ModeService
 
 __all__ = ["KernelSwitchReport", "restart_kernel", "restore_kernel", "save_kernel", "switch_kernel"]
 
@@ -189,3 +192,45 @@ async def switch_kernel(
     except (ConflictError, RuntimeError, TimeoutError, asyncio.TimeoutError) as e:
         return KernelSwitchReport(km.kernel_id, saved, None, str(e))
     return KernelSwitchReport(km.kernel_id, saved, report)
+
+
+async def switch_with_kernels(
+    service: ModeService,
+    plan: SwitchPlan,
+    kernels: Mapping[str, AsyncKernelManager],
+    *,
+    timeout: float = 120.0,
+) -> SwitchResult:
+    """Switch the workspace and every kernel in ``kernels`` (a Jupyter server's kernels).
+
+    Every kernel is saved first; if one cannot be saved (busy, dead) nothing is switched and
+    the states already written are discarded, since those kernels still hold their variables.
+    A local workspace then restarts each kernel in the new mode and restores it; a workspace
+    that restarts as a whole (pod, Hub server) leaves the states on disk for ``mode restore``.
+    """
+    from ._kernelstate import discard_state
+    from ._plan import SwitchResult
+
+    if not plan.changes:
+        return SwitchResult(plan, None)
+    home = service.settings.home
+    saved: list[SavedState] = []
+    try:
+        for km in kernels.values():
+            saved.append(await save_kernel(km, home=home, from_mode=plan.current, to_mode=plan.target, timeout=timeout))
+        outcome = await asyncio.to_thread(service.apply, plan)
+    except BaseException:
+        for state in saved:
+            discard_state(home, state.id)
+        raise
+    if outcome is None or outcome.restarts_workspace:
+        message = "when the workspace is back, run `%sv mode restore` in each notebook to get its variables"
+        return SwitchResult(plan, outcome, saved=tuple(saved), message=message if saved else "")
+    reports: list[KernelSwitchReport] = []
+    for km, state in zip(kernels.values(), saved, strict=True):
+        try:
+            await restart_kernel(km, plan.target, timeout=timeout)
+            reports.append(KernelSwitchReport(km.kernel_id, state, await restore_kernel(km, state, home=home)))
+        except (ConflictError, RuntimeError, TimeoutError) as e:
+            reports.append(KernelSwitchReport(km.kernel_id, state, None, str(e)))
+    return SwitchResult(plan, outcome, kernels=tuple(reports))

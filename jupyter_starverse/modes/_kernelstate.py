@@ -32,6 +32,8 @@ from jupyter_starverse.errors import BadInputError, NotFoundError, StoreError
 __all__ = [
     "RestoreReport",
     "SavedState",
+    "discard_state",
+    "last_report",
     "list_states",
     "new_state_id",
     "read_state",
@@ -317,6 +319,23 @@ def read_state(home: Path | str, state_id: str | None = None, *, kernel_id: str 
         what = f"saved state {state_id!r}" if state_id else "saved kernel state"
         raise NotFoundError(f"no {what} to restore", hint="`starverse mode --json` lists the saved states")
     return states[0]
+
+
+def discard_state(home: Path | str, state_id: str) -> None:
+    """Delete a saved state (after a switch that did not happen, or on the user's request)."""
+    state = read_state(home, state_id)
+    shutil.rmtree(state.path, ignore_errors=True)
+
+
+def last_report(home: Path | str) -> RestoreReport | None:
+    """The newest restore report, or None."""
+    reports = sorted((Path(home) / "modes" / "reports").glob("*.json"))
+    for path in reversed(reports):
+        try:
+            return RestoreReport.from_json(json.loads(path.read_text()))
+        except (OSError, ValueError, KeyError):
+            continue
+    return None
 
 
 def restore_namespace(

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._kernels import KernelSwitchReport
-    from ._kernelstate import SavedState
+    from ._kernelstate import RestoreReport, SavedState
     from ._state import Mode
     from ._switch import SwitchOutcome
 
-__all__ = ["PriceChange", "SwitchPlan", "SwitchResult"]
+__all__ = ["ModeStatus", "PriceChange", "SwitchPlan", "SwitchResult"]
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,7 @@ class SwitchResult:
         return {
             "plan": self.plan.to_json(),
             "mode": self.plan.target.to_json(),
+            "price": self.plan.price.to_json(),
             "outcome": self.outcome.to_json() if self.outcome else None,
             "kernels": [k.to_json() for k in self.kernels],
             "saved": [s.to_json() for s in self.saved],
@@ -111,6 +112,41 @@ class SwitchResult:
         lines += [str(k) for k in self.kernels]
         if self.message:
             lines.append(self.message)
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(str(self))
+
+
+@dataclass(frozen=True)
+class ModeStatus:
+    """What ``GET /mode``, ``starverse mode`` and the status bar show."""
+
+    mode: Mode
+    where: str
+    currency: str
+    price_per_hour: Decimal | None
+    gpu_types: tuple[str, ...]
+    saved: tuple[SavedState, ...] = ()
+    last_restore: RestoreReport | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode.to_json(),
+            "where": self.where,
+            "currency": self.currency,
+            "price_per_hour": None if self.price_per_hour is None else str(self.price_per_hour),
+            "gpu_types": list(self.gpu_types),
+            "saved": [s.to_json() for s in self.saved],
+            "last_restore": self.last_restore.to_json() if self.last_restore else None,
+        }
+
+    def __str__(self) -> str:
+        price = "unknown" if self.price_per_hour is None else f"{self.price_per_hour} {self.currency}/h"
+        lines = [f"mode   {self.mode}", f"where  {self.where}", f"price  {price}"]
+        for state in self.saved:
+            lines.append(f"saved state {state.id} (kernel {state.kernel_id or '-'}): {', '.join(state.names) or '-'}")
+            lines.append(f"  restore it with `%sv mode restore {state.id}`")
         return "\n".join(lines)
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from ._jobs import SmokeResult
     from ._kernelstate import SavedState
-    from ._plan import PriceChange, SwitchPlan, SwitchResult
+    from ._plan import ModeStatus, PriceChange, SwitchPlan, SwitchResult
     from ._switch import SwitchOutcome, WorkspaceSwitcher
 
 __all__ = ["Mode", "ModeService"]
@@ -177,7 +177,8 @@ class ModeService:
         except (OSError, StoreError):
             return []
         fresh = time.time() - 3 * self.settings.lock_ttl
-        return [f"{p.ref} ({p.percent:.0f}%)" for p in pulls if p.updated_at >= fresh]
+        running = ("downloading", "verifying")
+        return [f"{p.ref} ({p.percent:.0f}%)" for p in pulls if p.phase in running and p.updated_at >= fresh]
 
     def plan(
         self, kind: str, *, gpu_type: str | None = None, gpus: int | None = None, force: bool = False
@@ -202,6 +203,10 @@ class ModeService:
             if pulls:
                 warnings.append(f"pulls interrupted: {', '.join(pulls)} (they resume when pulled again)")
             self.switcher.check(target)
+            if target.kind == "gpu":
+                from jupyter_starverse.costs import load_price_table
+
+                load_price_table(self.settings).price(target.accelerator)  # unknown GPU type: BadInputError
         return SwitchPlan(current, target, self.switcher.where, self.price_change(current, target), tuple(warnings))
 
     def apply(self, plan: SwitchPlan) -> SwitchOutcome | None:
@@ -226,6 +231,26 @@ class ModeService:
 
         plan = self.plan(kind, gpu_type=gpu_type, gpus=gpus, force=force)
         return SwitchResult(plan, self.apply(plan), saved=saved)
+
+    def status(self) -> ModeStatus:
+        """Current mode, where the workspace runs, its price, and saved states waiting."""
+        from jupyter_starverse.costs import load_price_table
+
+        from ._kernelstate import last_report
+        from ._plan import ModeStatus
+
+        mode = self.current()
+        price = self.price_change(mode, mode)
+        gpus = tuple(sorted(load_price_table(self.settings).gpus))
+        where = self.settings.workspace if self.settings.workspace != "auto" else self._detected()
+        return ModeStatus(
+            mode, where, price.currency, price.before, gpus, tuple(self.saved_states()), last_report(self.settings.home)
+        )
+
+    def _detected(self) -> str:
+        from ._switch import detect_workspace
+
+        return detect_workspace(self.environ)
 
     # -- kernel state ------------------------------------------------------------
     def saved_states(self) -> list[SavedState]:

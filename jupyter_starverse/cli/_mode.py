@@ -1,0 +1,195 @@
+"""``starverse mode`` (and ``%sv mode``): show or switch the workspace between GPU and CPU.
+
+::
+
+    starverse mode                       # current mode, price per hour, saved states
+    starverse mode cpu --dry-run         # what a switch would change and cost
+    starverse mode gpu --gpu h100-80g    # switch (Kubernetes: patch the workspace; Hub: profile)
+    %sv mode cpu                         # in a notebook: save variables, switch, restart, restore
+    %sv mode restore [STATE] [--skip X]  # restore saved variables into this kernel
+    starverse mode discard STATE         # delete a saved state
+
+In a notebook the kernel's variables are saved before anything changes. On a local
+workspace the running Jupyter server (found through its runtime file) restarts the kernel
+in the new mode and restores them; without a server the user restarts the kernel and runs
+``%sv mode restore``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from jupyter_starverse.client import Starverse
+from jupyter_starverse.errors import BadInputError
+from jupyter_starverse.modes import ModeStatus, RestoreReport, SwitchPlan, SwitchResult, kernel_env
+
+from ._common import add_json_flag
+
+__all__ = ["register"]
+
+_ACTIONS = ("cpu", "gpu", "restore", "discard")
+
+
+def _gpus(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("--gpus must be at least 1")
+    return value
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "mode",
+        help="show or switch the GPU/CPU mode of the workspace (notebook variables are kept)",
+        description="Without an action: show the mode. cpu/gpu: switch. restore: bring saved variables back "
+        "into this kernel. discard: delete a saved state.",
+    )
+    p.add_argument("action", nargs="?", choices=_ACTIONS, help="cpu, gpu, restore or discard")
+    p.add_argument("state", nargs="?", help="saved state id (restore, discard)")
+    p.add_argument("--gpu", dest="gpu_type", metavar="TYPE", help="GPU type in gpu mode (e.g. a100-80g)")
+    p.add_argument("--gpus", type=_gpus, metavar="N", help="GPUs of the workspace in gpu mode (default: as before)")
+    p.add_argument("--force", action="store_true", help="switch even while a pull is running")
+    p.add_argument("--dry-run", action="store_true", help="show what would change and the price; change nothing")
+    p.add_argument("--skip", action="append", default=[], metavar="NAME", help="restore: leave this variable out")
+    add_json_flag(p)
+    p.set_defaults(run=_mode)
+
+
+def _mode(client: Starverse, args: argparse.Namespace) -> ModeStatus | SwitchPlan | SwitchResult | RestoreReport | str:
+    action = args.action
+    if action in ("cpu", "gpu") and args.state:
+        raise BadInputError(f"unexpected argument {args.state!r}", hint="usage: mode cpu|gpu [--gpu TYPE]")
+    if action in ("cpu", "gpu") and args.skip:
+        raise BadInputError("--skip only goes with restore", field="skip")
+    if action is None:
+        return client.modes.status()
+    if action == "discard":
+        return _discard(client, args)
+    if action == "restore":
+        return _restore(client, args)
+    if args.dry_run:
+        return client.modes.plan(action, gpu_type=args.gpu_type, gpus=args.gpus, force=args.force)
+    if getattr(args, "notebook", False):
+        return _switch_in_kernel(client, args)
+    result = client.modes.switch(action, gpu_type=args.gpu_type, gpus=args.gpus, force=args.force)
+    if result.outcome is not None and not result.outcome.restarts_workspace:
+        return SwitchResult(
+            result.plan,
+            result.outcome,
+            message="running kernels keep their GPUs until they restart; switch from a notebook "
+            "(%sv mode) or the status bar to restart them and keep their variables",
+        )
+    return result
+
+
+def _discard(client: Starverse, args: argparse.Namespace) -> str:
+    from jupyter_starverse.modes._kernelstate import discard_state
+
+    if not args.state:
+        raise BadInputError("which saved state?", field="state", hint="`starverse mode` lists them")
+    discard_state(client.settings.home, args.state)
+    return f"discarded saved state {args.state}"
+
+
+def _shell() -> Any:
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None:
+        raise BadInputError("this runs inside a notebook kernel", hint="use `%sv mode ...` in a notebook cell")
+    return shell
+
+
+def _kernel_id() -> str | None:
+    try:
+        from ipykernel.connect import get_connection_file
+
+        name = Path(get_connection_file()).name
+    except (ImportError, RuntimeError, AttributeError):
+        return None
+    return name[len("kernel-") : -len(".json")] if name.startswith("kernel-") and name.endswith(".json") else None
+
+
+def _restore(client: Starverse, args: argparse.Namespace) -> RestoreReport:
+    from jupyter_starverse.modes import restore_namespace
+
+    if not getattr(args, "notebook", False):
+        raise BadInputError("restore brings variables back into a kernel", hint="run `%sv mode restore` in a notebook")
+    shell = _shell()
+    # A kernel restarted by hand kept its old environment: hide or show the GPUs for the
+    # recorded mode before anything in the restored state imports torch.
+    wanted = kernel_env(client.modes.current(), os.environ)
+    for key in set(os.environ) | set(wanted):
+        if key in ("CUDA_VISIBLE_DEVICES", "STARVERSE_PREVIOUS_CUDA_VISIBLE_DEVICES"):
+            if key in wanted:
+                os.environ[key] = wanted[key]
+            else:
+                os.environ.pop(key, None)
+    return restore_namespace(
+        shell.user_ns, home=client.settings.home, state_id=args.state, kernel_id=None, skip=tuple(args.skip)
+    )
+
+
+def _switch_in_kernel(client: Starverse, args: argparse.Namespace) -> SwitchResult:
+    from jupyter_starverse.modes import save_namespace
+    from jupyter_starverse.modes._kernelstate import discard_state
+
+    service = client.modes
+    plan = service.plan(args.action, gpu_type=args.gpu_type, gpus=args.gpus, force=args.force)
+    if not plan.changes:
+        return SwitchResult(plan, None)
+    kernel_id = _kernel_id()
+    saved = save_namespace(
+        _shell().user_ns,
+        home=client.settings.home,
+        from_mode=str(plan.current),
+        to_mode=str(plan.target),
+        kernel_id=kernel_id,
+    )
+    try:
+        outcome = service.apply(plan)
+    except BaseException:
+        discard_state(client.settings.home, saved.id)  # nothing switched: the kernel still has everything
+        raise
+    if outcome is None or outcome.restarts_workspace:
+        message = "the workspace moves now; when it is back, run `%sv mode restore` to get the variables back"
+        return SwitchResult(plan, outcome, saved=(saved,), message=message)
+    requested = kernel_id is not None and _ask_server_to_restart(kernel_id, saved.id)
+    if requested:
+        message = f"the kernel restarts in {plan.target} mode now and gets its variables back"
+    else:
+        message = f"restart the kernel now (Kernel > Restart), then run `%sv mode restore {saved.id}`"
+    return SwitchResult(plan, outcome, saved=(saved,), message=message, restart_requested=requested)
+
+
+def _ask_server_to_restart(kernel_id: str, state_id: str) -> bool:
+    """Ask the Jupyter server that runs this kernel to restart it in the new mode and restore it."""
+    try:
+        from jupyter_server.serverapp import list_running_servers
+    except ImportError:
+        return False
+    for info in list_running_servers():
+        url, token = str(info.get("url", "")), str(info.get("token") or "")
+        if not url.startswith(("http://", "https://")) or not token:
+            continue
+        target = f"{url.rstrip('/')}/jupyter-starverse/mode/kernels/{kernel_id}"
+        body = json.dumps({"state_id": state_id}).encode()
+        req = urllib.request.Request(target, data=body, method="POST")  # noqa: S310 - scheme checked above
+        req.add_header("Authorization", f"token {token}")
+        req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310
+                if resp.status == 202:
+                    return True
+        except (urllib.error.URLError, OSError):
+            continue  # not our kernel's server, or no starverse extension there
+    return False
