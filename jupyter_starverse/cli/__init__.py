@@ -19,7 +19,7 @@ from ._common import CommandParser, HelpShown, UsageError, exit_code_for, render
 __all__ = ["build_parser", "parse", "main"]
 
 # Command group modules (each has ``register``); add yours here.
-_GROUPS = ("_info", "_cost", "_train", "_store", "_launch", "_jobs", "_demo")
+_GROUPS = ("_info", "_cost", "_train", "_store", "_launch", "_jobs", "_demo", "_mode")
 
 
 def build_parser(prog: str = "starverse") -> CommandParser:
