@@ -1,0 +1,271 @@
+"""Manifests: literal wire form for a small case, mode translation, and validation of every
+rendered kind and size against the real Kubernetes schemas (strict) and the CRD schemas."""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+kubernetes_validate = pytest.importorskip("kubernetes_validate")
+jsonschema = pytest.importorskip("jsonschema")
+
+from jupyter_starverse.launch import JobSpec  # noqa: E402
+from jupyter_starverse.launch.kubernetes._manifests import (  # noqa: E402
+    ClusterConfig,
+    KubeLaunch,
+    make_job,
+    make_manifests,
+    make_mode,
+    make_service,
+    pool_for,
+    to_dict,
+)
+from jupyter_starverse.modes._pools import default_pools  # noqa: E402
+
+SCHEMAS = Path(__file__).parent / "schemas"
+K8S_VERSION = "1.32.0"
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+POOLS = default_pools()
+
+
+def _launch(nodes: int = 1, accelerator: str = "cpu", ppn: int = 1, **spec: Any) -> KubeLaunch:
+    js = JobSpec(name="demo", script="/exp/train.py", nodes=nodes, procs_per_node=ppn, accelerator=accelerator, **spec)
+    return KubeLaunch(
+        job_id="demo-1",
+        spec=js,
+        run_dir="/exp/demo/runs/demo-1",
+        pool=pool_for(js, POOLS),
+        cpu_pool=POOLS.get("cpu"),
+        script="/exp/train.py",
+        hf_cache="/store/hub",
+        user="ann",
+    )
+
+
+def _cluster(kind: str = "job", **kw: Any) -> ClusterConfig:
+    return ClusterConfig(namespace="team", store="/store", experiments="/exp", kind=kind, **kw)
+
+
+def test_service_wire_form_is_exactly_this() -> None:
+    assert to_dict(make_service(_launch(), _cluster())) == {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": "demo-1",
+            "namespace": "team",
+            "labels": {
+                "app.kubernetes.io/managed-by": "jupyter-starverse",
+                "starverse.io/job-id": "demo-1",
+                "starverse.io/experiment": "demo",
+                "starverse.io/role": "service",
+            },
+        },
+        "spec": {
+            "clusterIP": "None",
+            "selector": {"starverse.io/job-id": "demo-1", "starverse.io/role": "node"},
+            "publishNotReadyAddresses": True,
+            "ports": [{"name": "rendezvous", "port": 29500, "targetPort": 29500}],
+        },
+    }
+
+
+def test_indexed_job_wire_form_for_one_cpu_node() -> None:
+    job = to_dict(make_job(_launch(), _cluster()))
+    pod = job["spec"].pop("template")
+    assert job["spec"] == {
+        "completionMode": "Indexed",
+        "completions": 1,
+        "parallelism": 1,
+        "backoffLimitPerIndex": 0,
+        "maxFailedIndexes": 0,
+        "podFailurePolicy": {
+            "rules": [
+                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                {"action": "FailJob", "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [2]}},
+            ]
+        },
+        "ttlSecondsAfterFinished": 604800,
+    }
+    (container,) = pod["spec"].pop("containers")
+    assert pod["spec"] == {
+        "restartPolicy": "Never",
+        "subdomain": "demo-1",
+        "volumes": [
+            {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+            {"name": "store", "persistentVolumeClaim": {"claimName": "starverse-store"}},
+            {"name": "experiments", "persistentVolumeClaim": {"claimName": "starverse-experiments"}},
+        ],
+        "nodeSelector": {"starverse.io/pool": "cpu"},
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 60,
+    }
+    env = {e["name"]: e.get("value") for e in container.pop("env")}
+    assert container == {
+        "name": "trainer",
+        "image": "pytorch/pytorch:latest",
+        "command": [
+            "python",
+            "-m",
+            "torch.distributed.run",
+            "--nnodes=1",
+            "--nproc-per-node=1",
+            "--node-rank=$(JOB_COMPLETION_INDEX)",
+            "--master-addr=demo-1-0.demo-1",
+            "--master-port=29500",
+            "--max-restarts=0",
+            "-m",
+            "jupyter_starverse.launch._worker",
+            "/exp/train.py",
+        ],
+        "resources": {"requests": {"cpu": "1"}},
+        "volumeMounts": [
+            {"name": "dshm", "mountPath": "/dev/shm"},
+            {"name": "store", "mountPath": "/store", "readOnly": True},
+            {"name": "experiments", "mountPath": "/exp"},
+        ],
+        "ports": [{"containerPort": 29500, "name": "rendezvous"}],
+        "workingDir": "/exp/demo/runs/demo-1",
+    }
+    assert env["STARVERSE_DIST_BACKEND"] == "gloo" and env["STARVERSE_DEVICE"] == "cpu"
+    assert env["HF_HUB_OFFLINE"] == "1" and env["HF_HUB_CACHE"] == "/store/hub"
+    assert env["STARVERSE_EXPERIMENT_DIR"] == "/exp/demo/runs/demo-1"
+
+
+def test_one_spec_two_translations() -> None:
+    cpu = make_mode(_launch(2, "cpu", 4), _cluster(cpu_image="starverse/cpu:1"))
+    gpu = make_mode(_launch(2, "a100-80g", 8, cpu="32", memory="256Gi"), _cluster(cpu_image="starverse/cpu:1"))
+    assert (cpu.dist_backend, cpu.device, cpu.image) == ("gloo", "cpu", "starverse/cpu:1")
+    assert to_dict(cpu.resources) == {"requests": {"cpu": "4"}} and cpu.tolerations == ()
+    assert cpu.node_selector == {"starverse.io/pool": "cpu"}
+    assert (gpu.dist_backend, gpu.device, gpu.image) == ("nccl", "cuda", "pytorch/pytorch:latest")
+    assert to_dict(gpu.resources) == {
+        "requests": {"cpu": "32", "memory": "256Gi"},
+        "limits": {"memory": "256Gi", "nvidia.com/gpu": "8"},
+    }
+    assert gpu.node_selector == {"starverse.io/pool": "a100-80g"}
+    assert [to_dict(t) for t in gpu.tolerations] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+
+
+def test_secrets_by_reference_and_kueue_label() -> None:
+    launch = _launch(secrets={"HF_TOKEN": "hf-secret/token"})
+    job = to_dict(make_job(launch, _cluster(kueue_queue="team-queue")))
+    env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-secret", "key": "token"}}} in env
+    assert not any("token" in str(e.get("value", "")) for e in env)
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-queue"
+
+
+def test_unknown_gpu_type_is_bad_input() -> None:
+    from jupyter_starverse.errors import BadInputError
+
+    with pytest.raises(BadInputError, match="no node pool for 'tpu-v5'"):
+        pool_for(JobSpec(name="x", script="t.py", accelerator="tpu-v5"), POOLS)
+
+
+# -- validation of every kind and size -------------------------------------------------
+@functools.cache
+def _crd_validator(filename: str) -> Any:
+    """A validator for the stored version's openAPIV3Schema (x-kubernetes-* keys are ignored)."""
+    crd = yaml.load((SCHEMAS / filename).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    (version,) = [v for v in crd["spec"]["versions"] if v.get("storage")]
+    schema = version["schema"]["openAPIV3Schema"]
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def _validate_pod_template(template: dict[str, Any]) -> None:
+    kubernetes_validate.validate(
+        {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": template},
+        K8S_VERSION,
+        strict=True,
+    )
+
+
+def _server_rules(obj: dict[str, Any]) -> None:
+    """What the API server checks beyond the schema: names, label values, enums."""
+    meta = obj["metadata"]
+    assert DNS1123_LABEL.match(meta["name"]) and len(meta["name"]) <= 63
+    for value in meta.get("labels", {}).values():
+        assert len(value) <= 63 and re.match(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$", value)
+    text = yaml.safe_dump(obj)
+    for enum in re.findall(r"restartPolicy: (\w+)", text):
+        assert enum in ("Never", "OnFailure")
+    for enum in re.findall(r"completionMode: (\w+)", text):
+        assert enum in ("Indexed", "NonIndexed")
+
+
+@pytest.mark.parametrize("kind", ["job", "jobset", "trainjob", "pytorchjob"])
+@pytest.mark.parametrize("accelerator", ["cpu", "a100-80g"])
+@pytest.mark.parametrize("nodes", [1, 2, 16, 128, 512])
+def test_every_rendered_manifest_validates(kind: str, accelerator: str, nodes: int) -> None:
+    launch = _launch(
+        nodes,
+        accelerator,
+        1 if accelerator == "cpu" else 8,
+        mounts=("tiny-ds",),
+        secrets={"WANDB_API_KEY": "wandb/key"},
+    )
+    launch = KubeLaunch(**{**launch.__dict__, "warmup": ("tiny-ds",)})
+    objects = [to_dict(o) for o in make_manifests(launch, _cluster(kind, kueue_queue="q"))]
+    assert len(objects) <= 3  # constant in the number of nodes
+    for obj in objects:
+        _server_rules(obj)
+        if obj["kind"] in ("Job", "Service"):
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        elif obj["kind"] == "JobSet":
+            _crd_validator("jobset.x-k8s.io_jobsets.yaml").validate(obj)
+            for rj in obj["spec"]["replicatedJobs"]:
+                kubernetes_validate.validate(
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "metadata": {"name": "x"},
+                        "spec": rj["template"]["spec"],
+                    },
+                    K8S_VERSION,
+                    strict=True,
+                )
+        elif obj["kind"] == "TrainJob":
+            _crd_validator("trainer.kubeflow.org_trainjobs.yaml").validate(obj)
+            assert obj["spec"]["trainer"]["numNodes"] == nodes
+        else:  # PyTorchJob: no CRD schema is kept; its pod templates are core PodTemplates
+            replicas = obj["spec"]["pytorchReplicaSpecs"]
+            assert replicas["Master"]["replicas"] == 1 and replicas.get("Worker", {}).get("replicas", 0) == nodes - 1
+            for rs in replicas.values():
+                _validate_pod_template(rs["template"])
+                assert rs["template"]["spec"]["containers"][0]["name"] == "pytorch"
+
+
+def test_strict_validation_catches_a_misspelt_field() -> None:
+    job = to_dict(make_job(_launch(), _cluster()))
+    job["spec"]["template"]["spec"]["restartPolicyy"] = "Never"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(job, K8S_VERSION, strict=True)
+
+
+def test_crd_schema_rejects_a_wrong_shape() -> None:
+    (js,) = [to_dict(o) for o in make_manifests(_launch(2), _cluster("jobset"))]
+    js["spec"]["replicatedJobs"][0]["replicas"] = "two"
+    with pytest.raises(jsonschema.ValidationError):
+        _crd_validator("jobset.x-k8s.io_jobsets.yaml").validate(js)
+
+
+def test_jobset_runs_warmup_before_nodes() -> None:
+    launch = KubeLaunch(**{**_launch(4).__dict__, "warmup": ("tiny-ds",)})
+    (js,) = [to_dict(o) for o in make_manifests(launch, _cluster("jobset"))]
+    warm, node = js["spec"]["replicatedJobs"]
+    assert warm["name"] == "warmup" and node["dependsOn"] == [{"name": "warmup", "status": "Complete"}]
+    cmd = warm["template"]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert cmd[-3:] == ["store", "pull", "tiny-ds"]
+    assert (
+        "--master-addr=demo-1-node-0-0.demo-1"
+        in node["template"]["spec"]["template"]["spec"]["containers"][0]["command"]
+    )
