@@ -1,0 +1,175 @@
+"""``/jupyter-starverse/jobs``: list, live state, logs, cancel, TensorBoard; survives a server restart."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tornado.httpclient import HTTPClientError
+
+from jupyter_starverse._settings import Settings
+from jupyter_starverse.launch import JobState
+from tests.widgets._jobs import quick_job, slow_job
+
+REPO = str(Path(__file__).resolve().parents[2])
+
+
+async def test_list_get_logs_tensorboard_of_a_finished_job(jp_fetch: Any, settings: Settings) -> None:
+    handle = quick_job(settings)
+
+    listed = json.loads((await jp_fetch("jupyter-starverse", "jobs")).body)
+    assert [j["id"] for j in listed] == [handle.id]
+    row = listed[0]
+    assert row["state"] == "succeeded" and row["backend"] == "local"
+    assert row["spec"]["steps"] == 5
+    assert row["progress"]["step"] == 4 and row["progress"]["fraction"] == 1.0
+    assert row["progress"]["points"] == []  # the list stays small
+    assert row["progress"]["cost_text"]
+    assert [n["state"] for n in row["nodes"]] == ["succeeded"]
+
+    one = json.loads((await jp_fetch("jupyter-starverse", "jobs", handle.id)).body)
+    assert one["progress"]["metric"] == "loss"
+    assert [p[1] for p in one["progress"]["points"]] == pytest.approx([2.0, 1.0, 2 / 3, 0.5, 0.4])
+    assert one["progress"]["ranks"][0]["rank"] == 0 and one["progress"]["ranks"][0]["pid"]
+
+    tail = json.loads(
+        (await jp_fetch("jupyter-starverse", "jobs", handle.id, "logs", params={"tail": "2", "rank": "0"})).body
+    )
+    assert tail["lines"] == [
+        {"node": 0, "rank": 0, "text": "step 3 loss 0.500"},
+        {"node": 0, "rank": 0, "text": "step 4 loss 0.400"},
+    ]
+
+    follow = await jp_fetch("jupyter-starverse", "jobs", handle.id, "logs", params={"follow": "1", "rank": "0"})
+    assert follow.headers["Content-Type"] == "application/x-ndjson"
+    lines = [json.loads(x) for x in follow.body.decode().splitlines()]
+    assert [ln["text"] for ln in lines][-1] == "step 4 loss 0.400"
+
+    tb = json.loads((await jp_fetch("jupyter-starverse", "jobs", handle.id, "tensorboard")).body)
+    assert tb["logdir"] == str(Path(handle.experiment_dir) / "tensorboard")
+    assert tb["command"] == ["tensorboard", "--logdir", tb["logdir"]]
+    assert isinstance(tb["has_events"], bool) and isinstance(tb["installed"], bool)
+
+    # cancelling a finished job changes nothing
+    cancelled = json.loads(
+        (await jp_fetch("jupyter-starverse", "jobs", handle.id, "cancel", method="POST", body="{}")).body
+    )
+    assert cancelled["state"] == "succeeded"
+
+
+async def test_bad_requests(jp_fetch: Any) -> None:
+    with pytest.raises(HTTPClientError) as missing:
+        await jp_fetch("jupyter-starverse", "jobs", "nope-20260101-000000-abcd")
+    assert missing.value.code == 404
+    body = json.loads(missing.value.response.body)
+    assert body["error"] == "NotFoundError" and body["hint"]
+    with pytest.raises(HTTPClientError) as logs404:
+        await jp_fetch("jupyter-starverse", "jobs", "nope", "logs", params={"follow": "1"})
+    assert logs404.value.code == 404
+    with pytest.raises(HTTPClientError) as bad_backend:
+        await jp_fetch("jupyter-starverse", "jobs", params={"backend": "mainframe"})
+    assert bad_backend.value.code == 400
+
+
+async def test_bad_tail_is_400(jp_fetch: Any, settings: Settings) -> None:
+    handle = quick_job(settings)
+    for tail in ("abc", "0", "100000"):
+        with pytest.raises(HTTPClientError) as bad:
+            await jp_fetch("jupyter-starverse", "jobs", handle.id, "logs", params={"tail": tail})
+        assert bad.value.code == 400
+        assert json.loads(bad.value.response.body)["field"] == "tail"
+
+
+async def test_delete_cancels_a_running_job(jp_fetch: Any, settings: Settings) -> None:
+    handle = slow_job(settings)
+    live = json.loads((await jp_fetch("jupyter-starverse", "jobs", handle.id)).body)
+    assert live["state"] == "running"
+    assert live["progress"]["eta_s"] is not None
+    done = json.loads((await jp_fetch("jupyter-starverse", "jobs", handle.id, method="DELETE")).body)
+    assert done["state"] == "cancelled"
+    assert handle.state is JobState.CANCELLED
+
+
+# -- a real server process, restarted -------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(port: int, token: str, path: str, method: str = "GET") -> Any:
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/{path}", method=method, headers={"Authorization": f"token {token}"},
+        data=b"{}" if method == "POST" else None,
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def _server(tmp_path: Path, port: int, token: str) -> subprocess.Popen[bytes]:
+    config = tmp_path / "jupyter_server_config.json"
+    config.write_text(json.dumps({"ServerApp": {"jpserver_extensions": {"jupyter_starverse": True}}}))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)}
+    env["JUPYTER_CONFIG_DIR"] = str(tmp_path)
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "jupyter_server", f"--port={port}", "--ip=127.0.0.1",
+            f"--IdentityProvider.token={token}", "--no-browser", f"--ServerApp.root_dir={tmp_path}",
+            "--ServerApp.port_retries=0", "--allow-root",
+        ],
+        env=env, stdout=subprocess.DEVNULL, stderr=(tmp_path / "server.log").open("ab"),
+    )
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            _get(port, token, "api/status")
+            return proc
+        except (urllib.error.URLError, ConnectionError):
+            assert proc.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the server did not start in 120 s"
+            time.sleep(0.3)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+@pytest.mark.slow
+def test_jobs_endpoint_still_shows_the_job_after_a_server_restart(tmp_path: Path, settings: Settings) -> None:
+    handle = slow_job(settings, steps=600)
+    port, token = _free_port(), "restart-test-token"
+    first = _server(tmp_path, port, token)
+    try:
+        before = _get(port, token, f"jupyter-starverse/jobs/{handle.id}")
+        assert before["state"] == "running"
+    finally:
+        _stop(first)
+    assert handle.state is JobState.RUNNING  # the job does not depend on the server
+
+    second = _server(tmp_path, port, token)
+    try:
+        listed = _get(port, token, "jupyter-starverse/jobs")
+        assert [j["id"] for j in listed] == [handle.id]
+        after = listed[0]
+        assert after["state"] == "running"
+        assert after["progress"]["step"] >= before["progress"]["step"]
+        cancelled = _get(port, token, f"jupyter-starverse/jobs/{handle.id}/cancel", method="POST")
+        assert cancelled["state"] == "cancelled"
+    finally:
+        _stop(second)
+        handle.cancel()
