@@ -10,8 +10,11 @@ deletes before it starts again.
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import os
+import queue
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -35,7 +38,7 @@ from ._types import FileRecord
 
 __all__ = ["LeaseLostError", "SourceFile", "fetch_file", "list_source", "open_source", "store_full"]
 
-CHUNK = 4 * 1024 * 1024
+CHUNK = 16 * 1024 * 1024
 _PACKAGES = {
     "s3": "s3fs",
     "s3a": "s3fs",
@@ -155,11 +158,54 @@ def _open(fs: Any, path: str) -> Any:
     return fs.open(path, "rb")
 
 
+@functools.cache
+def _zeros() -> bytes:
+    return bytes(CHUNK)
+
+
 def _write_chunk(out: Any, chunk: bytes) -> None:
-    if chunk.count(0) == len(chunk):
-        out.seek(len(chunk), os.SEEK_CUR)  # keep holes sparse; truncate() fixes the length
+    n = len(chunk)
+    if chunk == _zeros()[:n] if n <= CHUNK else chunk.count(0) == n:
+        out.seek(n, os.SEEK_CUR)  # keep holes sparse; truncate() fixes the length
     else:
         out.write(chunk)
+
+
+class _Sink:
+    """Hash and write chunks in a second thread.
+
+    hashlib and file writes release the GIL, so reading the next chunk from the source
+    overlaps with hashing and writing the previous one.
+    """
+
+    def __init__(self, out: Any) -> None:
+        self.out = out
+        self.digest = hashlib.sha256()
+        self.error: BaseException | None = None
+        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=4)
+        self._thread = threading.Thread(target=self._run, name="starverse-sink", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (chunk := self._queue.get()) is not None:
+            if self.error is None:
+                try:
+                    self.digest.update(chunk)
+                    _write_chunk(self.out, chunk)
+                except BaseException as e:  # re-raised in the reading thread
+                    self.error = e
+
+    def put(self, chunk: bytes) -> None:
+        if self.error is not None:
+            raise self.error
+        self._queue.put(chunk)
+
+    def join(self) -> None:
+        """Wait for every chunk; raises what the writer thread hit."""
+        self._queue.put(None)
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
 
 
 def fetch_file(
@@ -179,21 +225,23 @@ def fetch_file(
     for stale in dest.parent.glob(f".{dest.name}.*.part"):
         stale.unlink(missing_ok=True)
     tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.part")
-    digest = hashlib.sha256()
     done = 0
     try:
         with _open(fs, src.path) as inp, open(tmp, "wb") as out:
-            while True:
-                if any(lease.lost.is_set() for lease in leases):
-                    raise LeaseLostError(str(dest))
-                chunk = inp.read(CHUNK)
-                if not chunk:
-                    break
-                digest.update(chunk)
-                _write_chunk(out, chunk)
-                done += len(chunk)
-                if tracker is not None:
-                    tracker.advance(len(chunk))
+            sink = _Sink(out)
+            try:
+                while True:
+                    if any(lease.lost.is_set() for lease in leases):
+                        raise LeaseLostError(str(dest))
+                    chunk = inp.read(CHUNK)
+                    if not chunk:
+                        break
+                    sink.put(chunk)
+                    done += len(chunk)
+                    if tracker is not None:
+                        tracker.advance(len(chunk))
+            finally:
+                sink.join()
             out.truncate(done)
             out.flush()
             os.fsync(out.fileno())
@@ -234,4 +282,4 @@ def fetch_file(
         tmp.unlink(missing_ok=True)
     if tracker is not None:
         tracker.file_done()
-    return FileRecord(src.rel, done, digest.hexdigest(), src.etag)
+    return FileRecord(src.rel, done, sink.digest.hexdigest(), src.etag)

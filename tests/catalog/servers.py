@@ -93,6 +93,13 @@ class _Base:
                 server.handle(self, head=True)
 
             def do_GET(self) -> None:
+                if self.path == "/_stats":  # counters for a server running in another process
+                    with server._lock:
+                        stats = {"downloads": dict(server.downloads), "bytes_sent": server.bytes_sent}
+                    return server.send_json(self, stats)
+                if self.path == "/_reset":
+                    server.reset_counts()
+                    return server.send_json(self, {})
                 server.handle(self, head=False)
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -292,3 +299,31 @@ class FileServer(_Base):
         h.end_headers()
         if not head:
             h.wfile.write(data)
+
+
+def main(argv: list[str]) -> None:
+    """Serve in this process: ``python -m tests.catalog.servers SPEC_JSON``; prints the URL.
+
+    SPEC: ``{"hub": {"org/repo": {"file": [size, seed]}}, "files": {"path": [size, seed]}}``
+    (one of the two keys).
+    """
+    spec = json.loads(argv[0])
+    server: _Base
+    if "hub" in spec:
+        hub = HubServer().start()
+        for repo, files in spec["hub"].items():
+            hub.add_repo(repo, {p: Blob(size=s, seed=seed) for p, (s, seed) in files.items()})
+        server = hub
+    else:
+        fsv = FileServer().start()
+        for p, (size, seed) in spec["files"].items():
+            fsv.add(p, Blob(size=size, seed=seed))
+        server = fsv
+    print(server.url, flush=True)
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])
