@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ._cap import BUDGET_REASON_PREFIX, CapDecision, budget_reason, check_budget
 from ._estimate import SPOT_NOTE, Comparison, Estimate, Resources, compare, estimate
-from ._meter import Cost, IntervalLike, NodeCost, NodeInterval, burn_rate, intervals_of, job_cost
+from ._meter import Cost, IntervalLike, NodeCost, NodeInterval, burn_rate, check_priced, intervals_of, job_cost
 from ._money import MAX_SECONDS, billable_seconds, parse_duration, parse_money
 from ._prices import GpuPrice, Package, PriceTable, load_price_table, parse_price_table
 from ._record import COST_FILE, CostRecord, UserTotal, read_cost, user_total, write_cost
@@ -40,6 +40,7 @@ __all__ = [
     "budget_reason",
     "burn_rate",
     "check_budget",
+    "check_priced",
     "compare",
     "estimate",
     "intervals_of",

@@ -58,12 +58,17 @@ class CapDecision:
         }
 
 
-def budget_reason(cost: Cost, budget: Decimal) -> str:
-    """The reason recorded in the experiment folder when the cap stops a job."""
-    return (
-        f"{BUDGET_REASON_PREFIX}: {fmt_money(cost.amount, cost.currency)} spent of a "
-        f"{fmt_money(budget, cost.currency)} cap; stopped gracefully after a checkpoint"
-    )
+def budget_reason(cost: Cost, budget: Decimal, *, projected: Cost | None = None) -> str:
+    """The reason recorded in the experiment folder when the cap stops a job.
+
+    ``projected`` is the cost by the time the job can have stopped (``now + grace``);
+    it is mentioned when it differs from what was spent at the decision.
+    """
+    cap = fmt_money(budget, cost.currency)
+    spent = f"{BUDGET_REASON_PREFIX}: {fmt_money(cost.amount, cost.currency)} spent of a {cap} cap"
+    if projected is not None and projected.amount != cost.amount:
+        spent += f" ({fmt_money(projected.amount, cost.currency)} by the time it can stop)"
+    return spent + "; stopped gracefully (SIGTERM: the job checkpoints first)"
 
 
 def check_budget(
@@ -107,5 +112,5 @@ def check_budget(
     if not stop and rate > 0 and spec.billing not in PACKAGE_BILLINGS:
         left = (budget - cost.amount) * 3600 / rate - Decimal(repr(float(grace)))
         seconds_left = max(0, int(left.to_integral_value(rounding=ROUND_FLOOR)))
-    reason = budget_reason(projected, budget) if stop else None
+    reason = budget_reason(cost, budget, projected=projected) if stop else None
     return CapDecision(stop, cost, projected, budget, remaining, seconds_left, reason)

@@ -30,6 +30,7 @@ __all__ = [
     "NodeCost",
     "NodeInterval",
     "burn_rate",
+    "check_priced",
     "intervals_of",
     "job_cost",
     "unit_rate",
@@ -190,6 +191,20 @@ def unit_rate(spec: JobSpec, table: PriceTable) -> tuple[Decimal, bool]:
             )
         return price.spot[1], True
     return price.on_demand, False
+
+
+def check_priced(spec: JobSpec, table: PriceTable) -> Decimal:
+    """The rate the meter will use for ``spec``; :class:`BadInputError` when it cannot be priced.
+
+    Backends call this before starting a job with a budget: a cap on an unpriced job
+    could never be reached.
+    """
+    try:
+        return unit_rate(spec, table)[0]
+    except BadInputError as e:
+        raise BadInputError(
+            f"JobSpec.budget: the cap cannot be enforced: {e.message}", field="budget", hint=e.hint
+        ) from None
 
 
 def intervals_of(job: Job) -> list[NodeInterval]:

@@ -26,7 +26,10 @@ def test_stops_when_cost_reaches_the_budget(table: PriceTable) -> None:
     at = check_budget(ONE_CARD, RUNNING, table, now=T0 + 20000)  # 10.00
     assert at.stop
     assert at.reason is not None and at.reason.startswith(BUDGET_REASON_PREFIX)
-    assert "10.00 CNY spent of a 10 CNY cap" in at.reason
+    assert (
+        at.reason
+        == "budget reached: 10.00 CNY spent of a 10 CNY cap; stopped gracefully (SIGTERM: the job checkpoints first)"
+    )
     assert check_budget(ONE_CARD, RUNNING, table, now=T0 + 30000).stop
 
 
@@ -35,6 +38,8 @@ def test_grace_stops_early_enough_for_the_checkpoint(table: PriceTable) -> None:
     assert decision.stop
     assert decision.cost.amount == Decimal("9.99")
     assert decision.projected.amount == Decimal("10.01")
+    assert decision.reason is not None
+    assert "9.99 CNY spent of a 10 CNY cap (10.01 CNY by the time it can stop)" in decision.reason
     with pytest.raises(BadInputError, match="grace"):
         check_budget(ONE_CARD, RUNNING, table, now=T0, grace=-1)
 
