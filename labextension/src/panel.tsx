@@ -5,6 +5,7 @@ import { StarverseModel } from './model';
 import { CatalogSection } from './sections/catalog';
 import { CostSection } from './sections/cost';
 import { InfoSection } from './sections/info';
+import { JobsSection } from './sections/jobs';
 
 /** One collapsible section of the side panel. */
 function Section(props: {
@@ -42,6 +43,9 @@ export class StarversePanel extends ReactWidget {
             </Section>
             <Section id="catalog" title="Catalog">
               <CatalogSection />
+            </Section>
+            <Section id="jobs" title="Jobs">
+              <JobsSection />
             </Section>
             <Section id="cost" title="Costs">
               <CostSection />
