@@ -72,11 +72,13 @@ def wrap(model: Any) -> Any:
     if not _dist_ready() or ctx.world_size == 1:
         return model
     if job_env().template == "fsdp":
+        from torch import nn
         from torch.distributed.fsdp import fully_shard
 
-        for child in list(model.children()):
-            if any(p.requires_grad for p in child.parameters()):
-                fully_shard(child)
+        # one FSDP unit per repeated block (the entries of every ModuleList), then the root
+        for blocks in [m for m in model.modules() if isinstance(m, nn.ModuleList)]:
+            for block in blocks:
+                fully_shard(block)
         fully_shard(model)
         return model
     from torch.nn.parallel import DistributedDataParallel

@@ -37,6 +37,8 @@ class JobEnv:
     checkpoint_every: int | None = None
     template: str = "ddp"
     accelerator: str = "cpu"
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
     tensorboard_dir: Path | None = None
     mounts: Mapping[str, str] = field(default_factory=dict)
 
@@ -72,6 +74,8 @@ class JobEnv:
             checkpoint_every=_int(env, "STARVERSE_CHECKPOINT_EVERY", None),
             template=env.get("STARVERSE_TEMPLATE", "ddp") or "ddp",
             accelerator=(env.get("STARVERSE_ACCELERATOR", "cpu") or "cpu").lower(),
+            tensor_parallel=_int(env, "STARVERSE_TENSOR_PARALLEL", 1) or 1,
+            pipeline_parallel=_int(env, "STARVERSE_PIPELINE_PARALLEL", 1) or 1,
             tensorboard_dir=path("TENSORBOARD_LOGDIR"),
             mounts={str(k): str(v) for k, v in mounts.items()} if isinstance(mounts, dict) else {},
         )

@@ -1,0 +1,88 @@
+"""The local backend on real torchrun agents: run, read back from another process, cancel."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jupyter_starverse._settings import Settings
+from jupyter_starverse.experiments import latest_checkpoint, read_metrics, read_status
+from jupyter_starverse.launch import JobSpec, JobState
+from jupyter_starverse.launch._local import LocalBackend
+
+from ._local import TINY, assert_no_processes_left, logs_text, wait_for, wait_for_step
+
+pytestmark = pytest.mark.slow
+
+
+def test_two_nodes_train_and_every_process_can_read_the_job(settings: Settings) -> None:
+    backend = LocalBackend(settings)
+    spec = JobSpec(name="tiny", code=TINY, nodes=2, procs_per_node=1, steps=8, checkpoint_every=4)
+    job = backend.submit(spec)
+    assert job.state in (JobState.PENDING, JobState.RUNNING)
+    done = backend.wait(job.id, timeout=240)
+    assert done.state is JobState.SUCCEEDED, done.reason
+    assert [n.state for n in done.nodes] == [JobState.SUCCEEDED] * 2
+    assert all(n.exit_code == 0 and n.started and n.finished for n in done.nodes)
+
+    run = Path(done.experiment_dir)
+    points = read_metrics(run)
+    assert [p.step for p in points] == list(range(8))
+    assert points[-1].values["loss"] < points[0].values["loss"]
+    assert points[0].values["world"] == 2
+    ckpt = latest_checkpoint(run)
+    assert ckpt is not None and ckpt.step == 7 and ckpt.world_size == 2
+    for rank in (0, 1):
+        assert (run / "logs" / f"rank{rank}.log").is_file()
+    text = logs_text(backend, done)
+    assert "[0] step 0 loss" in text and "[1] step 7 loss" in text
+    assert [line.rank for line in backend.logs(done.id, rank=1)] == [1] * len(list(backend.logs(done.id, rank=1)))
+    status = read_status(run)
+    assert status is not None and all(len(n.launches) == 1 and n.launches[0][1] for n in status.nodes)
+
+    # a fresh backend in another process sees the same job: the folder is the truth
+    code = (
+        "from jupyter_starverse._settings import Settings;"
+        "from jupyter_starverse.launch._local import LocalBackend;"
+        f"j = LocalBackend(Settings.from_env()).get({done.id!r}); print(j.state.value, len(j.nodes))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["succeeded", "2"]
+    assert [j.id for j in LocalBackend(settings).list()] == [done.id]
+    assert_no_processes_left(done)
+
+
+def test_job_outlives_the_process_that_launched_it_and_cancel_checkpoints(settings: Settings) -> None:
+    # The "kernel" submits and is killed at once; the job runs on, detached in its own session.
+    code = (
+        "import os, signal;"
+        "from jupyter_starverse._settings import Settings;"
+        "from jupyter_starverse.launch import JobSpec;"
+        "from jupyter_starverse.launch._local import LocalBackend;"
+        f"j = LocalBackend(Settings.from_env()).submit(JobSpec(name='long', code={TINY!r}, steps=100000,"
+        " env={'STEP_SLEEP': '0.05'}));"
+        "print(j.id, flush=True); os.kill(os.getpid(), signal.SIGKILL)"
+    )
+    kernel = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert kernel.returncode == -9
+    job_id = kernel.stdout.strip()
+    backend = LocalBackend(settings)
+    job = backend.get(job_id)
+    wait_for_step(job, 3)
+    status = read_status(Path(job.experiment_dir))
+    assert status is not None and status.supervisor_pid
+    assert os.getsid(status.supervisor_pid) != os.getsid(0)
+
+    cancelled = backend.cancel(job_id)
+    assert cancelled.state is JobState.CANCELLED
+    assert cancelled.reason == "cancelled by user"
+    # the runtime got SIGTERM and checkpointed before it exited
+    ckpt = latest_checkpoint(Path(job.experiment_dir))
+    assert ckpt is not None and ckpt.step >= 3
+    assert "checkpoint saved" in logs_text(backend, job)
+    assert_no_processes_left(job)
+    assert backend.cancel(job_id).state is JobState.CANCELLED  # idempotent
