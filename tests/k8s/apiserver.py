@@ -61,6 +61,7 @@ class KubeServer:
         self.forbidden: set[tuple[str, str]] = set()  # (verb, plural)
         self.quotas: dict[str, int] = {}  # plural -> max objects per namespace
         self.user = "system:serviceaccount:default:workspace"
+        self.expire_watches = 0  # the next N watches from a resourceVersion get 410 Gone
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self._http.daemon_threads = True
         self._http.kube = self  # type: ignore[attr-defined]
@@ -307,6 +308,12 @@ class _Handler(BaseHTTPRequestHandler):
         def send(type_: str, obj: Obj) -> None:
             self._chunk(json.dumps({"type": type_, "object": obj}).encode() + b"\n")
 
+        if rv_text not in ("", "0") and self.kube.expire_watches > 0:
+            self.kube.expire_watches -= 1
+            gone = ApiError(410, "Expired", f"too old resource version: {rv_text}")
+            send("ERROR", gone.status())
+            self._chunk(b"")
+            return
         with store.lock:
             if rv_text in ("", "0"):
                 items, last = store.list(res, namespace, labels)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_starverse._settings import Settings
-from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError, StarverseError
+from jupyter_starverse.errors import BackendUnavailableError, BadInputError, ConflictError, NotFoundError
 from jupyter_starverse.experiments import ExperimentPaths, plan_resume, read_json, write_json
 from jupyter_starverse.launch._backend import Job, JobState, LaunchBackend, LogLine
 from jupyter_starverse.launch._spec import JobSpec
@@ -419,8 +419,6 @@ class KubernetesBackend(LaunchBackend):
         yield job
         if job.state.finished:
             return
-        watch = require_kubernetes().watch
-        core = self._client().CoreV1Api(self.conn.api)
         ns, sel = self.conn.namespace, self._selector(job_id)
         with self._errors("watch", f"pods of job {job_id!r}", ns):
             pods_list, rv = self._pods(ns, sel)
@@ -430,38 +428,60 @@ class KubernetesBackend(LaunchBackend):
             if left is not None and left <= 0:
                 return
             chunk = max(1, int(min(_WATCH_CHUNK, left if left is not None else _WATCH_CHUNK)))
-            try:
-                with self._errors("watch", f"pods of job {job_id!r}", ns):
-                    for event in watch.Watch().stream(
-                        core.list_namespaced_pod,
-                        ns,
-                        label_selector=sel,
-                        resource_version=rv,
-                        timeout_seconds=chunk,
-                        deserialize=False,
-                    ):
-                        obj = event["object"]
-                        rv = obj["metadata"]["resourceVersion"]
-                        if event["type"] == "DELETED":
-                            pods.pop(obj["metadata"]["name"], None)
-                        else:
-                            pods[obj["metadata"]["name"]] = obj
-                        new = self._refresh(job, list(pods.values()), obj)
-                        if new != job:
-                            job = new
-                            yield job
-                        if job.state.finished:
-                            return
-            except StarverseError as e:
-                if getattr(e.__cause__, "status", None) != 410:
-                    raise
-                with self._errors("watch", f"pods of job {job_id!r}", ns):
-                    pods_list, rv = self._pods(ns, sel)  # history expired: re-list, continue from now
-                pods = {p["metadata"]["name"]: p for p in pods_list}
+            with self._errors("watch", f"pods of job {job_id!r}", ns):
+                for type_, obj in self._watch_pods(ns, sel, rv, chunk):
+                    if type_ == "EXPIRED":  # history compacted: re-list, continue from now
+                        pods_list, rv = self._pods(ns, sel)
+                        pods = {p["metadata"]["name"]: p for p in pods_list}
+                        break
+                    rv = obj["metadata"]["resourceVersion"]
+                    if type_ == "DELETED":
+                        pods.pop(obj["metadata"]["name"], None)
+                    else:
+                        pods[obj["metadata"]["name"]] = obj
+                    new = self._refresh(job, list(pods.values()), obj)
+                    if new != job:
+                        job = new
+                        yield job
+                    if job.state.finished:
+                        return
             new = self.get(job_id)  # job-level conditions (failure policy, TTL) change without pod events
             if new != job:
                 job = new
                 yield job
+
+    def _watch_pods(self, ns: str, selector: str, rv: str, timeout: int) -> Iterator[tuple[str, Wire]]:
+        """Raw watch events from ``rv`` for ``timeout`` seconds; ``("EXPIRED", {})`` on 410 Gone.
+
+        Read directly (not through ``watch.Watch``): its raw mode loses ERROR events.
+        """
+        from kubernetes.watch.watch import iter_resp_lines
+
+        core = self._client().CoreV1Api(self.conn.api)
+        resp = core.list_namespaced_pod(
+            ns,
+            label_selector=selector,
+            resource_version=rv,
+            watch=True,
+            timeout_seconds=timeout,
+            allow_watch_bookmarks=False,
+            _preload_content=False,
+        )
+        try:
+            for line in iter_resp_lines(resp):
+                event = json.loads(line)
+                obj = event.get("object") or {}
+                if event.get("type") == "ERROR":
+                    if obj.get("code") == 410:
+                        yield "EXPIRED", {}
+                        return
+                    raise BackendUnavailableError(
+                        f"watch failed: {obj.get('message')}", hint=f"retry; `kubectl get pods -n {ns} -l {selector}`"
+                    )
+                if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                    yield event["type"], obj
+        finally:
+            resp.release_conn()
 
     def _refresh(self, job: Job, pods: WireList, changed: dict[str, Any]) -> Job:
         phase = (changed.get("status") or {}).get("phase")

@@ -41,6 +41,11 @@ class KubeConnection:
     in_cluster: bool
 
 
+def _kubeconfig() -> str | None:
+    # Read at each load, not at import time as the client's default does.
+    return os.environ.get("KUBECONFIG") or None
+
+
 def _in_cluster() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and SA_NAMESPACE.parent.joinpath("token").is_file()
 
@@ -49,7 +54,7 @@ def _context_namespace(context: str | None) -> tuple[str | None, str | None]:
     """(namespace, context name) of the kubeconfig context, or (None, None) without a kubeconfig."""
     kubernetes = require_kubernetes()
     try:
-        contexts, active = kubernetes.config.list_kube_config_contexts()
+        contexts, active = kubernetes.config.list_kube_config_contexts(config_file=_kubeconfig())
     except (kubernetes.config.ConfigException, OSError, TypeError):
         return None, None
     chosen = next((c for c in contexts or [] if c.get("name") == context), None) if context else active
@@ -81,7 +86,9 @@ def connect(settings: Settings) -> KubeConnection:
         if in_cluster:
             kubernetes.config.load_incluster_config(client_configuration=cfg)
         else:
-            kubernetes.config.load_kube_config(context=settings.kube_context, client_configuration=cfg)
+            kubernetes.config.load_kube_config(
+                config_file=_kubeconfig(), context=settings.kube_context, client_configuration=cfg
+            )
     except (kubernetes.config.ConfigException, OSError, TypeError) as e:
         where = f"context {settings.kube_context!r}" if settings.kube_context else "a kubeconfig"
         raise BackendUnavailableError(
