@@ -1,0 +1,54 @@
+"""Shared fixtures: every test runs with its own STARVERSE_HOME, store and experiments root.
+
+``jp_fetch`` and friends come from pytest-jupyter; the server runs with our extension
+enabled and unauthenticated access switched off.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_starverse._settings import Settings
+from jupyter_starverse.client import Starverse
+
+pytest_plugins = ("pytest_jupyter.jupyter_server",)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No test sees the developer's STARVERSE_*/HF_* variables or writes under their home."""
+    for key in list(os.environ):
+        if key.startswith(("STARVERSE_", "HF_", "HUGGINGFACE_")):
+            monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("STARVERSE_HOME", str(tmp_path / "sv-home"))
+    monkeypatch.setenv("STARVERSE_USER", "tester")
+    monkeypatch.setenv("STARVERSE_MODE", "cpu")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    yield
+
+
+@pytest.fixture
+def settings() -> Settings:
+    """Settings of the isolated environment (store and experiments under STARVERSE_HOME)."""
+    return Settings.from_env()
+
+
+@pytest.fixture
+def client(settings: Settings) -> Starverse:
+    return Starverse(settings)
+
+
+@pytest.fixture
+def jp_server_config() -> dict[str, Any]:
+    """Our extension on, unauthenticated access off (pytest-jupyter sends a token)."""
+    return {
+        "ServerApp": {
+            "jpserver_extensions": {"jupyter_starverse": True},
+            "allow_unauthenticated_access": False,
+        }
+    }

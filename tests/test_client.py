@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jupyter_starverse import __version__
+from jupyter_starverse._settings import Settings
+from jupyter_starverse.client import Starverse
+from jupyter_starverse.errors import BadInputError
+
+
+def test_info_reports_real_settings(tmp_path: Path) -> None:
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({"currency": "eur", "gpus": {"t4": {"on_demand": "0.3"}}, "cpu_node": {"on_demand": "0.05"}}))
+    settings = Settings.from_env(
+        {"STARVERSE_HOME": str(tmp_path), "STARVERSE_STORE": "memory://team", "STARVERSE_BACKEND": "kubernetes",
+         "STARVERSE_MODE": "gpu", "STARVERSE_GPU_TYPE": "rtx4090", "STARVERSE_PRICES": str(prices)}
+    )
+    info = Starverse(settings).info()
+    assert (info.version, info.store, info.backend, info.mode, info.gpu_type, info.currency) == (
+        __version__, "memory://team", "kubernetes", "gpu", "rtx4090", "EUR")
+    assert "memory://team" in str(info)
+
+
+def test_info_follows_a_recorded_mode(client: Starverse) -> None:
+    from jupyter_starverse.modes import Mode
+
+    assert client.info().mode == "cpu"
+    client.modes.record(Mode("gpu", "a100-80g", 8))
+    assert Starverse(client.settings).info().mode == "gpu"
+
+
+def test_unknown_backend_is_bad_input(client: Starverse) -> None:
+    with pytest.raises(BadInputError, match="unknown backend"):
+        client.backend("slurm")
