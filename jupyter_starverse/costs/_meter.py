@@ -1,7 +1,8 @@
 """The live meter: what a job has cost so far, from the time each node really ran.
 
 A node is billed from the moment it started running until it finished (or ``now`` while it
-runs); pending time is free. Each node's elapsed time is rounded up to whole seconds, then
+runs); pending time is free. Each interval is taken to the microsecond and rounded up to
+whole seconds (each started second is billed), then
 ``cost = rate x units per node x seconds / 3600`` summed over nodes and rounded once
 (see :mod:`._money`). Package billing buys whole packages per unit and node as the node's
 time crosses each package boundary. Spot is metered at the high end of the spot range,
@@ -36,6 +37,9 @@ __all__ = [
     "unit_rate",
     "units_per_node",
 ]
+
+
+_MICROSECOND = Decimal("0.000001")
 
 
 class IntervalLike(Protocol):
@@ -222,9 +226,10 @@ def _node_seconds(iv: IntervalLike, now: float) -> tuple[int, bool]:
         )
     # A running node whose start lies after ``now`` (clock skew between machines) ran 0 s so far.
     elapsed = max(0.0, float(end) - float(iv.start))
-    return billable_seconds(
-        Decimal(repr(elapsed)), field=f"node {iv.node} running time", allow_zero=True
-    ), iv.end is None
+    # Epoch floats carry ~0.2 us of noise: take the interval to the microsecond before billing
+    # started seconds, so an interval of exactly 3600 s is never billed 3601 s.
+    exact = Decimal(repr(elapsed)).quantize(_MICROSECOND)
+    return billable_seconds(exact, field=f"node {iv.node} running time", allow_zero=True), iv.end is None
 
 
 def job_cost(

@@ -42,6 +42,7 @@ class Preview:
     budget_lasts: int | None
     minimum: Decimal | None
     estimate: Estimate | None
+    warning: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -56,6 +57,7 @@ class Preview:
             "budget_lasts": self.budget_lasts,
             "minimum": str(self.minimum) if self.minimum is not None else None,
             "estimate": self.estimate.to_json() if self.estimate else None,
+            "warning": self.warning,
         }
 
     def __str__(self) -> str:
@@ -72,10 +74,28 @@ class Preview:
         if self.budget is not None:
             lasts = f", lasts about {fmt_seconds(self.budget_lasts)}" if self.budget_lasts is not None else ""
             parts.append(f"budget {fmt_money(self.budget, self.currency)}{lasts}")
-        return "; ".join(parts)
+        text = "; ".join(parts)
+        return f"{text}\n  warning: {self.warning}" if self.warning else text
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         p.text(str(self))
+
+
+def _warning(
+    budget: Decimal | None, minimum: Decimal | None, est: Estimate | None, lasts: int | None, currency: str
+) -> str | None:
+    """Say before launch when the budget will stop the job (or stop it at once)."""
+    if budget is None:
+        return None
+    if minimum is not None and minimum >= budget:
+        first, cap = fmt_money(minimum, currency), fmt_money(budget, currency)
+        return f"the first package costs {first}, at or above the {cap} budget: the job would be stopped at once"
+    if est is not None and not est.fits(budget):
+        when = f" after about {fmt_seconds(lasts)}" if lasts is not None else " before it finishes"
+        return (
+            f"the estimate {est.figure} exceeds the {fmt_money(budget, currency)} budget: the job will be stopped{when}"
+        )
+    return None
 
 
 class CostService:
@@ -134,7 +154,8 @@ class CostService:
         if spec.budget is not None and billing not in PACKAGE_BILLINGS and high > 0:
             lasts = int((spec.budget * 3600 / high).to_integral_value(rounding=ROUND_FLOOR))
         est_for = estimate(res, duration, billing, table=self.prices) if duration is not None else None
-        return Preview(res, billing, self.prices.currency, low, high, spec.budget, lasts, minimum, est_for)
+        warning = _warning(spec.budget, minimum, est_for, lasts, self.prices.currency)
+        return Preview(res, billing, self.prices.currency, low, high, spec.budget, lasts, minimum, est_for, warning)
 
     # -- running jobs --------------------------------------------------------------
     def _run_dir(self, job: Job) -> Path:

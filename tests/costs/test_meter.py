@@ -119,3 +119,14 @@ def test_cost_json_round_trip(table: PriceTable) -> None:
         Cost.from_json({**data, "nodes": [{"node": 0}]})
     with pytest.raises(BadInputError, match="amount"):
         Cost.from_json({**data, "amount": "lots"})
+
+
+def test_times_are_taken_to_the_microsecond(table: PriceTable) -> None:
+    start = 1_796_001_012.4391704
+    end = 1_796_004_612.4391706  # one float step (0.24 us) past start + 3600
+    assert end - start > 3600
+    cost = job_cost(SPEC, [NodeInterval(0, start, end)], table, now=end)
+    assert cost.nodes[0].seconds == 3600
+    # ...but a whole microsecond more is a started second.
+    cost = job_cost(SPEC, [NodeInterval(0, start, start + 3600.00001)], table, now=end)
+    assert cost.nodes[0].seconds == 3601
