@@ -329,7 +329,7 @@ def discard_state(home: Path | str, state_id: str) -> None:
 
 def last_report(home: Path | str) -> RestoreReport | None:
     """The newest restore report, or None."""
-    reports = sorted((Path(home) / "modes" / "reports").glob("*.json"))
+    reports = sorted((Path(home) / "modes" / "reports").glob("*.json"), key=lambda p: (p.stat().st_mtime, p.name))
     for path in reversed(reports):
         try:
             return RestoreReport.from_json(json.loads(path.read_text()))

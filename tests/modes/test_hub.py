@@ -25,7 +25,9 @@ class FakeHub:
     """State of the Hub: the user's one server, the profiles KubeSpawner offers, requests seen."""
 
     profiles: set[str] = field(default_factory=lambda: {"cpu-small", "gpu-a100", "gpu-h100"})
-    server: dict[str, Any] | None = field(default_factory=lambda: {"stopped": False, "user_options": {"profile": "gpu-a100"}})
+    server: dict[str, Any] | None = field(
+        default_factory=lambda: {"stopped": False, "user_options": {"profile": "gpu-a100"}}
+    )
     stopping_polls: int = 0
     requests: list[tuple[str, str, Any]] = field(default_factory=list)
     url: str = ""
@@ -33,7 +35,7 @@ class FakeHub:
 
 def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: Any) -> None:
             pass
 
         def _send(self, code: int, body: Any = None) -> None:

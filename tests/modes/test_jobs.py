@@ -93,7 +93,7 @@ def test_failing_smoke_stops_the_expensive_launch(
     service = ModeService(settings)
     service.record(GPU)
     spec = JobSpec(name="broken", code="print('loading')\nraise SystemExit('shape mismatch in layer 3')\n")
-    with pytest.raises(ConflictError, match="smoke run .* failed") as err:
+    with pytest.raises(ConflictError, match=r"smoke run .* failed") as err:
         service.smoke_then_submit(
             spec, smoke_backend=LocalBackend(settings), backend=KubernetesBackend(settings), timeout=300
         )

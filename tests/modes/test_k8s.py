@@ -96,7 +96,7 @@ def _pod(owner: list[dict[str, Any]] | None) -> dict[str, Any]:
 def _switcher(kube: apiserver.KubeServer, settings: Settings, **env: str) -> KubernetesSwitcher:
     from kubernetes import config
 
-    client = config.new_client_from_config(str(kube.kubeconfig))
+    client = config.new_client_from_config(str(kube.kubeconfig))  # type: ignore[no-untyped-call]
     environ = {"POD_NAME": POD, "KUBERNETES_SERVICE_HOST": "10.0.0.1", **env}
     return KubernetesSwitcher(settings.replace(namespace=NS), environ=environ, api_client=client)
 
@@ -199,7 +199,7 @@ def test_deployment_round_trip_through_the_api(kube: apiserver.KubeServer, setti
     back = service.switch("gpu", gpu_type="h100-80g", gpus=2)
     assert service.current() == Mode("gpu", "h100-80g", 2)
     assert back.plan.price.to_json()["difference_per_hour"] == "23.9"
-    (_, _, first), (_, _, second) = _patches(kube)
+    (_, _, _first), (_, _, second) = _patches(kube)
     assert second["spec"]["template"]["spec"]["nodeSelector"] == {"starverse.io/pool": "h100-80g"}
     assert second["spec"]["template"]["spec"]["tolerations"] == [TEAM_TOL, GPU_TOL]
     assert second["spec"]["template"]["spec"]["containers"][0]["resources"] == {

@@ -56,7 +56,8 @@ def _values(fingerprint: dict[str, object]) -> dict[str, object]:
 async def _fingerprint(km: object) -> dict[str, object]:
     result = await run_cell(km, FINGERPRINT)
     assert result["status"] == "ok", result["error"]
-    return json.loads(str(result["stdout"]).strip().splitlines()[-1])
+    data: dict[str, object] = json.loads(str(result["stdout"]).strip().splitlines()[-1])
+    return data
 
 
 def test_switch_to_cpu_and_back_keeps_the_work(settings: Settings, tmp_path: Path) -> None:
