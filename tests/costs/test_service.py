@@ -37,7 +37,7 @@ def test_preview_on_demand_with_a_budget(client: Starverse) -> None:
 
 
 def test_preview_warns_when_the_budget_will_stop_the_job(client: Starverse) -> None:
-    short = client.costs.preview(SPEC.replace(budget="100"), "2h")
+    short = client.costs.preview(SPEC.replace(budget="100"), "1h30m")  # 86.40
     assert short.warning is None
     long = client.costs.preview(SPEC.replace(budget="100"), "4h")
     assert long.warning == (
