@@ -146,6 +146,10 @@ class LocalBackend(LaunchBackend):
         """Every check ``submit`` makes before starting anything; returns mounts and store env."""
         check_template(spec)
         self._check_gpu(spec)
+        if spec.budget is not None:  # costs: a capped job must be priced, or its cap could not hold
+            from jupyter_starverse.costs import check_priced, load_price_table
+
+            check_priced(spec, load_price_table(self.settings))
         self._check_script(spec)
         if spec.secrets:
             missing = [k for k in spec.secrets if k not in os.environ]

@@ -184,6 +184,7 @@ class _Supervisor:
             write_cost(self.run.root, decision.cost, reason=decision.reason)
         except Exception as e:
             print(f"cost meter: {e}", file=sys.stderr, flush=True)
+            self._next_budget = time.monotonic() + 60.0  # costs: retry an unreadable price each minute, not each poll
             return
         self.status = replace(self.status, cost=str(decision.cost.amount))
         if decision.stop and decision.reason:
@@ -204,8 +205,8 @@ class _Supervisor:
             cancel = read_json(self.run.cancel)
             if isinstance(cancel, dict):
                 self.request_stop(str(cancel.get("reason") or "cancelled"), "cancelled")
-            if self.spec.budget is not None:
-                self.check_budget()
+            # costs: meter every job (cost.json feeds `starverse cost total`); only a budget can stop it
+            self.check_budget()
             for index, proc in list(self.procs.items()):
                 if self.node(index).state == "running" and (code := proc.poll()) is not None:
                     self.on_exit(index, code)
@@ -246,9 +247,8 @@ class _Supervisor:
             code = n.exit_code if n.exit_code is not None else (proc.returncode if proc else None)
             nodes.append(replace(n, state=state, exit_code=code, finished=n.finished or now, launches=launches))
         self.status = replace(self.status, nodes=tuple(nodes))
-        if self.spec.budget is not None:
-            self._next_budget = 0.0
-            self.check_budget()
+        self._next_budget = 0.0  # costs: the final meter reading of every job, budget or not
+        self.check_budget()
         state = self.stop_state if self.stop_reason else "succeeded"
         self.save(state=state, finished=now, reason=self.stop_reason)
         for log in self.logs.values():
