@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -88,7 +88,6 @@ class SwitchResult:
     saved: tuple[SavedState, ...] = ()
     message: str = ""
     restart_requested: bool = False
-    extra: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
