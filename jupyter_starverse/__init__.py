@@ -41,5 +41,5 @@ def load_ipython_extension(ipython: Any) -> None:
     ipython.register_magics(StarverseMagics)
 
 
-def unload_ipython_extension(ipython: Any) -> None:  # noqa: ARG001 - IPython's signature
+def unload_ipython_extension(ipython: Any) -> None:
     """Nothing to release: magics hold no resources."""

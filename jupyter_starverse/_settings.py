@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import getpass
-import glob
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -49,7 +48,7 @@ WORKSPACES = ("auto", "local", "kubernetes", "jupyterhub")
 
 
 def _gpu_visible() -> bool:
-    return bool(glob.glob("/dev/nvidia[0-9]*"))
+    return any(Path("/dev").glob("nvidia[0-9]*"))
 
 
 def _user() -> str:
@@ -60,7 +59,7 @@ def _user() -> str:
 
 
 def _path(value: str) -> Path:
-    return Path(os.path.expanduser(value)).absolute()
+    return Path(value).expanduser().absolute()
 
 
 def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], default: str) -> str:

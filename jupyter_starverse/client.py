@@ -122,7 +122,7 @@ class Starverse:
         """The launch backend ``name`` (default: ``settings.backend``), built once."""
         return self._backend(name or self.settings.backend)
 
-    @functools.lru_cache(maxsize=None)  # noqa: B019 - one facade per settings, lives as long
+    @functools.cache  # noqa: B019 - one facade per settings, lives as long
     def _backend(self, name: str) -> LaunchBackend:
         from .launch import make_backend
 

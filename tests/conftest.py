@@ -44,6 +44,18 @@ def client(settings: Settings) -> Starverse:
 
 
 @pytest.fixture
+def ip() -> Iterator[Any]:
+    """The test IPython shell with ``%load_ext jupyter_starverse`` done."""
+    from IPython.core.getipython import get_ipython
+    from IPython.testing.globalipapp import start_ipython
+
+    shell = start_ipython() or get_ipython()  # start_ipython returns None once started
+    shell.run_line_magic("load_ext", "jupyter_starverse")
+    yield shell
+    shell.run_line_magic("unload_ext", "jupyter_starverse")
+
+
+@pytest.fixture
 def jp_server_config() -> dict[str, Any]:
     """Our extension on, unauthenticated access off (pytest-jupyter sends a token)."""
     return {

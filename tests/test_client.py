@@ -13,7 +13,8 @@ from jupyter_starverse.errors import BadInputError
 
 def test_info_reports_real_settings(tmp_path: Path) -> None:
     prices = tmp_path / "prices.json"
-    prices.write_text(json.dumps({"currency": "eur", "gpus": {"t4": {"on_demand": "0.3"}}, "cpu_node": {"on_demand": "0.05"}}))
+    doc = {"currency": "eur", "gpus": {"t4": {"on_demand": "0.3"}}, "cpu_node": {"on_demand": "0.05"}}
+    prices.write_text(json.dumps(doc))
     settings = Settings.from_env(
         {"STARVERSE_HOME": str(tmp_path), "STARVERSE_STORE": "memory://team", "STARVERSE_BACKEND": "kubernetes",
          "STARVERSE_MODE": "gpu", "STARVERSE_GPU_TYPE": "rtx4090", "STARVERSE_PRICES": str(prices)}

@@ -33,7 +33,9 @@ def test_bad_values_name_the_variable(name: str, value: str) -> None:
 
 
 def test_to_env_round_trips(tmp_path: Path) -> None:
-    s = Settings.from_env({"STARVERSE_HOME": str(tmp_path), "STARVERSE_CURRENCY": "usd", "STARVERSE_BACKEND": "kubernetes"})
+    s = Settings.from_env(
+        {"STARVERSE_HOME": str(tmp_path), "STARVERSE_CURRENCY": "usd", "STARVERSE_BACKEND": "kubernetes"}
+    )
     assert Settings.from_env(s.to_env()) == s
 
 

@@ -35,7 +35,9 @@ def build_parser(prog: str = "starverse") -> CommandParser:
     return parser
 
 
-def parse(argv: Sequence[str], *, prog: str = "starverse", cell: str | None = None, notebook: bool = False) -> argparse.Namespace:
+def parse(
+    argv: Sequence[str], *, prog: str = "starverse", cell: str | None = None, notebook: bool = False
+) -> argparse.Namespace:
     """Parse ``argv``; attach the cell body and the notebook flag for the command."""
     parser = build_parser(prog)
     args = parser.parse_args(list(argv))

@@ -37,7 +37,7 @@ class CommandParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message}", hint=f"usage: {self.format_usage().strip()[7:]}")
 
-    def _print_message(self, message: str, file: Any = None) -> None:  # noqa: ARG002 - argparse's signature
+    def _print_message(self, message: str, file: Any = None) -> None:
         # --help and --version print, then exit: keep the text for HelpShown instead.
         self._shown = getattr(self, "_shown", "") + message
 
@@ -82,7 +82,13 @@ def render(result: Any, *, as_json: bool) -> Iterator[str]:
         yield str(result)
 
 
-_EXIT = ((BadInputError, 2), (NotFoundError, 3), (ConflictError, 4), (PermissionDeniedError, 6), (BackendUnavailableError, 5))
+_EXIT = (
+    (BadInputError, 2),
+    (NotFoundError, 3),
+    (ConflictError, 4),
+    (PermissionDeniedError, 6),
+    (BackendUnavailableError, 5),
+)
 
 
 def exit_code_for(error: StarverseError) -> int:

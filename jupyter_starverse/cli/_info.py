@@ -10,7 +10,7 @@ from ._common import add_json_flag
 __all__ = ["register"]
 
 
-def _info(client: Starverse, args: argparse.Namespace) -> Info:  # noqa: ARG001 - command signature
+def _info(client: Starverse, args: argparse.Namespace) -> Info:
     return client.info()
 
 

@@ -152,7 +152,8 @@ class JobSpec:
         if self.world_size % model_parallel:
             raise _bad(
                 "tensor_parallel",
-                f"tensor_parallel x pipeline_parallel = {model_parallel} does not divide the world size {self.world_size}",
+                f"tensor_parallel x pipeline_parallel = {model_parallel}"
+                f" does not divide the world size {self.world_size}",
                 "choose degrees whose product divides nodes x procs_per_node",
             )
         if self.template == "tp" and self.tensor_parallel < 2:

@@ -26,8 +26,12 @@ class StarverseApp(ExtensionApp):
     backend = Enum(
         ["", *BACKENDS], default_value="", config=True, help="Default launch backend. Default: $STARVERSE_BACKEND."
     )
-    prices_file = Unicode("", config=True, help="Price table (JSON) replacing the shipped one. Default: $STARVERSE_PRICES.")
-    currency = Unicode("", config=True, help="Currency shown, overriding the price table's. Default: $STARVERSE_CURRENCY.")
+    prices_file = Unicode(
+        "", config=True, help="Price table (JSON) replacing the shipped one. Default: $STARVERSE_PRICES."
+    )
+    currency = Unicode(
+        "", config=True, help="Currency shown, overriding the price table's. Default: $STARVERSE_CURRENCY."
+    )
     namespace = Unicode("", config=True, help="Kubernetes namespace. Default: $STARVERSE_NAMESPACE.")
 
     def settings_from_config(self) -> Settings:

@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jupyter_starverse import __version__
+from jupyter_starverse.cli import main
+
+
+def _starverse(*argv: str) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).parent / "starverse"
+    return subprocess.run([str(exe), *argv], capture_output=True, text=True, env=os.environ.copy(), timeout=120)
+
+
+def test_console_script_info_json(tmp_path: Path) -> None:
+    done = _starverse("info", "--json")
+    assert done.returncode == 0, done.stderr
+    info = json.loads(done.stdout)
+    assert info["version"] == __version__
+    assert info["store"] == str(tmp_path / "sv-home" / "store")
+    assert info["mode"] == "cpu"
+
+
+def test_info_text_is_a_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split() == ["version", __version__]
+    assert "currency" in out
+
+
+def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    assert __version__ in capsys.readouterr().out
+    assert main(["--help"]) == 0
+    assert "info" in capsys.readouterr().out
+
+
+def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["frobnicate"]) == 2
+    err = capsys.readouterr().err
+    assert "invalid choice" in err and "usage:" in err
+
+
+def test_bad_environment_is_reported_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("STARVERSE_BACKEND", "slurm")
+    assert main(["info"]) == 2
+    assert "STARVERSE_BACKEND" in capsys.readouterr().err

@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from IPython.core.error import UsageError
+
+from jupyter_starverse import __version__
+from jupyter_starverse.client import Info
+
+
+def test_sv_info_returns_the_same_info(ip: Any) -> None:
+    info = ip.run_line_magic("sv", "info")
+    assert isinstance(info, Info)
+    assert info.version == __version__
+    assert info.mode == "cpu"
+
+
+def test_sv_info_displays_as_a_table(ip: Any) -> None:
+    from IPython.lib.pretty import pretty
+
+    text = pretty(ip.run_line_magic("sv", "info"))
+    assert "store" in text and __version__ in text
+
+
+def test_sv_help_lists_commands(ip: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    assert ip.run_line_magic("sv", "--help") is None
+    assert "info" in capsys.readouterr().out
+
+
+def test_sv_bad_command_is_one_clear_error(ip: Any) -> None:
+    with pytest.raises(UsageError, match="invalid choice"):
+        ip.run_line_magic("sv", "nonsense")
