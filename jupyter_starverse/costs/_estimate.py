@@ -26,6 +26,7 @@ from typing import Any
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.launch._spec import BILLING_MODES, JobSpec
 
+from ._html import line_html, table_html
 from ._money import DurationLike, billable_seconds, fmt_money, fmt_seconds, money_for
 from ._prices import PACKAGE_BILLINGS, PriceTable
 
@@ -144,6 +145,9 @@ class Estimate:
             return f"{self.low:,} - {fmt_money(self.high, self.currency)}"
         return fmt_money(self.high, self.currency)
 
+    def _repr_html_(self) -> str:
+        return line_html(self.figure, f"for {self.resources}, {fmt_seconds(self.seconds)}, {self.billing}", self.note)
+
     def __str__(self) -> str:
         head = f"{self.resources} for {fmt_seconds(self.seconds)}, {self.billing}: estimated {self.figure}"
         return f"{head}\n  {self.note}" if self.note else head
@@ -237,6 +241,14 @@ class Comparison:
             "cheapest": {"accelerator": best.resources.accelerator, "billing": best.billing, "amount": str(best.high)},
             "skipped": list(self.skipped),
         }
+
+    def _repr_html_(self) -> str:
+        best = self.cheapest
+        rows = [(r.resources.accelerator, str(r.resources.count), r.billing, r.figure) for r in self.rows]
+        caption = f"for {fmt_seconds(self.seconds)}; cheapest in bold: {best.resources} {best.billing}"
+        if self.skipped:
+            caption += "; not priced: " + ", ".join(self.skipped)
+        return table_html(("type", "count", "billing", "cost"), rows, mark=self.rows.index(best), caption=caption)
 
     def __str__(self) -> str:
         best = self.cheapest

@@ -22,6 +22,7 @@ from jupyter_starverse.launch._backend import Job
 from jupyter_starverse.launch._spec import JobSpec
 
 from ._estimate import check_billing
+from ._html import line_html
 from ._money import billable_seconds, fmt_money, fmt_seconds, money_for, parse_money
 from ._prices import PACKAGE_BILLINGS, PriceTable
 
@@ -173,6 +174,9 @@ class Cost:
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         p.text(str(self))
+
+    def _repr_html_(self) -> str:
+        return line_html(self.figure, str(self).split(" so far", 1)[1].strip(" ;"))
 
 
 def units_per_node(spec: JobSpec) -> int:

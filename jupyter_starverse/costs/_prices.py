@@ -32,6 +32,7 @@ from typing import Any
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.errors import BadInputError
 
+from ._html import table_html
 from ._money import parse_money
 
 __all__ = ["PACKAGE_BILLINGS", "GpuPrice", "Package", "PriceTable", "load_price_table", "parse_price_table"]
@@ -183,19 +184,28 @@ class PriceTable:
             "packages": {k: v.to_json() for k, v in self.packages.items()},
         }
 
-    def __str__(self) -> str:
-        rows = [("type", "unit", "on demand", "spot", *(f"{p} pkg" for p in self.packages))]
+    def _rows(self) -> list[tuple[str, ...]]:
+        rows = []
         for name in self.accelerators:
             p = self.price(name)
             spot = f"{p.spot[0]}-{p.spot[1]}" if p.spot else "-"
             pkgs = (str(p.on_demand * (1 - pkg.discount)) for pkg in self.packages.values())
             rows.append((name, "node-h" if name == "cpu" else "card-h", str(p.on_demand), spot, *pkgs))
+        return rows
+
+    def _caption(self) -> str:
+        packages = ", ".join(f"{p.name} {p.hours}h at {p.discount * 100:.0f}% off" for p in self.packages.values())
+        return f"prices in {self.currency} per hour ({self.source}); packages: {packages or 'none'}"
+
+    def _repr_html_(self) -> str:
+        header = ("type", "unit", "on demand", "spot", *(f"{p} pkg" for p in self.packages))
+        return table_html(header, self._rows(), caption=self._caption())
+
+    def __str__(self) -> str:
+        rows = [("type", "unit", "on demand", "spot", *(f"{p} pkg" for p in self.packages)), *self._rows()]
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows]
-        lines.append(
-            f"prices in {self.currency} per hour ({self.source}); packages: "
-            + ", ".join(f"{p.name} {p.hours}h at {p.discount * 100:.0f}% off" for p in self.packages.values())
-        )
+        lines.append(self._caption())
         return "\n".join(lines)
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from jupyter_starverse.errors import BadInputError, StoreError
 
+from ._html import table_html
 from ._meter import Cost
 
 __all__ = ["COST_FILE", "CostRecord", "UserTotal", "read_cost", "user_total", "write_cost"]
@@ -108,6 +109,18 @@ class UserTotal:
             "records": [r.to_json() for r in self.records],
             "unreadable": list(self.unreadable),
         }
+
+    def _repr_html_(self) -> str:
+        rows = [
+            (
+                r.cost.job_id or Path(r.path).parent.name,
+                r.cost.figure,
+                "running" if r.cost.running else "",
+                r.reason or "",
+            )
+            for r in self.records
+        ]
+        return table_html(("run", "cost", "", "stopped because"), rows, caption=str(self).splitlines()[0])
 
     def __str__(self) -> str:
         if not self.records:

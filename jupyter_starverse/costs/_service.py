@@ -17,6 +17,7 @@ from jupyter_starverse.launch._spec import JobSpec
 
 from ._cap import CapDecision, check_budget
 from ._estimate import Comparison, Estimate, Resources, check_billing, compare, estimate
+from ._html import line_html
 from ._meter import Cost, IntervalLike, intervals_of, job_cost
 from ._money import DurationLike, fmt_money, fmt_seconds, round_money
 from ._prices import PACKAGE_BILLINGS, PriceTable, load_price_table
@@ -79,6 +80,10 @@ class Preview:
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         p.text(str(self))
+
+    def _repr_html_(self) -> str:
+        head, _, rest = str(self).partition(": ")
+        return line_html(head, rest.split("\n")[0], f"warning: {self.warning}" if self.warning else "")
 
 
 def _warning(

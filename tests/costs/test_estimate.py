@@ -188,3 +188,10 @@ def test_bad_billing_and_resources(table: PriceTable) -> None:
         Resources("  ", 1)
     with pytest.raises(BadInputError, match="cannot price"):
         estimate("rtx4090", "1h", table=table)  # type: ignore[arg-type]
+
+
+def test_notebook_html_marks_the_cheapest(table: PriceTable) -> None:
+    cmp = compare(RTX32, "3d", table=table, billings=["on_demand", "daily"])
+    html = cmp._repr_html_()
+    assert '<tr style="font-weight:bold"><td>rtx4090</td><td>32</td><td>daily</td><td>2,903.04 CNY</td></tr>' in html
+    assert "<b>230.40 CNY</b>" in estimate(RTX32, "4h", table=table)._repr_html_()

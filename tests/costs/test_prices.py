@@ -146,3 +146,10 @@ def test_missing_or_unreadable_price_file(tmp_path: Path) -> None:
     folder = Settings.from_env({"STARVERSE_HOME": str(tmp_path), "STARVERSE_PRICES": str(tmp_path)})
     with pytest.raises(BadInputError, match="cannot be read"):
         load_price_table(folder)
+
+
+def test_notebook_html_is_escaped() -> None:
+    table = parse_price_table(small_doc(), source="<ops & co>")
+    html = table._repr_html_()
+    assert "&lt;ops &amp; co&gt;" in html and "<ops" not in html
+    assert "<td>t4</td><td>card-h</td><td>0.35</td><td>-</td><td>0.280</td>" in html
