@@ -9,25 +9,18 @@
     %sv mode restore [STATE] [--skip X]  # restore saved variables into this kernel
     starverse mode discard STATE         # delete a saved state
 
-In a notebook the kernel's variables are saved before anything changes. On a local
-workspace the running Jupyter server (found through its runtime file) restarts the kernel
-in the new mode and restores them; without a server the user restarts the kernel and runs
-``%sv mode restore``.
+In a notebook the kernel's variables are saved before anything changes (see
+:mod:`jupyter_starverse.modes._notebook` for what happens next).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import urllib.error
-import urllib.request
-from pathlib import Path
 from typing import Any
 
 from jupyter_starverse.client import Starverse
 from jupyter_starverse.errors import BadInputError
-from jupyter_starverse.modes import ModeStatus, RestoreReport, SwitchPlan, SwitchResult, kernel_env
+from jupyter_starverse.modes import ModeStatus, RestoreReport, SwitchPlan, SwitchResult
 
 from ._common import add_json_flag
 
@@ -109,87 +102,17 @@ def _shell() -> Any:
     return shell
 
 
-def _kernel_id() -> str | None:
-    try:
-        from ipykernel.connect import get_connection_file
-
-        name = Path(get_connection_file()).name
-    except (ImportError, RuntimeError, AttributeError):
-        return None
-    return name[len("kernel-") : -len(".json")] if name.startswith("kernel-") and name.endswith(".json") else None
-
-
 def _restore(client: Starverse, args: argparse.Namespace) -> RestoreReport:
-    from jupyter_starverse.modes import restore_namespace
+    from jupyter_starverse.modes._notebook import restore_here
 
     if not getattr(args, "notebook", False):
         raise BadInputError("restore brings variables back into a kernel", hint="run `%sv mode restore` in a notebook")
-    shell = _shell()
-    # A kernel restarted by hand kept its old environment: hide or show the GPUs for the
-    # recorded mode before anything in the restored state imports torch.
-    wanted = kernel_env(client.modes.current(), os.environ)
-    for key in set(os.environ) | set(wanted):
-        if key in ("CUDA_VISIBLE_DEVICES", "STARVERSE_PREVIOUS_CUDA_VISIBLE_DEVICES"):
-            if key in wanted:
-                os.environ[key] = wanted[key]
-            else:
-                os.environ.pop(key, None)
-    return restore_namespace(
-        shell.user_ns, home=client.settings.home, state_id=args.state, kernel_id=None, skip=tuple(args.skip)
-    )
+    return restore_here(client.modes, _shell().user_ns, state_id=args.state, skip=tuple(args.skip))
 
 
 def _switch_in_kernel(client: Starverse, args: argparse.Namespace) -> SwitchResult:
-    from jupyter_starverse.modes import save_namespace
-    from jupyter_starverse.modes._kernelstate import discard_state
+    from jupyter_starverse.modes._notebook import switch_here
 
-    service = client.modes
-    plan = service.plan(args.action, gpu_type=args.gpu_type, gpus=args.gpus, force=args.force)
-    if not plan.changes:
-        return SwitchResult(plan, None)
-    kernel_id = _kernel_id()
-    saved = save_namespace(
-        _shell().user_ns,
-        home=client.settings.home,
-        from_mode=str(plan.current),
-        to_mode=str(plan.target),
-        kernel_id=kernel_id,
+    return switch_here(
+        client.modes, _shell().user_ns, args.action, gpu_type=args.gpu_type, gpus=args.gpus, force=args.force
     )
-    try:
-        outcome = service.apply(plan)
-    except BaseException:
-        discard_state(client.settings.home, saved.id)  # nothing switched: the kernel still has everything
-        raise
-    if outcome is None or outcome.restarts_workspace:
-        message = "the workspace moves now; when it is back, run `%sv mode restore` to get the variables back"
-        return SwitchResult(plan, outcome, saved=(saved,), message=message)
-    requested = kernel_id is not None and _ask_server_to_restart(kernel_id, saved.id)
-    if requested:
-        message = f"the kernel restarts in {plan.target} mode now and gets its variables back"
-    else:
-        message = f"restart the kernel now (Kernel > Restart), then run `%sv mode restore {saved.id}`"
-    return SwitchResult(plan, outcome, saved=(saved,), message=message, restart_requested=requested)
-
-
-def _ask_server_to_restart(kernel_id: str, state_id: str) -> bool:
-    """Ask the Jupyter server that runs this kernel to restart it in the new mode and restore it."""
-    try:
-        from jupyter_server.serverapp import list_running_servers
-    except ImportError:
-        return False
-    for info in list_running_servers():
-        url, token = str(info.get("url", "")), str(info.get("token") or "")
-        if not url.startswith(("http://", "https://")) or not token:
-            continue
-        target = f"{url.rstrip('/')}/jupyter-starverse/mode/kernels/{kernel_id}"
-        body = json.dumps({"state_id": state_id}).encode()
-        req = urllib.request.Request(target, data=body, method="POST")  # noqa: S310 - scheme checked above
-        req.add_header("Authorization", f"token {token}")
-        req.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310
-                if resp.status == 202:
-                    return True
-        except (urllib.error.URLError, OSError):
-            continue  # not our kernel's server, or no starverse extension there
-    return False
