@@ -115,6 +115,9 @@ class Lease:
 
     def try_acquire(self) -> bool:
         """Take the lease if it is free or stale; never blocks."""
+        current = _read(self.path)
+        if current is not None and not current.is_stale():
+            return False  # the common case for waiters: no write at all
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self._write_temp()
         try:

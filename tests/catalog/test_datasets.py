@@ -178,3 +178,40 @@ def test_lazy_reads_fill_the_shared_cache(catalog: Catalog, files: FileServer) -
         fs.open("a.bin", "wb")
     with pytest.raises(NotFoundError):
         fs.cat("c.bin")
+
+
+def test_evict_least_recently_used_first(catalog: Catalog, tmp_path: Path) -> None:
+    for name in ("old", "new"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "x.bin").write_bytes(os.urandom(100_000))
+        catalog.add_dataset(name, str(tmp_path / name))
+        catalog.pull(name)
+    old_use = catalog.status("old").last_used
+    assert old_use is not None
+    os.utime(catalog.layout.usage_path("ds.old@1"), (old_use - 100, old_use - 100))
+    catalog.mount("new")
+    evicted = catalog.evict(max_bytes=150_000)
+    assert [s.ref for s in evicted] == ["old@1"]
+    assert catalog.status("old").state == "missing" and catalog.status("new").state == "cached"
+    assert catalog.evict(max_bytes=10**12) == []
+    with pytest.raises(BadInputError):
+        catalog.evict(max_bytes=-1)
+    # an evicted entry pulls again from its source
+    assert catalog.pull("old").state == "cached"
+
+
+@pytest.mark.parametrize("store", ["s3://bucket/store", "memory://store", "gs://b"])
+def test_object_store_url_as_store_is_refused_with_a_hint(tmp_path: Path, store: str) -> None:
+    from jupyter_starverse._settings import Settings
+
+    settings = Settings.from_env({"STARVERSE_HOME": str(tmp_path), "STARVERSE_STORE": store})
+    with pytest.raises(BadInputError, match="local or network-mounted folder") as err:
+        Catalog(settings)
+    assert "dataset sources" in str(err.value)
+
+
+def test_file_url_store(tmp_path: Path) -> None:
+    from jupyter_starverse._settings import Settings
+
+    settings = Settings.from_env({"STARVERSE_HOME": str(tmp_path), "STARVERSE_STORE": f"file://{tmp_path}/shared"})
+    assert Catalog(settings).root == tmp_path / "shared"

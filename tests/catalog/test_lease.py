@@ -59,3 +59,37 @@ def test_garbage_lease_file_is_eventually_stale(tmp_path: Path) -> None:
     old = time.time() - 10
     os.utime(path, (old, old))
     assert Lease(path, ttl=30).try_acquire()
+
+
+RACER = """
+import sys, time
+from pathlib import Path
+from jupyter_starverse.catalog._lease import Lease
+path, go = Path(sys.argv[1]), Path(sys.argv[2])
+lease = Lease(path, ttl=30)
+Path(f"{go}.ready.{__import__('os').getpid()}").touch()
+while not go.exists():
+    pass
+won = lease.try_acquire()
+time.sleep(0.5)
+print(int(won and lease.renew()))
+"""
+
+
+def test_many_processes_taking_over_one_stale_lease_leave_one_holder(tmp_path: Path) -> None:
+    path, go = tmp_path / "x.lease", tmp_path / "go"
+    path.write_text(
+        json.dumps({"token": "dead", "host": "elsewhere", "pid": 1, "renewed_at": time.time() - 100, "ttl": 30})
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", RACER, str(path), str(go)], env=env, stdout=subprocess.PIPE, text=True)
+        for _ in range(8)
+    ]
+    while len(list(tmp_path.glob("go.ready.*"))) < 8:
+        time.sleep(0.02)
+    go.touch()
+    holders = sum(int(p.communicate(timeout=60)[0].strip()) for p in procs)
+    assert holders == 1
+    assert json.loads(path.read_text())["token"] != "dead"
