@@ -24,20 +24,40 @@ from jupyter_starverse.launch.templates import (
 
 def test_torchrun_argv_is_an_argv_list_with_c10d_on_loopback() -> None:
     argv = torchrun_argv(
-        nnodes=2, nproc_per_node=3, rdzv_endpoint="127.0.0.1:2900", run_id="j", entry=["x.py", "--lr", "1; rm -rf /"],
-        max_restarts=2, local_addr="127.0.0.1", rdzv_conf={"is_host": "false"},
-    )  # fmt: skip
+        nnodes=2,
+        nproc_per_node=3,
+        rdzv_endpoint="127.0.0.1:2900",
+        run_id="j",
+        entry=["x.py", "--lr", "1; rm -rf /"],
+        max_restarts=2,
+        local_addr="127.0.0.1",
+        rdzv_conf={"is_host": "false"},
+    )
     assert argv[1:3] == ["-m", "torch.distributed.run"]
-    for flag in ("--nnodes=2", "--nproc-per-node=3", "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:2900",
-                 "--max-restarts=2", "--local-addr=127.0.0.1", "--rdzv-conf=is_host=false"):  # fmt: skip
+    for flag in (
+        "--nnodes=2",
+        "--nproc-per-node=3",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=127.0.0.1:2900",
+        "--max-restarts=2",
+        "--local-addr=127.0.0.1",
+        "--rdzv-conf=is_host=false",
+    ):
         assert flag in argv
     assert argv[-3:] == ["x.py", "--lr", "1; rm -rf /"]  # user text stays one argument, never a shell string
 
 
 def test_job_env_has_everything_a_process_needs() -> None:
     spec = JobSpec(name="t", script="x.py", steps=50, checkpoint_every=10, env={"MY_FLAG": "1"})
-    env = job_env(spec, job_id="t-1", run_dir="/r", checkpoint_dir="/r/checkpoints", store="/s", hf_cache="/s/hf",
-                  mounts={"data": "/s/data/1"})  # fmt: skip
+    env = job_env(
+        spec,
+        job_id="t-1",
+        run_dir="/r",
+        checkpoint_dir="/r/checkpoints",
+        store="/s",
+        hf_cache="/s/hf",
+        mounts={"data": "/s/data/1"},
+    )
     assert env["STARVERSE_EXPERIMENT_DIR"] == "/r"
     assert env["STARVERSE_STORE"] == "/s"
     assert env["HF_HUB_CACHE"] == "/s/hf" and env["HF_HUB_OFFLINE"] == "1"
@@ -67,8 +87,15 @@ def test_dry_run_renders_every_node_and_starts_nothing(settings: Settings) -> No
 
 @pytest.mark.parametrize("template", ["tp", "pp"])
 def test_gpu_templates_on_cpu_say_so_and_name_the_cpu_path(template: str) -> None:
-    spec = JobSpec(name="m", script="x.py", nodes=1, procs_per_node=4, template=template,
-                   tensor_parallel=2 if template == "tp" else 1, pipeline_parallel=2 if template == "pp" else 1)  # fmt: skip
+    spec = JobSpec(
+        name="m",
+        script="x.py",
+        nodes=1,
+        procs_per_node=4,
+        template=template,
+        tensor_parallel=2 if template == "tp" else 1,
+        pipeline_parallel=2 if template == "pp" else 1,
+    )
     with pytest.raises(BadInputError, match="needs GPUs") as err:
         check_template(spec)
     assert err.value.hint and "ddp" in err.value.hint and "fsdp" in err.value.hint
@@ -82,9 +109,19 @@ def test_frameworks_need_gpus(framework: str) -> None:
 
 
 def test_megatron_and_deepspeed_arguments() -> None:
-    spec = JobSpec(name="m", script="pretrain_gpt.py", nodes=2, procs_per_node=8, accelerator="a100-80g",
-                   template="tp", tensor_parallel=4, pipeline_parallel=2, framework="megatron", steps=1000,
-                   checkpoint_every=100)  # fmt: skip
+    spec = JobSpec(
+        name="m",
+        script="pretrain_gpt.py",
+        nodes=2,
+        procs_per_node=8,
+        accelerator="a100-80g",
+        template="tp",
+        tensor_parallel=4,
+        pipeline_parallel=2,
+        framework="megatron",
+        steps=1000,
+        checkpoint_every=100,
+    )
     args = megatron_args(spec, checkpoint_dir="/c", tensorboard_dir="/t")
 
     def value(flag: str) -> str:
