@@ -163,3 +163,12 @@ def test_magic_returns_the_objects() -> None:
     assert isinstance(cmp, Comparison) and cmp.cheapest.billing == "spot"
     with pytest.raises(UsageError, match="no price for GPU type"):
         ip.run_line_magic("sv", "cost estimate --gpu v100 --hours 1")
+
+
+def test_job_meter(capsys: pytest.CaptureFixture[str]) -> None:
+    from .test_server import _finished_run
+
+    _finished_run(Settings.from_env().experiments, "exp-2", budget="7.40")
+    code, out, _ = _run(capsys, "cost", "job", "exp-2")
+    assert code == 0
+    assert out.strip() == "7.40 CNY so far (4h6m40s card-time, on_demand at 1.8 CNY/card-h); budget 7.40 CNY reached"

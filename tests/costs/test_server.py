@@ -131,3 +131,39 @@ class TestMalformedPriceFile:
         code, body = await _error(jp_fetch, "prices")
         assert code == 400
         assert "cpu_node" in body["message"] and body["hint"]
+
+
+def _finished_run(experiments: Path, job_id: str, *, budget: str | None = None) -> None:
+    """A finished local run folder: 2 nodes x 4 rtx4090 cards, node 0 relaunched once."""
+    from jupyter_starverse.experiments import ExperimentPaths, NodeRecord, RunStatus, write_json, write_status
+    from jupyter_starverse.launch import JobSpec
+
+    run = ExperimentPaths.of(experiments, "exp").run(job_id)
+    run.make()
+    spec = JobSpec(name="exp", script="t.py", nodes=2, procs_per_node=4, accelerator="rtx4090", budget=budget)
+    write_json(run.spec, spec.to_json())
+    t0 = 1_796_000_000.0
+    nodes = (
+        NodeRecord(0, "cancelled", started=t0, finished=t0 + 1900, launches=((t0, t0 + 100), (t0 + 100, t0 + 1900))),
+        NodeRecord(1, "cancelled", started=t0, finished=t0 + 1800, launches=((t0, t0 + 1800),)),
+    )
+    write_status(
+        run,
+        RunStatus(
+            job_id=job_id,
+            state="cancelled",
+            created=t0,
+            started=t0,
+            finished=t0 + 1900,
+            reason="cancelled",
+            nodes=nodes,
+        ),
+    )
+
+
+async def test_job_meter(jp_fetch: Any, tmp_path: Path) -> None:
+    _finished_run(tmp_path / "sv-home" / "experiments", "exp-1")
+    data = await _get(jp_fetch, "jobs", "exp-1")
+    # (1900 + 1800) s x 4 cards x 1.8 / 3600 = 7.40
+    assert (data["amount"], data["currency"], data["running"]) == ("7.40", "CNY", False)
+    assert [n["seconds"] for n in data["nodes"]] == [1900, 1800]
