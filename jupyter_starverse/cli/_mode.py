@@ -7,6 +7,7 @@
     starverse mode gpu --gpu h100-80g    # switch (Kubernetes: patch the workspace; Hub: profile)
     %sv mode cpu                         # in a notebook: save variables, switch, restart, restore
     %sv mode restore [STATE] [--skip X]  # restore saved variables into this kernel
+    %sv mode --widget                    # the GPU/CPU toggle
     starverse mode discard STATE         # delete a saved state
 
 In a notebook the kernel's variables are saved before anything changes (see
@@ -20,7 +21,7 @@ from typing import Any
 
 from jupyter_starverse.client import Starverse
 from jupyter_starverse.errors import BadInputError
-from jupyter_starverse.modes import ModeStatus, RestoreReport, SwitchPlan, SwitchResult
+from jupyter_starverse.modes import RestoreReport, SwitchResult
 
 from ._common import add_json_flag
 
@@ -53,16 +54,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--force", action="store_true", help="switch even while a pull is running")
     p.add_argument("--dry-run", action="store_true", help="show what would change and the price; change nothing")
     p.add_argument("--skip", action="append", default=[], metavar="NAME", help="restore: leave this variable out")
+    p.add_argument("--widget", action="store_true", help="in a notebook: show the GPU/CPU toggle")
     add_json_flag(p)
     p.set_defaults(run=_mode)
 
 
-def _mode(client: Starverse, args: argparse.Namespace) -> ModeStatus | SwitchPlan | SwitchResult | RestoreReport | str:
+def _mode(client: Starverse, args: argparse.Namespace) -> object:
     action = args.action
     if action in ("cpu", "gpu") and args.state:
         raise BadInputError(f"unexpected argument {args.state!r}", hint="usage: mode cpu|gpu [--gpu TYPE]")
     if action in ("cpu", "gpu") and args.skip:
         raise BadInputError("--skip only goes with restore", field="skip")
+    if action is None and args.widget:
+        if not getattr(args, "notebook", False):
+            raise BadInputError("--widget shows a toggle in a notebook", hint="run `%sv mode --widget` in a cell")
+        from jupyter_starverse.widgets.mode import ModeToggle
+
+        return ModeToggle(client)
     if action is None:
         return client.modes.status()
     if action == "discard":

@@ -46,6 +46,8 @@ def test_cli_shows_plans_and_switches(capsys: pytest.CaptureFixture[str], monkey
     assert code == 2 and "which saved state" in err
     code, out, err = _cli(capsys, "mode", "discard", "20260101-000000-deadbeef")
     assert code == 3 and "no saved state" in err
+    code, out, err = _cli(capsys, "mode", "--widget")
+    assert code == 2 and "%sv mode --widget" in err
     code, out, err = _cli(capsys, "mode", "gpu", "--gpus", "0")
     assert code == 2 and "at least 1" in err
 
@@ -90,6 +92,8 @@ def test_magic_saves_switches_and_restores_after_a_restart(tmp_path: Path) -> No
             assert "log: open file handle" in out["stdout"]
             assert lines[-1] == "42 ''"  # value back, GPUs hidden for CPU mode
 
+            out = await run_cell(km, "_w = %sv mode --widget\nprint(type(_w).__name__, _w.kind.value)")
+            assert out["stdout"].strip() == "ModeToggle cpu"
             out = await run_cell(km, "%sv mode restore")
             assert out["status"] == "error" and "no saved kernel state" in str(out["error"])
 
