@@ -11,10 +11,12 @@ from decimal import Decimal
 
 from jupyter_starverse.client import Starverse
 from jupyter_starverse.errors import BadInputError
+from jupyter_starverse.experiments import ExperimentPaths, plan_resume
 from jupyter_starverse.launch import TEMPLATES, JobSpec
 from jupyter_starverse.widgets._handle import JobHandle
 
 from ._common import add_json_flag
+from ._launch import LaunchPreview
 
 __all__ = ["register", "spec_from_args"]
 
@@ -48,7 +50,7 @@ def spec_from_args(args: argparse.Namespace, code: str) -> JobSpec:
     )
 
 
-def _train(client: Starverse, args: argparse.Namespace) -> JobHandle | str:
+def _train(client: Starverse, args: argparse.Namespace) -> JobHandle | LaunchPreview:
     code = args.cell
     if code is None:
         raise BadInputError(
@@ -71,7 +73,11 @@ def _train(client: Starverse, args: argparse.Namespace) -> JobHandle | str:
     spec = spec_from_args(args, code)
     backend = client.backend(args.backend)
     if args.dry_run:
-        return backend.render(spec, output="yaml")
+        resume = None
+        if spec.resume:
+            exp = ExperimentPaths.of(client.settings.experiments, spec.experiment_name)
+            resume = plan_resume(exp.root, new_world_size=spec.world_size)
+        return LaunchPreview("yaml", backend.render(spec, output="yaml"), resume)
     job = backend.submit(spec)
     return JobHandle(client, job.id, backend=job.backend)
 
@@ -97,7 +103,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--max-restarts", type=int, default=0, help="worker group restarts on failure")
     p.add_argument("--checkpoint-every", type=int, default=None, metavar="STEPS", help="steps between checkpoints")
     p.add_argument("--env", action="append", type=_env_pair, default=[], metavar="KEY=VALUE", help="extra environment")
-    p.add_argument("--dry-run", action="store_true", help="print what would run, start nothing")
+    p.add_argument(
+        "--dry-run", action="store_true", help="print what would run (and the resume plan), start nothing"
+    )
     p.add_argument("script_args", nargs="*", metavar="ARG", help="arguments passed to the script")
     add_json_flag(p)
     p.set_defaults(run=_train)

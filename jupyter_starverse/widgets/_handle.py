@@ -8,7 +8,6 @@ good as the one made at launch. Displaying it shows the live monitor.
 from __future__ import annotations
 
 import collections
-import functools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +20,7 @@ from ._progress import JobProgress, RankRecord, summarize
 
 if TYPE_CHECKING:
     from jupyter_starverse.client import Starverse
-    from jupyter_starverse.costs import Cost, CostService
+    from jupyter_starverse.costs import Cost
     from jupyter_starverse.launch import LaunchBackend
 
     from .monitor import JobMonitor
@@ -110,15 +109,9 @@ class JobHandle:
         """What the job cost so far; a sentence saying why when it cannot be priced."""
         job = job if job is not None else self.job
         try:
-            return self._costs.meter(job)
+            return self.client.costs.meter(job)
         except BadInputError as e:  # e.g. a GPU type missing from the price table
             return f"not priced: {e}"
-
-    @functools.cached_property
-    def _costs(self) -> CostService:
-        from jupyter_starverse.costs import CostService
-
-        return CostService(self.client.settings, table=self.client.prices)
 
     def tail(self, lines: int = 20, *, rank: int | None = None) -> list[LogLine]:
         """The last log lines: ``lines`` shared among the ranks, plus the last 2 of each node agent.

@@ -130,6 +130,11 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
         if start:
             self.start()
 
+    def __repr__(self) -> str:
+        # the text/plain fallback of the widget output, shown where the widget cannot be
+        # (a saved notebook reopened after a kernel restart, nbviewer, a terminal)
+        return f"job {self.handle.id}: jupyter_starverse.attach({self.handle.id!r})"
+
     # -- polling -----------------------------------------------------------------------
     def refresh(self) -> JobProgress:
         """Poll once: read the job, its metrics and log tail, update every child widget."""
@@ -245,7 +250,8 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
 
     def close(self) -> None:
         """Stop polling and close every child widget."""
-        self.stop()
+        if "_stop" in self.__dict__:  # ipywidgets also calls close() on half-built widgets
+            self.stop()
         for child in self.children:
             if isinstance(child, widgets.Box):
                 for inner in child.children:

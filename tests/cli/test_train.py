@@ -70,10 +70,21 @@ def test_nonsense_topology_is_refused(client: Starverse) -> None:
 
 def test_dry_run_renders_and_starts_nothing(client: Starverse) -> None:
     args = parse(["train", "--nodes", "2", "--steps", "5", "--dry-run"], cell="print(1)", notebook=True)
-    text = args.run(client, args)
-    assert isinstance(text, str)
+    preview = args.run(client, args)
+    assert preview.resume is None
+    text = str(preview)
     assert "- index: 0" in text and "- index: 1" in text  # one agent per node
     assert "STARVERSE_STEPS: '5'" in text
+    assert client.jobs() == []
+
+
+def test_dry_run_of_a_resume_prints_the_plan(client: Starverse) -> None:
+    args = parse(["train", "--experiment", "e1", "--resume", "--procs", "2", "--dry-run"], cell="print(1)",
+                 notebook=True)
+    preview = args.run(client, args)
+    assert preview.resume is not None and preview.resume.new_world_size == 2
+    assert preview.resume.checkpoint is None  # nothing to resume from yet: it starts at step 0
+    assert str(preview).startswith("# ")
     assert client.jobs() == []
 
 

@@ -75,3 +75,12 @@ def test_monitor_polls_a_running_job_and_its_cancel_button_stops_it(settings: Se
     # no worker left behind
     _until(lambda: not Path(f"/proc/{pid}").exists(), timeout=30)
     monitor.close()
+
+
+def test_saved_output_says_how_to_reattach(settings: Settings) -> None:
+    handle = quick_job(settings)
+    monitor = handle.monitor(start=False)
+    bundle = monitor._repr_mimebundle_()
+    assert bundle["text/plain"] == f"job {handle.id}: jupyter_starverse.attach({handle.id!r})"
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    monitor.close()

@@ -76,7 +76,11 @@ def test_cost_text_passed_through() -> None:
 def test_cost_from_the_meter(settings) -> None:
     from jupyter_starverse.costs import CostService, intervals_of
 
+    import dataclasses
+
     job = _job(JobState.SUCCEEDED, finished=1010.0 + 3600)
+    nodes = tuple(dataclasses.replace(n, started=1010.0, finished=1010.0 + 3600) for n in job.nodes)
+    job = dataclasses.replace(job, nodes=nodes)
     service = CostService(settings)
     cost = service.meter(job, now=job.finished)
     p = summarize(job, [], cost=cost)
