@@ -107,3 +107,51 @@ async def test_kernel_restart_request_restores_a_saved_state(jp_fetch: Any, jp_s
         assert code == 404 and "no running kernel" in err["message"]
     finally:
         await mkm.shutdown_kernel(kid, now=True)
+
+
+async def test_magic_in_a_server_kernel_is_restarted_and_restored_by_the_server(
+    jp_fetch: Any, jp_serverapp: Any, jp_runtime_dir: Any
+) -> None:
+    """The JupyterLab path: `%sv mode` saves, the server restarts the kernel in the new mode and restores."""
+    import asyncio
+
+    from jupyter_starverse._settings import Settings
+
+    jp_serverapp.write_server_info_file()  # what a real server does at start: the kernel finds it
+    mkm = jp_serverapp.kernel_manager
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", JUPYTER_RUNTIME_DIR=str(jp_runtime_dir))
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    kid = await mkm.start_kernel(kernel_name="python3", env=env)
+    km = mkm.get_kernel(kid)
+    home = Settings.from_env().home
+    try:
+        pid = (await run_cell(km, "import os\nprint(os.getpid())"))["stdout"].strip()
+        cell = (
+            "%load_ext jupyter_starverse\nx = 42\n_r = %sv mode gpu --gpu l40s\n"
+            "print(_r.restart_requested, _r.message)"
+        )
+        out = await run_cell(km, cell)
+        assert out["status"] == "ok", out["error"]
+        assert out["stdout"].startswith("True the kernel restarts in gpu (1 x l40s) mode now")
+        for _ in range(600):  # the server waits for the cell to end, restarts and restores
+            reports = list((home / "modes" / "reports").glob("*.json"))
+            if reports and not any((home / "modes" / "saved").iterdir()):
+                break
+            await asyncio.sleep(0.1)
+        out = await run_cell(km, "import os\nprint(x, os.getpid())")
+        value, new_pid = out["stdout"].split()
+        assert value == "42" and new_pid != pid  # the value is back, in a new kernel process
+
+        out = await run_cell(km, "%load_ext jupyter_starverse\n_r = %sv mode cpu\nprint(_r.restart_requested)")
+        assert out["stdout"].strip() == "True"
+        for _ in range(600):
+            if len(list((home / "modes" / "reports").glob("*.json"))) == 2 and not any(
+                (home / "modes" / "saved").iterdir()
+            ):
+                break
+            await asyncio.sleep(0.1)
+        out = await run_cell(km, "import os\nprint(x, repr(os.environ['CUDA_VISIBLE_DEVICES']))")
+        assert out["stdout"].strip() == "42 ''"  # restarted by the server with the GPUs hidden
+    finally:
+        await mkm.shutdown_kernel(kid, now=True)
+        jp_serverapp.remove_server_info_file()
