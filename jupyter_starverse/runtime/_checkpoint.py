@@ -22,6 +22,12 @@ from ._env import job_env
 __all__ = ["find_resume_checkpoint", "load_latest", "save_checkpoint"]
 
 
+def _distributed() -> bool:
+    import torch.distributed as dist
+
+    return bool(dist.is_available() and dist.is_initialized())
+
+
 def _state(model: Any, optimizer: Any) -> tuple[dict[str, Any], Any]:
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
@@ -47,7 +53,7 @@ def save_checkpoint(step: int, *, model: Any, optimizer: Any = None, keep: int =
         root.mkdir(parents=True, exist_ok=True)
     barrier()
     state, _ = _state(model, optimizer)
-    dcp_save(state, checkpoint_id=str(tmp))
+    dcp_save(state, checkpoint_id=str(tmp), no_dist=not _distributed())
     barrier()
     if ctx.rank == 0:
         meta = {"step": int(step), "world_size": ctx.world_size, "time": time.time(), "job_id": env.job_id, **extra}
@@ -89,7 +95,7 @@ def load_latest(*, model: Any, optimizer: Any = None) -> int:
         return 0
     init()
     state, optims = _state(model, optimizer)
-    dcp_load(state, checkpoint_id=str(ckpt.path))
+    dcp_load(state, checkpoint_id=str(ckpt.path), no_dist=not _distributed())
     set_state_dict(model, optims, model_state_dict=state["model"], optim_state_dict=state.get("optim", {}))
     print(f"resumed from {ckpt.path.name} (step {ckpt.step}, written by world size {ckpt.world_size})", flush=True)
     return ckpt.step + 1
