@@ -40,6 +40,7 @@ __all__ = ["main", "root_cause"]
 POLL_S = 0.2
 BUDGET_EVERY_S = 2.0
 STOP_GRACE_S = 30.0
+BUDGET_GRACE_S = 25.0  # the runtime exits at most 25 s after SIGTERM, checkpoint included
 _STRIP_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -164,9 +165,13 @@ class _Supervisor:
                 f"node {index} failed ({reason})" + (f"; first error: {cause}" if cause else ""), "failed"
             )
 
-    def check_budget(self) -> None:
-        """The budget cap: stop gracefully (SIGTERM, so the runtime checkpoints) at the cap."""
-        if time.monotonic() < self._next_budget:
+    def check_budget(self, *, final: bool = False) -> None:
+        """Meter the cost into ``cost.json``; at the cap stop gracefully (SIGTERM: the runtime checkpoints).
+
+        The decision looks ``BUDGET_EVERY_S + BUDGET_GRACE_S`` ahead: the time a stop takes
+        (SIGTERM, checkpoint, exit) is still billed, so the job is stopped that much earlier.
+        """
+        if not final and time.monotonic() < self._next_budget:
             return
         self._next_budget = time.monotonic() + BUDGET_EVERY_S
         try:
@@ -177,17 +182,18 @@ class _Supervisor:
                 node_intervals(self.status),
                 load_price_table(self.settings),
                 now=time.time(),
-                grace=BUDGET_EVERY_S + 10.0,
+                grace=0.0 if final else BUDGET_EVERY_S + BUDGET_GRACE_S,
                 job_id=self.plan.job_id,
                 user=self.settings.user,
             )
-            write_cost(self.run.root, decision.cost, reason=decision.reason)
+            # the final reading keeps the reason recorded when the cap stopped the job
+            write_cost(self.run.root, decision.cost, reason=None if final else decision.reason)
         except Exception as e:
             print(f"cost meter: {e}", file=sys.stderr, flush=True)
             self._next_budget = time.monotonic() + 60.0  # costs: retry an unreadable price each minute, not each poll
             return
         self.status = replace(self.status, cost=str(decision.cost.amount))
-        if decision.stop and decision.reason:
+        if decision.stop and decision.reason and not final:
             self.request_stop(decision.reason, "cancelled")
 
     def stop_all(self) -> None:
@@ -247,8 +253,7 @@ class _Supervisor:
             code = n.exit_code if n.exit_code is not None else (proc.returncode if proc else None)
             nodes.append(replace(n, state=state, exit_code=code, finished=n.finished or now, launches=launches))
         self.status = replace(self.status, nodes=tuple(nodes))
-        self._next_budget = 0.0  # costs: the final meter reading of every job, budget or not
-        self.check_budget()
+        self.check_budget(final=True)  # costs: the final meter reading of every job, budget or not
         state = self.stop_state if self.stop_reason else "succeeded"
         self.save(state=state, finished=now, reason=self.stop_reason)
         for log in self.logs.values():
