@@ -81,6 +81,18 @@ def _mode(client: Starverse, args: argparse.Namespace) -> object:
         return client.modes.plan(action, gpu_type=args.gpu_type, gpus=args.gpus, force=args.force)
     if getattr(args, "notebook", False):
         return _switch_in_kernel(client, args)
+    from jupyter_starverse.modes._notebook import switch_via_server
+
+    # The Jupyter server owns the kernels: let it save and restore them.
+    remote = switch_via_server(
+        action,
+        experiments=str(client.settings.experiments),
+        gpu_type=args.gpu_type,
+        gpus=args.gpus,
+        force=args.force,
+    )
+    if remote is not None:
+        return remote
     result = client.modes.switch(action, gpu_type=args.gpu_type, gpus=args.gpus, force=args.force)
     if result.outcome is not None and not result.outcome.restarts_workspace:
         return SwitchResult(

@@ -1,4 +1,8 @@
-"""Switch from inside a kernel (``%sv mode``, the toggle widget): save, switch, restart, restore.
+"""Switch through the Jupyter front: from inside a kernel, or by asking the running server.
+
+``switch_here`` (``%sv mode``, the toggle widget): save, switch, restart, restore.
+``switch_via_server`` (``starverse mode`` in a terminal): the server owns the kernels, so
+it saves and restores them; a switch made without it would lose their variables.
 
 The kernel saves its own namespace (it cannot be asked to while it runs the cell that asks),
 the workspace is switched, and then:
@@ -16,9 +20,19 @@ import json
 import os
 import urllib.error
 import urllib.request
-from collections.abc import MutableMapping
+from collections.abc import Iterator, MutableMapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from jupyter_starverse.errors import (
+    BackendUnavailableError,
+    BadInputError,
+    ConflictError,
+    NotFoundError,
+    PermissionDeniedError,
+    StarverseError,
+)
 
 from ._kernelstate import RestoreReport, discard_state, restore_namespace, save_namespace
 from ._plan import SwitchResult
@@ -27,7 +41,7 @@ from ._switch import PREVIOUS_CUDA_ENV, kernel_env
 if TYPE_CHECKING:
     from ._state import ModeService
 
-__all__ = ["kernel_id", "restore_here", "switch_here"]
+__all__ = ["ServerSwitch", "kernel_id", "restore_here", "switch_here", "switch_via_server"]
 
 
 def kernel_id() -> str | None:
@@ -92,25 +106,112 @@ def restore_here(
     return restore_namespace(namespace, home=service.settings.home, state_id=state_id, skip=skip)
 
 
-def _ask_server_to_restart(kid: str, state_id: str) -> bool:
-    """Ask the Jupyter server that runs kernel ``kid`` to restart it in the new mode and restore it."""
+def _servers() -> Iterator[tuple[str, str]]:
+    """``(url, token)`` of the Jupyter servers of this user on this machine."""
     try:
         from jupyter_server.serverapp import list_running_servers
     except ImportError:
-        return False
+        return
     for info in list_running_servers():
         url, token = str(info.get("url", "")), str(info.get("token") or "")
-        if not url.startswith(("http://", "https://")) or not token:
-            continue
-        target = f"{url.rstrip('/')}/jupyter-starverse/mode/kernels/{kid}"
-        body = json.dumps({"state_id": state_id}).encode()
-        req = urllib.request.Request(target, data=body, method="POST")  # noqa: S310 - scheme checked above
-        req.add_header("Authorization", f"token {token}")
-        req.add_header("Content-Type", "application/json")
+        if url.startswith(("http://", "https://")) and token:
+            yield url.rstrip("/"), token
+
+
+def _call(url: str, token: str, method: str, body: Any, *, timeout: float) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method)  # noqa: S310 - http(s) only
+    req.add_header("Authorization", f"token {token}")
+    req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310
+            raw = resp.read()
+            return resp.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as e:
+        raw = e.read()
         try:
-            with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310
-                if resp.status == 202:
-                    return True
+            return e.code, json.loads(raw)
+        except ValueError:
+            return e.code, None
+
+
+def _ask_server_to_restart(kid: str, state_id: str) -> bool:
+    """Ask the Jupyter server that runs kernel ``kid`` to restart it in the new mode and restore it."""
+    for url, token in _servers():
+        try:
+            code, _ = _call(f"{url}/jupyter-starverse/mode/kernels/{kid}", token, "POST", {"state_id": state_id},
+                            timeout=10)
         except (urllib.error.URLError, OSError):
-            continue  # not this kernel's server, or no starverse extension there
+            continue
+        if code == 202:
+            return True
     return False
+
+
+@dataclass(frozen=True)
+class ServerSwitch:
+    """A switch the running Jupyter server made (it saved and restored its kernels)."""
+
+    server: str
+    result: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return self.result
+
+    def __str__(self) -> str:
+        mode = self.result.get("mode") or {}
+        label = "cpu" if mode.get("kind") == "cpu" else f"gpu ({mode.get('gpus')} x {mode.get('gpu_type')})"
+        price = self.result.get("price") or {}
+        lines = [
+            f"switched to {label} through the Jupyter server at {self.server}; "
+            f"price difference {price.get('difference_per_hour')} {price.get('currency', '')}/h"
+        ]
+        for k in self.result.get("kernels", []):
+            restored = ", ".join((k.get("restore") or {}).get("restored", [])) or "-"
+            lost = ", ".join(f"{n} ({why})" for n, why in (k.get("saved") or {}).get("not_kept", {}).items())
+            lines.append(f"kernel {k.get('kernel_id')}: restored {restored}" + (f"; not kept: {lost}" if lost else ""))
+            if k.get("error"):
+                lines.append(f"  error: {k['error']}")
+        if self.result.get("message"):
+            lines.append(str(self.result["message"]))
+        return "\n".join(lines)
+
+
+_ERRORS: dict[int, type[StarverseError]] = {
+    400: BadInputError,
+    403: PermissionDeniedError,
+    404: NotFoundError,
+    409: ConflictError,
+    503: BackendUnavailableError,
+}
+
+
+def switch_via_server(
+    kind: str,
+    *,
+    experiments: str,
+    gpu_type: str | None = None,
+    gpus: int | None = None,
+    force: bool = False,
+    timeout: float = 600.0,
+) -> ServerSwitch | None:
+    """Let the running Jupyter server switch (it saves and restores its kernels); None if there is none.
+
+    Only a server of the same workspace is asked: one whose experiments root is ``experiments``.
+    """
+    body = {"kind": kind, "gpu_type": gpu_type, "gpus": gpus, "force": force}
+    for url, token in _servers():
+        try:
+            code, info = _call(f"{url}/jupyter-starverse/info", token, "GET", None, timeout=10)
+            if code != 200 or not isinstance(info, dict) or info.get("experiments") != experiments:
+                continue
+            code, reply = _call(f"{url}/jupyter-starverse/mode", token, "PUT", body, timeout=timeout)
+        except (urllib.error.URLError, OSError):
+            continue
+        if code == 200 and isinstance(reply, dict):
+            return ServerSwitch(url, reply)
+        if isinstance(reply, dict) and "message" in reply:
+            cls = _ERRORS.get(code, StarverseError)
+            raise cls(f"{reply['message']} (server {url})", hint=reply.get("hint"))
+        # no starverse extension on that server: try the next one
+    return None

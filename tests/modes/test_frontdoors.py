@@ -22,8 +22,11 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
     return code, out.out, out.err
 
 
-def test_cli_shows_plans_and_switches(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_shows_plans_and_switches(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("STARVERSE_WORKSPACE", "local")
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))  # no Jupyter server runs
     code, out, _ = _cli(capsys, "mode", "--json")
     assert code == 0 and json.loads(out)["mode"]["kind"] == "cpu"
     code, out, _ = _cli(capsys, "mode", "gpu", "--gpu", "rtx4090", "--gpus", "2", "--dry-run", "--json")

@@ -155,3 +155,42 @@ async def test_magic_in_a_server_kernel_is_restarted_and_restored_by_the_server(
     finally:
         await mkm.shutdown_kernel(kid, now=True)
         jp_serverapp.remove_server_info_file()
+
+
+async def test_cli_lets_the_running_server_switch_and_keep_kernel_variables(
+    jp_fetch: Any,
+    jp_serverapp: Any,
+    jp_runtime_dir: Any,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`starverse mode` in a terminal: the server saves, switches and restores its kernels.
+
+    (``jp_fetch`` makes pytest-jupyter serve HTTP on the port the server's info file names.)
+    """
+    import asyncio
+
+    from jupyter_starverse.cli import main
+
+    jp_serverapp.write_server_info_file()
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(jp_runtime_dir))
+    mkm = jp_serverapp.kernel_manager
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    kid = await mkm.start_kernel(kernel_name="python3", env=env)
+    km = mkm.get_kernel(kid)
+    try:
+        assert (await run_cell(km, "x = 42"))["status"] == "ok"
+        capsys.readouterr()
+        code = await asyncio.to_thread(main, ["mode", "gpu", "--gpu", "rtx4090"])
+        out = capsys.readouterr().out
+        assert code == 0, out
+        assert "switched to gpu (1 x rtx4090) through the Jupyter server" in out and "1.7 CNY/h" in out
+        assert f"kernel {kid}: restored x" in out
+        assert (await run_cell(km, "print(x)"))["stdout"].strip() == "42"
+
+        code = await asyncio.to_thread(main, ["mode", "gpu", "--gpu", "b300"])
+        err = capsys.readouterr().err
+        assert code == 2 and "no price for GPU type 'b300'" in err and "(server http" in err
+    finally:
+        await mkm.shutdown_kernel(kid, now=True)
+        jp_serverapp.remove_server_info_file()
