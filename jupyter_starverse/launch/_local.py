@@ -242,21 +242,22 @@ class LocalBackend(LaunchBackend):
                 pass_fds=(fd,),
                 start_new_session=True,
             )
-        status = read_status(run)
-        if status is not None and status.supervisor_pid is None:
-            # the supervisor writes its own pid too; record it now so get() can tell it died
-            write_status(run, replace(status, supervisor_pid=proc.pid))
+        # status.json belongs to the supervisor from now on; its pid goes into a file of its own
+        write_json(run.root / "supervisor.json", {"pid": proc.pid, "started": time.time()})
         _reap_later(proc)
 
     # -- reading ------------------------------------------------------------------
     def _job(self, run: RunPaths) -> Job:
         spec = JobSpec.from_json(read_json(run.spec))
         status = read_status(run) or RunStatus(job_id=run.job_id)
+        if not status.finished_state and not _is_supervisor(_supervisor_pid(run, status), run):
+            status = read_status(run) or status  # it may have finished between the two reads
+            if not status.finished_state:
+                why = "the job's supervisor process died; its processes were stopped"
+                stop_pids(job_processes(run.job_id, pid_dir=run.pids), grace=2.0)
+                status = replace(status, state="failed", reason=why, finished=time.time())
+                write_status(run, status)
         state, reason = status.state, status.reason
-        if not status.finished_state and status.supervisor_pid and not _is_supervisor(status.supervisor_pid, run):
-            state, reason = "failed", "the job's supervisor process died; its processes were stopped"
-            stop_pids(job_processes(run.job_id, pid_dir=run.pids), grace=2.0)
-            write_status(run, replace(status, state=state, reason=reason, finished=time.time()))
         nodes = tuple(
             NodeStatus(
                 index=n.index,
@@ -326,7 +327,7 @@ class LocalBackend(LaunchBackend):
             return job
         write_json(run.cancel, {"reason": reason, "time": time.time()})
         status = read_status(run)
-        sup = status.supervisor_pid if status else None
+        sup = _supervisor_pid(run, status)
         if sup and _is_supervisor(sup, run):
             job = self.wait(job_id, timeout=timeout)
             if job.state.finished:
@@ -344,8 +345,18 @@ class LocalBackend(LaunchBackend):
         return ckpt.step if ckpt else None
 
 
-def _is_supervisor(pid: int, run: RunPaths) -> bool:
+def _supervisor_pid(run: RunPaths, status: RunStatus | None) -> int | None:
+    if status is not None and status.supervisor_pid:
+        return status.supervisor_pid
+    data = read_json(run.root / "supervisor.json")
+    return int(data["pid"]) if isinstance(data, dict) and isinstance(data.get("pid"), int) else None
+
+
+def _is_supervisor(pid: int | None, run: RunPaths) -> bool:
     """The supervisor carries the run folder on its command line (guards against reused pids)."""
+    if pid is None:
+        # submit writes the folder and then the pid: a moment without one is not a death
+        return time.time() - run.spec.stat().st_mtime < 60 if run.spec.exists() else False
     if not pid_alive(pid):
         return False
     cmdline = Path(f"/proc/{pid}/cmdline")
