@@ -100,3 +100,28 @@ def test_failing_smoke_stops_the_expensive_launch(
     assert "the real job was not submitted" in str(err.value)
     assert "shape mismatch in layer 3" in str(err.value)  # the last log lines say why
     assert kube_server.objects("jobs") == []
+
+
+def test_running_jobs_are_not_touched_by_a_workspace_switch(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from jupyter_starverse.launch._local import LocalBackend
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    backend = LocalBackend(settings)
+    job = backend.submit(JobSpec(name="long", code="import time\ntime.sleep(60)\n"))
+    try:
+        for _ in range(300):
+            before = backend.get(job.id)
+            if before.state is JobState.RUNNING and before.nodes and all(n.pid for n in before.nodes):
+                break
+            time.sleep(0.1)
+        assert before.state is JobState.RUNNING
+        service = ModeService(settings)
+        service.switch("cpu")
+        service.switch("gpu", gpu_type="h100-80g")
+        after = backend.get(job.id)
+        assert after.state is JobState.RUNNING
+        assert after.spec == before.spec and [n.pid for n in after.nodes] == [n.pid for n in before.nodes]
+    finally:
+        assert backend.cancel(job.id).state.finished
