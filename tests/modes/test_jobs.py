@@ -102,7 +102,9 @@ def test_failing_smoke_stops_the_expensive_launch(
     assert kube_server.objects("jobs") == []
 
 
-def test_running_jobs_are_not_touched_by_a_workspace_switch(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_running_jobs_are_not_touched_by_a_workspace_switch(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import time
 
     from jupyter_starverse.launch._local import LocalBackend
