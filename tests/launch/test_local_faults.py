@@ -16,7 +16,7 @@ from jupyter_starverse.launch import JobSpec, JobState
 from jupyter_starverse.launch._local import LocalBackend
 from jupyter_starverse.launch._procs import job_processes
 
-from ._local import TINY, assert_no_processes_left, logs_text, wait_for_step
+from ._local import TINY, assert_no_processes_left, logs_text, wait_for, wait_for_step
 
 pytestmark = pytest.mark.slow
 
@@ -92,3 +92,17 @@ def test_resume_into_the_experiment_with_another_process_count(settings: Setting
     assert points[0].values["loss"] < first_loss  # continued training, not a fresh model
     assert "written by world size 2" in logs_text(backend, second)
     assert_no_processes_left(second)
+
+
+def test_a_dead_supervisor_fails_the_job_and_stops_its_processes(settings: Settings) -> None:
+    backend = LocalBackend(settings)
+    job = backend.submit(JobSpec(name="orphan", code=TINY, nodes=2, steps=100000, env={"STEP_SLEEP": "0.1"}))
+    wait_for_step(job, 1)
+    status = read_status(Path(job.experiment_dir))
+    assert status is not None and status.supervisor_pid
+    os.kill(status.supervisor_pid, signal.SIGKILL)
+    wait_for(lambda: backend.get(job.id).state.finished, timeout=60, why="the job to be seen as failed")
+    failed = backend.get(job.id)
+    assert failed.state is JobState.FAILED
+    assert failed.reason and "supervisor process died" in failed.reason
+    assert_no_processes_left(failed)
