@@ -31,6 +31,7 @@ class PodPlan:
     lines: tuple[str, ...] = ("hello",)
     exit_code: int = 0
     run_seconds: float = 0.05
+    until: threading.Event | None = None  # when given, the pod also runs until the test sets it
 
 
 @dataclass(frozen=True)
@@ -289,6 +290,8 @@ class Controllers:
                 self.store.lock.notify_all()
                 return
         if time.monotonic() - run.started < run.plan.run_seconds:
+            return
+        if run.plan.until is not None and not run.plan.until.is_set():
             return
         code = run.plan.exit_code
 

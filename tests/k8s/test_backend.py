@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -110,14 +111,22 @@ def test_unschedulable_and_image_pull_are_surfaced(kube: KubeServer, settings: S
 
 
 def test_watch_reconnects_after_410(kube: KubeServer, settings: Settings) -> None:
-    kube.set_plan(lambda pod: PodPlan(lines=("x",), run_seconds=0.5))
+    release = threading.Event()
+    kube.set_plan(lambda pod: PodPlan(lines=("x",), until=release))
     backend = KubernetesBackend(settings)
     job = backend.submit(_spec(2))
-    kube.expire_watches = 2
-    assert backend.wait(job.id, timeout=30).state is JobState.SUCCEEDED
-    assert kube.expire_watches == 0
-    watches = [c for c in kube.calls if "watch=true" in c.query]
-    assert len(watches) >= 3
+    kube.expire_watches = 2  # the next two watches find their resourceVersion expired
+    result: list[JobState] = []
+    waiter = threading.Thread(target=lambda: result.append(backend.wait(job.id, timeout=60).state))
+    waiter.start()
+    deadline = time.monotonic() + 30
+    while kube.expire_watches and time.monotonic() < deadline:
+        time.sleep(0.02)
+    release.set()
+    waiter.join(60)
+    assert result == [JobState.SUCCEEDED] and kube.expire_watches == 0
+    relists = [c for c in kube.calls if c.path.endswith("/pods") and "watch=true" not in c.query]
+    assert len(relists) >= 3  # the first list, then one per expiry
 
 
 def test_cancel_deletes_in_foreground_and_is_idempotent(kube: KubeServer, settings: Settings) -> None:

@@ -44,7 +44,18 @@ __all__ = ["RECORD", "KubernetesBackend"]
 RECORD = "kubernetes.json"
 Wire = dict[str, Any]
 WireList = list[Wire]  # spelled here: inside the class ``list`` is the method
+_SETTLE = 10.0  # seconds to wait for job conditions once every pod has ended
 _WATCH_CHUNK = 30  # seconds per watch request; reconnects continue from the last resourceVersion
+
+
+def _all_ended(pods: WireList, nodes: int) -> bool:
+    ended = [p for p in pods if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed")]
+    return len(ended) >= nodes and len(ended) == len(pods)
+
+
+def _kind_of(obj: Any) -> str:
+    """``kind`` of a V1 model or of a CRD dataclass (``info.kind``), without serialising it."""
+    return str(getattr(obj, "kind", None) or obj.info.kind)
 
 
 class KubernetesBackend(LaunchBackend):
@@ -155,9 +166,9 @@ class KubernetesBackend(LaunchBackend):
     def _create_dependent(self, obj: Any, ns: str) -> None:
         c = self._client()
         if obj.kind == "Service":
-            c.CoreV1Api(self.conn.api).create_namespaced_service(ns, obj)
+            self._read(c.CoreV1Api(self.conn.api).create_namespaced_service, ns, obj)
         else:
-            c.BatchV1Api(self.conn.api).create_namespaced_job(ns, obj)
+            self._read(c.BatchV1Api(self.conn.api).create_namespaced_job, ns, obj)
 
     def check_kind(self, kind: str | None = None) -> None:
         """Raise a clear error when the cluster lacks the CRD of ``kind`` (API discovery)."""
@@ -263,7 +274,7 @@ class KubernetesBackend(LaunchBackend):
         created: dict[str, Any] | None = None
         main, *dependents = objects
         try:
-            with self._errors("create", f"{to_dict(main)['kind'].lower()} {launch.job_id!r}", ns):
+            with self._errors("create", f"{_kind_of(main).lower()} {launch.job_id!r}", ns):
                 created = self._create_main(self.kind, main, ns)
             owner = self._client().V1OwnerReference(
                 api_version=created["apiVersion"],
@@ -428,6 +439,8 @@ class KubernetesBackend(LaunchBackend):
             if left is not None and left <= 0:
                 return
             chunk = max(1, int(min(_WATCH_CHUNK, left if left is not None else _WATCH_CHUNK)))
+            if _all_ended(list(pods.values()), job.spec.nodes):
+                chunk = 1  # only the job's conditions are still to come, and they bring no pod event
             with self._errors("watch", f"pods of job {job_id!r}", ns):
                 for type_, obj in self._watch_pods(ns, sel, rv, chunk):
                     if type_ == "EXPIRED":  # history compacted: re-list, continue from now
@@ -455,8 +468,9 @@ class KubernetesBackend(LaunchBackend):
 
         Read directly (not through ``watch.Watch``): its raw mode loses ERROR events.
         """
-        from kubernetes.watch.watch import iter_resp_lines
+        from kubernetes.watch import watch as kube_watch
 
+        iter_resp_lines: Any = kube_watch.iter_resp_lines  # untyped in the client
         core = self._client().CoreV1Api(self.conn.api)
         resp = core.list_namespaced_pod(
             ns,
@@ -486,7 +500,15 @@ class KubernetesBackend(LaunchBackend):
     def _refresh(self, job: Job, pods: WireList, changed: dict[str, Any]) -> Job:
         phase = (changed.get("status") or {}).get("phase")
         if phase in ("Succeeded", "Failed") or not pods:
-            return self.get(job.id)  # a pod ended: the job's own conditions decide
+            # A pod ended: the job's own conditions decide. Its controller sets them a moment
+            # after the last pod ends, with no further pod event: poll briefly for them.
+            new = self.get(job.id)
+            delay, deadline = 0.05, time.monotonic() + _SETTLE
+            while not new.state.finished and _all_ended(pods, job.spec.nodes) and time.monotonic() < deadline:
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                new = self.get(job.id)
+            return new
         nodes = latest_per_node(pods)
         st = job_state({"status": {"startTime": None}}, nodes)
         return Job(

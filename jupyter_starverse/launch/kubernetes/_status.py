@@ -138,6 +138,6 @@ def job_state(obj: Mapping[str, Any], nodes: tuple[NodeStatus, ...]) -> ClusterJ
     stuck = next((n for n in nodes if n.state is JobState.PENDING and n.reason), None)
     if stuck is not None:
         return ClusterJobState(JobState.PENDING, f"node {stuck.index}: {stuck.reason}", started, None)
-    if nodes and any(n.state is JobState.RUNNING for n in nodes):
+    if nodes and any(n.state is not JobState.PENDING for n in nodes):  # includes "ended, not yet judged"
         return ClusterJobState(JobState.RUNNING, None, started, None)
     return ClusterJobState(JobState.PENDING, None, started, None)
