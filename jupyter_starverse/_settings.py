@@ -26,6 +26,8 @@ extension starts from the same object and overrides fields from its traitlets.
 | STARVERSE_CPU_IMAGE         | image of jobs in CPU mode (CPU variant)           | the job's image                 |
 | STARVERSE_HUB_PROFILES      | KubeSpawner profile per mode: ``cpu=slug,a100-80g=slug`` |                          |
 | STARVERSE_WORKSPACE_CONTAINER | container of the workspace pod to move           | the first one                   |
+| STARVERSE_STORE_CLAIM       | PVC of the store in job pods (read-only there)    | ``starverse-store``             |
+| STARVERSE_EXPERIMENTS_CLAIM | PVC of the experiments root in job pods           | ``starverse-experiments``       |
 """
 
 from __future__ import annotations
@@ -115,6 +117,8 @@ class Settings:
     cpu_image: str | None = None
     hub_profiles: str | None = None
     workspace_container: str | None = None
+    store_claim: str | None = None
+    experiments_claim: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -148,6 +152,8 @@ class Settings:
             cpu_image=_optional(env, "STARVERSE_CPU_IMAGE"),
             hub_profiles=_optional(env, "STARVERSE_HUB_PROFILES"),
             workspace_container=_optional(env, "STARVERSE_WORKSPACE_CONTAINER"),
+            store_claim=_optional(env, "STARVERSE_STORE_CLAIM"),
+            experiments_claim=_optional(env, "STARVERSE_EXPERIMENTS_CLAIM"),
         )
 
     def replace(self, **changes: object) -> Settings:
@@ -184,6 +190,8 @@ class Settings:
             "STARVERSE_GPU_POOLS": self.gpu_pools_file,
             "STARVERSE_CPU_IMAGE": self.cpu_image,
             "STARVERSE_HUB_PROFILES": self.hub_profiles,
+            "STARVERSE_STORE_CLAIM": self.store_claim,
+            "STARVERSE_EXPERIMENTS_CLAIM": self.experiments_claim,
         }
         env.update({k: str(v) for k, v in optional.items() if v is not None})
         return env

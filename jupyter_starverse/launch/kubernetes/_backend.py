@@ -98,9 +98,11 @@ class KubernetesBackend(LaunchBackend):
             store=s.store,
             experiments=str(s.experiments),
             image=s.image,
-            cpu_image=getattr(s, "cpu_image", None),
+            cpu_image=s.cpu_image,
             kind=kind or self.kind,
             kueue_queue=s.kueue_queue,
+            store_claim=s.store_claim or "starverse-store",
+            experiments_claim=s.experiments_claim or "starverse-experiments",
         )
 
     def _errors(self, action: str, obj: str, namespace: str | None = None) -> Any:
