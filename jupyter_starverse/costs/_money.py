@@ -100,7 +100,7 @@ def billable_seconds(value: DurationLike, *, field: str = "duration", allow_zero
         raise BadInputError(
             f"{field}: must be {'zero or more' if allow_zero else 'positive'}, got {seconds.normalize():f} s",
             field=field,
-            hint="give the time the job runs, for example --hours 4",
+            hint="give how long the job runs, for example 4 hours",
         )
     if seconds > MAX_SECONDS:
         raise BadInputError(

@@ -30,6 +30,18 @@ function errorText(reason: unknown): string {
   return reason instanceof Error ? reason.message : String(reason);
 }
 
+// Layout of the form: labels left, controls right (the theme's CSS styles the rest).
+const FORM_STYLE: React.CSSProperties = {
+  display: 'grid',
+  gridTemplateColumns: 'auto 1fr',
+  gap: '4px 8px',
+  alignItems: 'center'
+};
+const FIELD_STYLE: React.CSSProperties = { display: 'contents' };
+const WIDE_STYLE: React.CSSProperties = { gridColumn: '1 / -1' };
+const CHEAPEST_STYLE: React.CSSProperties = { fontWeight: 'bold' };
+const CAPTION_STYLE: React.CSSProperties = { captionSide: 'bottom', textAlign: 'left' };
+
 /** `230.40 CNY`, or `51.20 – 153.60 CNY` for a spot range. Money stays a decimal string. */
 export function formatEstimate(e: IEstimate): string {
   return e.low === e.high ? `${e.high} ${e.currency}` : `${e.low} – ${e.high} ${e.currency}`;
@@ -44,7 +56,7 @@ function PriceTableView(props: { table: IPriceTable }): JSX.Element {
     ['cpu', table.cpu_node]
   ];
   return (
-    <table className="jp-Starverse-prices">
+    <table className="jp-Starverse-table jp-Starverse-prices">
       <thead>
         <tr>
           <th>Type</th>
@@ -61,8 +73,8 @@ function PriceTableView(props: { table: IPriceTable }): JSX.Element {
           </tr>
         ))}
       </tbody>
-      <caption>
-        {table.currency} per {'card-hour (CPU: node-hour)'}
+      <caption className="jp-Starverse-muted" style={CAPTION_STYLE}>
+        {table.currency} per card-hour (CPU: per node-hour)
         {packages.map(p => ` · ${p.name} ${p.hours}h at ${Math.round(Number(p.discount) * 100)}% off`)}
       </caption>
     </table>
@@ -74,8 +86,8 @@ function ComparisonView(props: { comparison: IComparison }): JSX.Element {
   const { comparison } = props;
   const best = comparison.cheapest;
   return (
-    <div className="jp-Starverse-comparison">
-      <table>
+    <div className="jp-Starverse-comparison" style={WIDE_STYLE}>
+      <table className="jp-Starverse-table">
         <tbody>
           {comparison.rows.map(row => {
             const cheapest = row.accelerator === best.accelerator && row.billing === best.billing;
@@ -83,6 +95,7 @@ function ComparisonView(props: { comparison: IComparison }): JSX.Element {
               <tr
                 key={`${row.accelerator}:${row.billing}`}
                 className={cheapest ? 'jp-Starverse-cheapest' : undefined}
+                style={cheapest ? CHEAPEST_STYLE : undefined}
                 title={row.note}
               >
                 <th>{row.accelerator}</th>
@@ -95,7 +108,7 @@ function ComparisonView(props: { comparison: IComparison }): JSX.Element {
         </tbody>
       </table>
       {comparison.skipped.length > 0 && (
-        <div className="jp-Starverse-note">Not priced: {comparison.skipped.join(', ')}</div>
+        <div className="jp-Starverse-muted">Not priced: {comparison.skipped.join(', ')}</div>
       )}
     </div>
   );
@@ -138,9 +151,9 @@ function EstimateForm(props: { table: IPriceTable }): JSX.Element {
   };
 
   return (
-    <form className="jp-Starverse-estimateForm" onSubmit={e => void submit(e)}>
-      <label>
-        Type
+    <form className="jp-Starverse-estimateForm" style={FORM_STYLE} onSubmit={e => void submit(e)}>
+      <label style={FIELD_STYLE}>
+        <span>Type</span>
         <select value={gpu} onChange={e => setGpu(e.target.value)} name="gpu">
           {types.map(t => (
             <option key={t} value={t}>
@@ -149,8 +162,8 @@ function EstimateForm(props: { table: IPriceTable }): JSX.Element {
           ))}
         </select>
       </label>
-      <label>
-        {gpu === 'cpu' ? 'Nodes' : 'Cards'}
+      <label style={FIELD_STYLE}>
+        <span>{gpu === 'cpu' ? 'Nodes' : 'Cards'}</span>
         <input
           name="cards"
           type="number"
@@ -160,8 +173,8 @@ function EstimateForm(props: { table: IPriceTable }): JSX.Element {
           onChange={e => setCards(e.target.value)}
         />
       </label>
-      <label>
-        Hours
+      <label style={FIELD_STYLE}>
+        <span>Hours</span>
         <input
           name="hours"
           type="number"
@@ -171,8 +184,8 @@ function EstimateForm(props: { table: IPriceTable }): JSX.Element {
           onChange={e => setHours(e.target.value)}
         />
       </label>
-      <label>
-        Billing
+      <label style={FIELD_STYLE}>
+        <span>Billing</span>
         <select
           name="billing"
           value={billing}
@@ -185,7 +198,7 @@ function EstimateForm(props: { table: IPriceTable }): JSX.Element {
           ))}
         </select>
       </label>
-      <label className="jp-Starverse-checkbox">
+      <label className="jp-Starverse-checkbox" style={WIDE_STYLE}>
         <input
           name="compare"
           type="checkbox"
@@ -194,19 +207,19 @@ function EstimateForm(props: { table: IPriceTable }): JSX.Element {
         />
         Compare GPU types
       </label>
-      <button type="submit" className="jp-mod-styled jp-mod-accept" disabled={busy}>
+      <button type="submit" className="jp-mod-styled jp-mod-accept" style={WIDE_STYLE} disabled={busy}>
         Estimate
       </button>
       {error !== null && (
-        <div className="jp-Starverse-error" role="alert">
+        <div className="jp-Starverse-error" role="alert" style={WIDE_STYLE}>
           {error}
         </div>
       )}
       {result !== null && 'rows' in result && <ComparisonView comparison={result} />}
       {result !== null && !('rows' in result) && (
-        <div className="jp-Starverse-estimate" title={result.note}>
+        <div className="jp-Starverse-estimate" title={result.note} style={WIDE_STYLE}>
           <strong>{formatEstimate(result)}</strong>
-          <div className="jp-Starverse-note">{result.note}</div>
+          <div className="jp-Starverse-muted">{result.note}</div>
         </div>
       )}
     </form>
@@ -288,7 +301,7 @@ export function CostSection(): JSX.Element {
     return <div className="jp-Starverse-loading">Loading prices…</div>;
   }
   return (
-    <div className="jp-Starverse-cost">
+    <div className="jp-Starverse-cost" style={{ display: 'flex', flexDirection: 'column', gap: '8px' }}>
       <EstimateForm table={table} />
       <PriceTableView table={table} />
       <TotalView />
