@@ -74,7 +74,7 @@ def test_capped_local_job_stops_after_a_checkpoint(tmp_path: Path, monkeypatch: 
     assert record.cost.budget == budget
     assert not record.cost.running
     # Stopped early enough that the bill, checkpoint included, stays within the cap.
-    assert budget / 2 < record.cost.amount <= budget
+    assert budget / 4 < record.cost.amount <= budget
     fresh = Starverse(Settings.from_env())  # `client` holds the price table it loaded first
     assert record.cost == fresh.costs.meter(fresh.attach(job.id), now=record.cost.as_of)
     # The checkpoint was written on the way out (the script has no scheduled checkpoints).
