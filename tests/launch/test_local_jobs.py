@@ -14,7 +14,7 @@ from jupyter_starverse.experiments import latest_checkpoint, read_metrics, read_
 from jupyter_starverse.launch import JobSpec, JobState
 from jupyter_starverse.launch._local import LocalBackend
 
-from ._local import TINY, assert_no_processes_left, logs_text, wait_for, wait_for_step
+from ._local import TINY, assert_no_processes_left, logs_text, wait_for_step
 
 pytestmark = pytest.mark.slow
 
@@ -86,3 +86,33 @@ def test_job_outlives_the_process_that_launched_it_and_cancel_checkpoints(settin
     assert "checkpoint saved" in logs_text(backend, job)
     assert_no_processes_left(job)
     assert backend.cancel(job_id).state is JobState.CANCELLED  # idempotent
+
+
+PLAIN = """
+import os, sys
+names = ["STARVERSE_EXPERIMENT_DIR", "STARVERSE_STORE", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "TENSORBOARD_LOGDIR",
+         "WANDB_DIR", "STARVERSE_STEPS", "OMP_NUM_THREADS", "RANK", "WORLD_SIZE", "MY_FLAG"]
+print("env", " ".join(f"{n}={os.environ.get(n, '-')}" for n in names))
+print("argv", sys.argv[1:])
+for step in range(int(os.environ["STARVERSE_STEPS"])):
+    print(f"iter {step}: loss={4.0 / (step + 1):.3f}")
+"""
+
+
+def test_a_script_without_the_runtime_gets_the_job_env_and_a_loss_curve_from_its_log(settings: Settings) -> None:
+    backend = LocalBackend(settings)
+    spec = JobSpec(name="plain", code=PLAIN, procs_per_node=2, steps=4, env={"MY_FLAG": "on"}, args=("--x", "a b"))
+    done = backend.wait(backend.submit(spec).id, timeout=240)
+    assert done.state is JobState.SUCCEEDED, done.reason
+    run = Path(done.experiment_dir)
+    env_line = next(line.text for line in backend.logs(done.id, rank=1) if line.text.startswith("env "))
+    values = dict(item.split("=", 1) for item in env_line.split()[1:])
+    assert values["STARVERSE_EXPERIMENT_DIR"] == str(run)
+    assert values["STARVERSE_STORE"] == settings.store and values["HF_HUB_OFFLINE"] == "1"
+    assert values["HF_HUB_CACHE"].startswith(settings.store)
+    assert values["TENSORBOARD_LOGDIR"] == str(run / "tensorboard") and values["WANDB_DIR"] == str(run)
+    assert (values["STARVERSE_STEPS"], values["OMP_NUM_THREADS"], values["MY_FLAG"]) == ("4", "1", "on")
+    assert (values["RANK"], values["WORLD_SIZE"]) == ("1", "2")
+    assert "argv ['--x', 'a b']" in logs_text(backend, done)
+    assert [(p.step, p.values["loss"]) for p in read_metrics(run)] == [(0, 4.0), (1, 2.0), (2, 1.333), (3, 1.0)]
+    assert_no_processes_left(done)
