@@ -37,6 +37,10 @@ from jupyter_starverse.catalog import Catalog  # noqa: E402
 MB = 1024 * 1024
 
 
+def pythonpath() -> str:
+    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+
+
 def p50(fn: Callable[[], object], n: int = 200) -> float:
     for _ in range(5):
         fn()
@@ -55,7 +59,7 @@ def serve(spec: dict[str, object]) -> Iterator[str]:
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": pythonpath()},
     )
     try:
         assert proc.stdout is not None
@@ -72,10 +76,11 @@ def stats(url: str) -> dict[str, object]:
 
 def env_for(home: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STARVERSE_", "HF_"))}
-    return {**env, "STARVERSE_HOME": str(home), "PYTHONPATH": str(ROOT), "HF_HUB_DISABLE_TELEMETRY": "1", **extra}
+    return {**env, "STARVERSE_HOME": str(home), "PYTHONPATH": pythonpath(), "HF_HUB_DISABLE_TELEMETRY": "1", **extra}
 
 
 def concurrent_pulls(home: Path, ref: str, env: dict[str, str], n: int = 8) -> None:
+    home.mkdir(parents=True, exist_ok=True)
     go = home / f"go-{abs(hash(ref))}"
     procs = [
         subprocess.Popen(
@@ -87,6 +92,8 @@ def concurrent_pulls(home: Path, ref: str, env: dict[str, str], n: int = 8) -> N
         for _ in range(n)
     ]
     while len(list(home.glob(f"{go.name}.ready.*"))) < n:
+        if any(p.poll() not in (None, 0) for p in procs):
+            raise SystemExit("a pulling process failed to start")
         time.sleep(0.05)
     go.touch()
     for p in procs:
@@ -168,6 +175,8 @@ def plain_get(url: str, dest: Path) -> float:
 
 
 def bench_throughput(tmp: Path, mb: int, repeats: int = 5) -> None:
+    import fsspec
+
     size = mb * MB
     print(f"## pull throughput vs plain HTTP GET of the same {mb} MB (median of {repeats}, interleaved)")
     with serve({"files": {"ds/blob.bin": [size, 42]}}) as url:
@@ -180,7 +189,17 @@ def bench_throughput(tmp: Path, mb: int, repeats: int = 5) -> None:
             catalog.pull("blob")
             ours.append(time.perf_counter() - t0)
             catalog.rm("blob")
+        stream = []
+        for _ in range(repeats):
+            fs = fsspec.filesystem("http", skip_instance_cache=True)
+            t0 = time.perf_counter()
+            with fs.open(f"{url}/ds/blob.bin", "rb", block_size=0) as f:
+                while f.read(16 * MB):
+                    pass
+            stream.append(time.perf_counter() - t0)
         g, o = size / statistics.median(base), size / statistics.median(ours)
+        s = size / statistics.median(stream)
+        print(f"  fsspec http stream alone (no store)      {s / MB:7.1f} MB/s  ratio to plain GET {s / g:.2f}")
         print(
             f"  dataset pull (fsspec, size+ETag+sha256)  {o / MB:7.1f} MB/s"
             f"  plain GET {g / MB:7.1f} MB/s  ratio {o / g:.2f}"
@@ -216,6 +235,8 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.pop("HF_HUB_OFFLINE", None)
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"# {os.cpu_count()} CPUs, load {load:.1f}, python {sys.version.split()[0]}")
     with tempfile.TemporaryDirectory(prefix="bench-store-") as d:
         tmp = Path(d)
         if args.only in (None, "mount"):

@@ -22,15 +22,19 @@ __all__ = ["ProgressCallback", "ProgressTracker", "read_progress", "tqdm_callbac
 ProgressCallback = Callable[[PullProgress], None]
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to ``path`` via a temp file and rename (readers never see half a file)."""
+def write_json_atomic(path: Path, data: Any, *, durable: bool = True) -> None:
+    """Write JSON to ``path`` via a temp file and rename (readers never see half a file).
+
+    ``durable=False`` skips the fsync: for progress, which is worthless after a crash.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         with open(tmp, "w") as f:
             json.dump(data, f)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -71,6 +75,7 @@ class ProgressTracker:
         self._lock = threading.Lock()
         self._start = time.monotonic()
         self._last_emit = 0.0
+        self._last_persist = 0.0
         self._samples: list[tuple[float, int]] = []
 
     def start(self, *, bytes_total: int | None, files_total: int | None, already: int = 0) -> None:
@@ -138,9 +143,10 @@ class ProgressTracker:
             return
         self._last_emit = now
         snap = self.snapshot(error=error)
-        if self.owner:
+        if self.owner and (force or now - self._last_persist >= 1.0):
+            self._last_persist = now
             with contextlib.suppress(OSError):
-                write_json_atomic(self.path, snap.to_json())
+                write_json_atomic(self.path, snap.to_json(), durable=False)
         if self.callback is not None:
             self.callback(snap)
 
