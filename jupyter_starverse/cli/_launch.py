@@ -14,6 +14,7 @@ from typing import Any
 
 from jupyter_starverse._settings import KUBE_KINDS
 from jupyter_starverse.client import Starverse
+from jupyter_starverse.costs import Preview
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.experiments import ExperimentPaths, ResumePlan, plan_resume
 from jupyter_starverse.launch import BILLING_MODES, FRAMEWORKS, TEMPLATES, JobSpec, LaunchBackend
@@ -38,16 +39,20 @@ class LaunchPreview:
     output: str
     rendered: str
     resume: ResumePlan | None
+    cost: Preview | str | None = None  # costs: per-hour price, estimate and cap, shown before launch
 
     def to_json(self) -> dict[str, Any]:
         return {
             "output": self.output,
             "rendered": self.rendered,
             "resume": self.resume.to_json() if self.resume else None,
+            "cost": self.cost.to_json() if isinstance(self.cost, Preview) else self.cost,
         }
 
     def __str__(self) -> str:
         head = f"# {self.resume}\n" if self.resume else ""
+        if self.cost is not None:  # costs: a comment line, so the text stays valid YAML
+            head = "".join(f"# cost: {line.strip()}\n" for line in str(self.cost).splitlines()) + head
         return head + self.rendered.rstrip()
 
 
@@ -108,7 +113,8 @@ def _launch(client: Starverse, args: argparse.Namespace) -> LaunchPreview | JobD
         if spec.resume:
             exp = ExperimentPaths.of(client.settings.experiments, spec.experiment_name)
             resume = plan_resume(exp.root, new_world_size=spec.world_size)
-        return LaunchPreview(args.output, backend.render(spec, output=args.output), resume)
+        cost = client.costs.preview_or_reason(spec)  # costs: the price shown before launch
+        return LaunchPreview(args.output, backend.render(spec, output=args.output), resume, cost)
     return detail(backend.submit(spec))
 
 

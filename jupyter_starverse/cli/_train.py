@@ -77,7 +77,8 @@ def _train(client: Starverse, args: argparse.Namespace) -> JobHandle | LaunchPre
         if spec.resume:
             exp = ExperimentPaths.of(client.settings.experiments, spec.experiment_name)
             resume = plan_resume(exp.root, new_world_size=spec.world_size)
-        return LaunchPreview("yaml", backend.render(spec, output="yaml"), resume)
+        cost = client.costs.preview_or_reason(spec)  # costs: the price shown before launch
+        return LaunchPreview("yaml", backend.render(spec, output="yaml"), resume, cost)
     job = backend.submit(spec)
     return JobHandle(client, job.id, backend=job.backend)
 

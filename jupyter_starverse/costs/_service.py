@@ -162,6 +162,13 @@ class CostService:
         warning = _warning(spec.budget, minimum, est_for, lasts, self.prices.currency)
         return Preview(res, billing, self.prices.currency, low, high, spec.budget, lasts, minimum, est_for, warning)
 
+    def preview_or_reason(self, spec: JobSpec, duration: DurationLike | None = None) -> Preview | str:
+        """:meth:`preview`, or a sentence saying why the job cannot be priced (never a 0)."""
+        try:
+            return self.preview(spec, duration)
+        except BadInputError as e:
+            return f"not priced: {e}"
+
     # -- running jobs --------------------------------------------------------------
     def _run_dir(self, job: Job) -> Path:
         folder = Path(job.experiment_dir).resolve()

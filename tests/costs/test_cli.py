@@ -172,3 +172,33 @@ def test_job_meter(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(capsys, "cost", "job", "exp-2")
     assert code == 0
     assert out.strip() == "7.40 CNY so far (4h6m40s card-time, on_demand at 1.8 CNY/card-h); budget 7.40 CNY reached"
+
+
+def test_launch_dry_run_shows_the_price_first(capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    code, out, _ = _run(capsys, "launch", "--nodes", "2", "--procs", "2", "--steps", "5", "--budget", "1", "--dry-run")
+    assert code == 0
+    assert out.splitlines()[0] == "# cost: 2 x CPU node, on_demand: 0.2 CNY/hour; budget 1 CNY, lasts about 5h"
+    assert [n["index"] for n in yaml.safe_load(out)["nodes"]] == [0, 1]  # still valid YAML
+    code, out, _ = _run(capsys, "launch", "--nodes", "2", "--procs", "2", "--dry-run", "--billing", "spot", "--json")
+    cost = json.loads(out)["cost"]
+    assert (cost["per_hour_low"], cost["per_hour_high"]) == ("0.08", "0.16")
+
+
+def test_train_dry_run_says_why_a_job_is_not_priced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyter_starverse.cli import parse
+    from jupyter_starverse.client import Starverse
+
+    prices = tmp_path / "prices.json"
+    prices.write_text(
+        json.dumps({"currency": "CNY", "gpus": {"x": {"on_demand": "1"}}, "cpu_node": {"on_demand": "1"}})
+    )
+    monkeypatch.setenv("STARVERSE_PRICES", str(prices))
+    client = Starverse(Settings.from_env())
+    args = parse(["train", "--nodes", "1", "--billing", "spot", "--dry-run"], cell="print(1)", notebook=True)
+    preview = args.run(client, args)
+    assert preview.cost == "not priced: the " + str(prices) + " price table has no spot price for cpu" + (
+        " (choose on_demand, daily or weekly, or add a spot range to the price file)"
+    )
+    assert str(preview).startswith("# cost: not priced: ")
