@@ -274,3 +274,30 @@ def test_calls_run_off_the_caller_thread(kube: KubeServer, settings: Settings) -
     t.start()
     t.join(30)
     assert out == [[]]
+
+
+def test_rank_logs_written_by_workers_into_the_run_folder_are_merged(kube: KubeServer, settings: Settings) -> None:
+    release = threading.Event()
+    kube.set_plan(lambda pod: PodPlan(lines=("agent up",), until=release))
+    backend = KubernetesBackend(settings)
+    job = backend.submit(_spec(2, procs_per_node=1))
+    logs = Path(job.experiment_dir) / "logs"
+    for rank in (0, 1):  # what the workers write on the shared experiments volume
+        (logs / f"rank{rank}.log").parent.mkdir(parents=True, exist_ok=True)
+        (logs / f"rank{rank}.log").write_text(f"rank {rank} step 1\nrank {rank} step 2\n")
+    got: list[str] = []
+    follower = threading.Thread(target=lambda: got.extend(x.render() for x in backend.logs(job.id, follow=True)))
+    follower.start()
+    release.set()
+    follower.join(60)
+    assert sorted(got) == sorted(
+        [
+            "[node0] agent up",
+            "[node1] agent up",
+            "[0] rank 0 step 1",
+            "[0] rank 0 step 2",
+            "[1] rank 1 step 1",
+            "[1] rank 1 step 2",
+        ]
+    )
+    assert [x.text for x in backend.logs(job.id, rank=1)] == ["rank 1 step 1", "rank 1 step 2"]

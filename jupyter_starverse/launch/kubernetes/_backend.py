@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -546,7 +547,8 @@ class KubernetesBackend(LaunchBackend):
                 ):
                     break
         if not job.nodes or all(n.state is JobState.PENDING for n in job.nodes):
-            yield from saved_logs(run_dir, procs_per_node=ppn, rank=rank)
+            yield from saved_logs(run_dir, procs_per_node=ppn, rank=rank)  # pods gone (or not started)
+            yield from self._rank_files(job, False, rank, finished=lambda: True) or ()
             return
         core = self._client().CoreV1Api(self.conn.api)
         streams = [
@@ -565,7 +567,29 @@ class KubernetesBackend(LaunchBackend):
             finally:
                 resp.release_conn()
 
-        yield from fan_in(streams, open_stream, procs_per_node=ppn, rank=rank)
+        pods_done = threading.Event()
+        extra = self._rank_files(job, follow, rank, finished=pods_done.is_set)
+        yield from fan_in(streams, open_stream, procs_per_node=ppn, rank=rank, extra=extra, pods_done=pods_done)
+
+    def _rank_files(
+        self, job: Job, follow: bool, rank: int | None, *, finished: Callable[[], bool]
+    ) -> Iterator[LogLine] | None:
+        """The rank logs the workers write into the run folder, when this machine sees it."""
+        from jupyter_starverse.experiments import RunPaths
+        from jupyter_starverse.launch._logs import follow_logs
+
+        run = RunPaths(Path(job.experiment_dir))
+        if not run.logs.is_dir() or job.spec.command:
+            return None
+        lines = follow_logs(
+            run,
+            world_size=job.spec.world_size,
+            nodes=job.spec.nodes,
+            rank=rank,
+            follow=follow,
+            finished=finished,
+        )
+        return (line for line in lines if line.rank is not None)  # node lines come from the pods
 
     # -- cancel ---------------------------------------------------------------------
     def cancel(self, job_id: str) -> Job:

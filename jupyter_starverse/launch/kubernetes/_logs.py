@@ -45,8 +45,14 @@ def fan_in(
     *,
     procs_per_node: int,
     rank: int | None = None,
+    extra: Iterator[LogLine] | None = None,
+    pods_done: threading.Event | None = None,
 ) -> Iterator[LogLine]:
-    """Lines of all ``pods`` as they arrive; ``open_stream(pod)`` yields raw chunks."""
+    """Lines of all ``pods`` as they arrive; ``open_stream(pod)`` yields raw chunks.
+
+    ``extra`` is merged in from its own thread (the rank logs the workers write into the run
+    folder, when this machine sees it); ``pods_done`` is set once every pod stream ended.
+    """
     out: queue.Queue[LogLine | BaseException | None] = queue.Queue(maxsize=10_000)
     stop = threading.Event()
 
@@ -80,7 +86,20 @@ def fan_in(
                 copy.close()
             out.put(None)
 
+    def pump_extra(lines: Iterator[LogLine]) -> None:
+        try:
+            for line in lines:
+                if stop.is_set():
+                    return
+                out.put(line)
+        except BaseException as e:  # handed to the consumer, raised there
+            out.put(e)
+        finally:
+            out.put(None)
+
     threads = [threading.Thread(target=pump, args=(p,), daemon=True, name=f"log-{p.name}") for p in pods]
+    if extra is not None:
+        threads.append(threading.Thread(target=pump_extra, args=(extra,), daemon=True, name="log-run-folder"))
     for t in threads:
         t.start()
     done = 0
@@ -89,6 +108,8 @@ def fan_in(
             item = out.get()
             if item is None:
                 done += 1
+                if pods_done is not None and done >= len(pods):
+                    pods_done.set()  # streams end in any order; the extra one ends after this
             elif isinstance(item, BaseException):
                 raise item
             elif rank is None or item.rank == rank:
