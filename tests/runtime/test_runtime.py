@@ -134,3 +134,19 @@ def test_sigterm_checkpoints_and_ends_the_loop_then_a_rerun_resumes(tmp_path: Pa
     assert again.returncode == 0, again.stderr
     assert "resumed from step-00000003" in again.stdout
     assert [p.step for p in read_metrics(run)] == [0, 1, 2, 3, 4, 5]
+
+
+def test_tensorboard_events_when_tensorboard_is_installed(job: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("tensorboard")
+    monkeypatch.setenv("TENSORBOARD_LOGDIR", str(job / "tensorboard"))
+    sv.job_env.cache_clear()
+    sv.log_metrics(0, loss=2.0)
+    sv.log_metrics(1, loss=1.5)
+    close_metrics()
+    events = list((job / "tensorboard").glob("events.out.tfevents.*"))
+    assert len(events) == 1 and events[0].stat().st_size > 0
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(job / "tensorboard"))
+    acc.Reload()
+    assert [(s.step, s.value) for s in acc.Scalars("loss")] == [(0, 2.0), (1, 1.5)]
