@@ -6,19 +6,26 @@ import { StarverseModel } from './model';
 import { requestAPI, sendJSON } from './request';
 import { IInfo, IModeStatus, ISwitchPlan, ISwitchRequest, ISwitchResult } from './tokens';
 
-/** Text of the status bar item for a given info (and, once known, the price per hour). */
-export function modeLabel(info: IInfo | null, status: IModeStatus | null = null): string {
+/** Text of the status bar item for a given info. */
+export function modeLabel(info: IInfo | null): string {
   if (info === null) {
     return 'Starverse: …';
   }
-  const base =
-    info.mode === 'gpu' ? `GPU · ${info.gpu_type ?? 'unknown'}` : 'CPU (no-GPU mode)';
-  const sameMode = status !== null && status.mode.kind === info.mode;
-  if (!sameMode || status === null || status.price_per_hour === null) {
-    return base;
+  return info.mode === 'gpu'
+    ? `GPU · ${info.gpu_type ?? 'unknown'}`
+    : 'CPU (no-GPU mode)';
+}
+
+/** " · 2 × · 13.0 CNY/h" after the label, once the price of the shown mode is known. */
+export function modePrice(info: IInfo | null, status: IModeStatus | null): string {
+  if (info === null || status === null || status.mode.kind !== info.mode) {
+    return '';
   }
-  const cards = status.mode.kind === 'gpu' && status.mode.gpus > 1 ? `${status.mode.gpus} × ` : '';
-  return `${cards}${base} · ${status.price_per_hour} ${status.currency}/h`;
+  if (status.price_per_hour === null) {
+    return '';
+  }
+  const cards = status.mode.kind === 'gpu' && status.mode.gpus > 1 ? ` · ${status.mode.gpus} cards` : '';
+  return `${cards} · ${status.price_per_hour} ${status.currency}/h`;
 }
 
 /** "+6.4 CNY/h" / "−6.4 CNY/h" for a plan, or a note that the price is unknown. */
@@ -160,12 +167,14 @@ export class ModeStatus extends ReactWidget {
       <UseSignal signal={this.model.changed}>
         {() => (
           <span
-            className="jp-Starverse-modeLabel"
-            data-mode={this.model.info?.mode ?? ''}
+            className="jp-Starverse-modeItem"
             title="Workspace mode (Starverse). Click to switch between GPU and CPU."
             onClick={() => void this._switch()}
           >
-            {modeLabel(this.model.info, this._status)}
+            <span className="jp-Starverse-modeLabel" data-mode={this.model.info?.mode ?? ''}>
+              {modeLabel(this.model.info)}
+            </span>
+            <span className="jp-Starverse-modePrice">{modePrice(this.model.info, this._status)}</span>
           </span>
         )}
       </UseSignal>
