@@ -78,6 +78,7 @@ def run_bare(root: Path, args: argparse.Namespace, n: int) -> tuple[float, float
         "OMP_NUM_THREADS": "1",
         "STARVERSE_EXPERIMENT_DIR": str(run),
         "STARVERSE_STEPS": str(args.steps),
+        "TENSORBOARD_LOGDIR": str(run / "tensorboard"),
         "PYTHONUNBUFFERED": "1",
     }
     t0 = time.time()

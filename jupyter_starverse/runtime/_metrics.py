@@ -27,7 +27,7 @@ def _tensorboard() -> Any:
         if env.tensorboard_dir is not None and importlib.util.find_spec("tensorboard") is not None:
             from torch.utils.tensorboard import SummaryWriter
 
-            writer = SummaryWriter(log_dir=str(env.tensorboard_dir))
+            writer = SummaryWriter(log_dir=str(env.tensorboard_dir), flush_secs=10)
         _sinks["tb"] = writer
     return _sinks["tb"]
 
