@@ -7,6 +7,7 @@
 | GET  | cost/compare?gpu=&cards=&hours=|duration=&billing=&gpus=    | ``Comparison``|
 | GET  | cost/total[?user=]                                          | ``UserTotal`` |
 | GET  | cost/jobs/ID[?backend=]                                     | ``Cost``      |
+| POST | cost/preview  body ``{"spec": JobSpec, "hours"?, "duration"?}``| ``Preview``   |
 
 ``billing`` and ``gpus`` of ``compare`` are comma lists or ``all`` (default: every billing
 mode, the one GPU type). Every bad parameter is a 400 with a hint.
@@ -20,6 +21,7 @@ from tornado import web
 
 from jupyter_starverse.costs import Cost, Resources, parse_duration
 from jupyter_starverse.errors import BadInputError
+from jupyter_starverse.launch import JobSpec
 
 from ._base import StarverseHandler
 
@@ -62,6 +64,33 @@ class _CostHandler(StarverseHandler):
         if not raw or raw == "all":
             return None
         return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+class PreviewHandler(StarverseHandler):
+    """What a spec will cost, before it is launched (per-hour price, estimate, cap)."""
+
+    @web.authenticated
+    async def post(self) -> None:
+        body = self.json_body()
+        unknown = sorted(set(body) - {"spec", "hours", "duration"})
+        if unknown or not isinstance(body.get("spec"), dict):
+            raise BadInputError(
+                "expected a JSON object with 'spec' (a JobSpec) and optionally 'hours' or 'duration'",
+                field=unknown[0] if unknown else "spec",
+            )
+        spec = JobSpec.from_json(body["spec"])
+        hours, duration = body.get("hours"), body.get("duration")
+        if hours is not None and duration is not None:
+            raise BadInputError("give either hours or duration, not both", field="duration")
+        seconds: Decimal | None = None
+        if duration is not None:
+            seconds = parse_duration(str(duration))
+        elif hours is not None:
+            try:
+                seconds = Decimal(str(hours)) * 3600
+            except InvalidOperation:
+                raise BadInputError(f"hours={hours!r} is not a number", field="duration") from None
+        self.finish_json(await self.run(self.client.costs.preview, spec, seconds))
 
 
 class PricesHandler(StarverseHandler):
@@ -113,4 +142,5 @@ routes: list[tuple[str, type[StarverseHandler]]] = [
     (r"cost/compare", CompareHandler),
     (r"cost/total", TotalHandler),
     (rf"cost/jobs/{_ID}", JobCostHandler),
+    (r"cost/preview", PreviewHandler),
 ]

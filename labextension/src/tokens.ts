@@ -227,6 +227,21 @@ export interface IUserTotal {
   records: ICostRecord[];
   unreadable: string[];
 }
+/** `POST cost/preview` (body `{spec, hours?, duration?}`): `Preview.to_json()`, shown before a launch. */
+export interface ICostPreview {
+  accelerator: string;
+  count: number;
+  unit: 'card' | 'node';
+  billing: BillingMode;
+  currency: string;
+  per_hour_low: string;
+  per_hour_high: string;
+  budget: string | null;
+  budget_lasts: number | null;
+  minimum: string | null;
+  estimate: IEstimate | null;
+  warning: string | null;
+}
 // ---- end costs ---------------------------------------------------------------------------
 
 // ---- store (jupyter_starverse.catalog: EntryStatus, PullProgress, Entry; server/_store.py) --

@@ -167,3 +167,40 @@ async def test_job_meter(jp_fetch: Any, tmp_path: Path) -> None:
     # (1900 + 1800) s x 4 cards x 1.8 / 3600 = 7.40
     assert (data["amount"], data["currency"], data["running"]) == ("7.40", "CNY", False)
     assert [n["seconds"] for n in data["nodes"]] == [1900, 1800]
+
+
+async def _post(jp_fetch: Any, body: object) -> Any:
+    response = await jp_fetch("jupyter-starverse", "cost", "preview", method="POST", body=json.dumps(body))
+    assert response.code == 200
+    return json.loads(response.body)
+
+
+async def test_preview_of_a_spec(jp_fetch: Any) -> None:
+    spec = {"name": "big", "script": "t.py", "nodes": 4, "procs_per_node": 8, "accelerator": "rtx4090", "budget": "100"}
+    data = await _post(jp_fetch, {"spec": spec, "hours": 4})
+    assert data["per_hour_high"] == "57.6" and data["budget_lasts"] == 6250
+    assert data["estimate"]["amount"] == "230.40"
+    assert "will be stopped after about 1h44m10s" in data["warning"]
+    plain = await _post(jp_fetch, {"spec": {**spec, "budget": None}})
+    assert plain["estimate"] is None and plain["warning"] is None
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"spec": {"name": "x", "script": "t.py", "accelerator": "v100"}}, "accelerator"),
+        ({"spec": {"name": "x", "script": "t.py", "billing": "hourly"}}, "billing"),
+        ({"spec": {"name": "x", "script": "t.py", "colour": "red"}}, "colour"),
+        ({"spec": {"name": "x", "script": "t.py"}, "hours": -1}, "duration"),
+        ({"spec": {"name": "x", "script": "t.py"}, "hours": 1, "duration": "1h"}, "duration"),
+        ({"spec": "big"}, "spec"),
+        ({"job": {}}, "job"),
+        ([], None),
+    ],
+)
+async def test_preview_bad_input_is_a_400(jp_fetch: Any, body: object, field: str | None) -> None:
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("jupyter-starverse", "cost", "preview", method="POST", body=json.dumps(body))
+    assert err.value.code == 400
+    assert err.value.response is not None
+    assert json.loads(err.value.response.body)["field"] == field
