@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -273,11 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _term)
     sup.run_job()
-    if args.listen_fd is not None:
-        try:
-            socket.socket(fileno=args.listen_fd).close()
-        except OSError:
-            pass
+    # the listening socket stays open: the store's daemon thread polls it until the process exits
     return 0 if sup.status.state == "succeeded" else 1
 
 

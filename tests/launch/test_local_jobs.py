@@ -24,8 +24,10 @@ def test_two_nodes_train_and_every_process_can_read_the_job(settings: Settings) 
     spec = JobSpec(name="tiny", code=TINY, nodes=2, procs_per_node=1, steps=8, checkpoint_every=4)
     job = backend.submit(spec)
     assert job.state in (JobState.PENDING, JobState.RUNNING)
-    done = backend.wait(job.id, timeout=240)
+    followed = [line.render() for line in backend.logs(job.id, follow=True)]  # returns once the job ended
+    done = backend.get(job.id)
     assert done.state is JobState.SUCCEEDED, done.reason
+    assert "[0] step 0 loss" in "\n".join(followed) and "[1] step 7 loss" in "\n".join(followed)
     assert [n.state for n in done.nodes] == [JobState.SUCCEEDED] * 2
     assert all(n.exit_code == 0 and n.started and n.finished for n in done.nodes)
 
