@@ -77,8 +77,9 @@ def steps(
     """Yield the step numbers still to run, resuming after the latest checkpoint.
 
     A checkpoint is saved every ``checkpoint_every`` steps (default
-    ``STARVERSE_CHECKPOINT_EVERY``), after the last step, and as soon as any rank got
-    SIGTERM; then the loop ends. ``total`` defaults to ``STARVERSE_STEPS`` (else 100).
+    ``STARVERSE_CHECKPOINT_EVERY``), after the last step (so a later run can resume), and
+    as soon as any rank got SIGTERM; then the loop ends. ``checkpoint_every=0`` saves only
+    on SIGTERM. ``total`` defaults to ``STARVERSE_STEPS`` (else 100).
     """
     env = job_env()
     total = total if total is not None else (env.steps or 100)
@@ -97,7 +98,7 @@ def steps(
             if every and (step + 1) % every == 0:
                 save_checkpoint(step, model=model, optimizer=optimizer)
                 last_saved = step
-        if every and step >= start and last_saved != step:
+        if every != 0 and step >= start and last_saved != step:
             save_checkpoint(step, model=model, optimizer=optimizer)
     finally:
         close_metrics()
