@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_starverse._settings import Settings
-from jupyter_starverse.errors import BackendUnavailableError, BadInputError, ConflictError, NotFoundError
+from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError
 from jupyter_starverse.experiments import ExperimentPaths, plan_resume, read_json, write_json
 from jupyter_starverse.launch._backend import Job, JobState, LaunchBackend, LogLine
 from jupyter_starverse.launch._spec import JobSpec
 
-from ._config import KubeConnection, connect, require_kubernetes, resolve_namespace
+from ._api import ClusterApi, WireList
+from ._config import KubeConnection, connect, resolve_namespace
 from ._crds import CRD_INFO
-from ._errors import api_errors
 from ._logs import PodStream, fan_in, saved_logs
 from ._manifests import (
     ANNOTATION_SPEC,
@@ -43,8 +43,6 @@ from ._status import job_state, latest_per_node, parse_time
 __all__ = ["RECORD", "KubernetesBackend"]
 
 RECORD = "kubernetes.json"
-Wire = dict[str, Any]
-WireList = list[Wire]  # spelled here: inside the class ``list`` is the method
 _SETTLE = 10.0  # seconds to wait for job conditions once every pod has ended
 _WATCH_CHUNK = 30  # seconds per watch request; reconnects continue from the last resourceVersion
 
@@ -84,6 +82,7 @@ class KubernetesBackend(LaunchBackend):
                 f"unknown kind {self.kind!r}", field="kind", hint="use job, jobset, trainjob or pytorchjob"
             )
         self._conn = connection
+        self._api: ClusterApi | None = None
 
     # -- plumbing -------------------------------------------------------------------
     @property
@@ -91,6 +90,13 @@ class KubernetesBackend(LaunchBackend):
         if self._conn is None:
             self._conn = connect(self.settings)
         return self._conn
+
+    @property
+    def api(self) -> ClusterApi:
+        """The API calls, on the connection loaded once."""
+        if self._api is None:
+            self._api = ClusterApi(self.conn)
+        return self._api
 
     def _cluster(self, namespace: str | None = None, kind: str | None = None) -> ClusterConfig:
         s = self.settings
@@ -105,93 +111,6 @@ class KubernetesBackend(LaunchBackend):
             store_claim=s.store_claim or "starverse-store",
             experiments_claim=s.experiments_claim or "starverse-experiments",
         )
-
-    def _errors(self, action: str, obj: str, namespace: str | None = None) -> Any:
-        conn = self.conn
-        return api_errors(action=action, obj=obj, namespace=namespace or conn.namespace, host=conn.host)
-
-    def _client(self) -> Any:
-        return require_kubernetes().client
-
-    def _read(self, fn: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """Call a read API and return the wire JSON (no model building: lists can be large)."""
-        resp = fn(*args, _preload_content=False, **kwargs)
-        try:
-            return dict(json.loads(resp.data))
-        finally:
-            resp.release_conn()
-
-    # -- main object per kind -------------------------------------------------------
-    def _create_main(self, kind: str, obj: Any, ns: str) -> dict[str, Any]:
-        c = self._client()
-        body = to_dict(obj)
-        if kind == "job":
-            return self._read(c.BatchV1Api(self.conn.api).create_namespaced_job, ns, body)
-        info = CRD_INFO[kind]
-        return dict(
-            c.CustomObjectsApi(self.conn.api).create_namespaced_custom_object(
-                info.group, info.version, ns, info.plural, body
-            )
-        )
-
-    def _get_main(self, kind: str, name: str, ns: str) -> dict[str, Any]:
-        c = self._client()
-        if kind == "job":
-            return self._read(c.BatchV1Api(self.conn.api).read_namespaced_job, name, ns)
-        info = CRD_INFO[kind]
-        return dict(
-            c.CustomObjectsApi(self.conn.api).get_namespaced_custom_object(
-                info.group, info.version, ns, info.plural, name
-            )
-        )
-
-    def _list_main(self, kind: str, ns: str, selector: str) -> WireList:
-        c = self._client()
-        if kind == "job":
-            data = self._read(c.BatchV1Api(self.conn.api).list_namespaced_job, ns, label_selector=selector)
-        else:
-            info = CRD_INFO[kind]
-            data = c.CustomObjectsApi(self.conn.api).list_namespaced_custom_object(
-                info.group, info.version, ns, info.plural, label_selector=selector
-            )
-        return list(data.get("items") or [])
-
-    def _delete_main(self, kind: str, name: str, ns: str) -> None:
-        c = self._client()
-        if kind == "job":
-            c.BatchV1Api(self.conn.api).delete_namespaced_job(name, ns, propagation_policy="Foreground")
-        else:
-            info = CRD_INFO[kind]
-            c.CustomObjectsApi(self.conn.api).delete_namespaced_custom_object(
-                info.group, info.version, ns, info.plural, name, propagation_policy="Foreground"
-            )
-
-    def _create_dependent(self, obj: Any, ns: str) -> None:
-        c = self._client()
-        if obj.kind == "Service":
-            self._read(c.CoreV1Api(self.conn.api).create_namespaced_service, ns, obj)
-        else:
-            self._read(c.BatchV1Api(self.conn.api).create_namespaced_job, ns, obj)
-
-    def check_kind(self, kind: str | None = None) -> None:
-        """Raise a clear error when the cluster lacks the CRD of ``kind`` (API discovery)."""
-        kind = kind or self.kind
-        if kind == "job":
-            return
-        info = CRD_INFO[kind]
-        c = self._client()
-        with self._errors("look up", f"{info.crd_name} (CRD)"):
-            try:
-                c.CustomObjectsApi(self.conn.api).get_api_resources(info.group, info.version)
-            except c.exceptions.ApiException as e:
-                if e.status == 404:
-                    raise BadInputError(
-                        f"the cluster has no {info.kind} CRD ({info.crd_name}) for --kind {kind}",
-                        field="kind",
-                        hint="install its operator, or use --kind job (works on any cluster); "
-                        f"check with `kubectl get crd {info.crd_name}`",
-                    ) from None
-                raise
 
     # -- planning -------------------------------------------------------------------
     def _resolve_mounts(self, spec: JobSpec) -> tuple[dict[str, str], tuple[str, ...], str]:
@@ -271,15 +190,15 @@ class KubernetesBackend(LaunchBackend):
         now = time.time()
         if dry_run:
             return Job(launch.job_id, self.name, spec, JobState.PENDING, launch.run_dir, now, reason="dry run")
-        self.check_kind()
+        self.api.check_kind(self.kind)
         ns, run_dir = self.conn.namespace, Path(launch.run_dir)
         self._write_run(launch, run_dir, ns, now)
         created: dict[str, Any] | None = None
         main, *dependents = objects
         try:
-            with self._errors("create", f"{_kind_of(main).lower()} {launch.job_id!r}", ns):
-                created = self._create_main(self.kind, main, ns)
-            owner = self._client().V1OwnerReference(
+            with self.api.errors("create", f"{_kind_of(main).lower()} {launch.job_id!r}", ns):
+                created = self.api.create_main(self.kind, main, ns)
+            owner = self.api.client().V1OwnerReference(
                 api_version=created["apiVersion"],
                 kind=created["kind"],
                 name=created["metadata"]["name"],
@@ -289,8 +208,8 @@ class KubernetesBackend(LaunchBackend):
             )
             for dep in dependents:
                 dep.metadata.owner_references = [owner]
-                with self._errors("create", f"{dep.kind.lower()} {dep.metadata.name!r}", ns):
-                    self._create_dependent(dep, ns)
+                with self.api.errors("create", f"{dep.kind.lower()} {dep.metadata.name!r}", ns):
+                    self.api.create_dependent(dep, ns)
         except BaseException:
             self._undo(created, ns, run_dir)
             raise
@@ -322,7 +241,7 @@ class KubernetesBackend(LaunchBackend):
         """A failed submit removes what it created: the main object (cascading) and the run folder."""
         if created is not None:
             try:
-                self._delete_main(self.kind, created["metadata"]["name"], ns)
+                self.api.delete_main(self.kind, created["metadata"]["name"], ns)
             except Exception:  # noqa: S110 - the original error is the one to report
                 pass
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -333,10 +252,6 @@ class KubernetesBackend(LaunchBackend):
         for path in root.glob(f"*/runs/{job_id}/{RECORD}") if root.is_dir() and "/" not in job_id else []:
             return path.parent, dict(read_json(path) or {})
         return None, {}
-
-    def _pods(self, ns: str, selector: str) -> tuple[WireList, str]:
-        data = self._read(self._client().CoreV1Api(self.conn.api).list_namespaced_pod, ns, label_selector=selector)
-        return list(data.get("items") or []), str((data.get("metadata") or {}).get("resourceVersion", ""))
 
     def _job_from(self, obj: dict[str, Any], pods: WireList) -> Job:
         meta = obj.get("metadata") or {}
@@ -365,9 +280,9 @@ class KubernetesBackend(LaunchBackend):
         run_dir, record = self._record(job_id)
         kind, ns = record.get("kind", self.kind), record.get("namespace") or self.conn.namespace
         try:
-            with self._errors("read", f"job {job_id!r}", ns):
-                obj = self._get_main(kind, job_id, ns)
-                pods, _ = self._pods(ns, self._selector(job_id))
+            with self.api.errors("read", f"job {job_id!r}", ns):
+                obj = self.api.get_main(kind, job_id, ns)
+                pods, _ = self.api.pods(ns, self._selector(job_id))
         except NotFoundError:
             if run_dir is None:
                 raise NotFoundError(
@@ -408,9 +323,9 @@ class KubernetesBackend(LaunchBackend):
 
     def list(self) -> list[Job]:
         ns = self.conn.namespace
-        with self._errors("list", "jobs", ns):
-            objs = self._list_main(self.kind, ns, f"{LABEL_MANAGED}={MANAGER},{LABEL_ROLE}=node")
-            pods, _ = self._pods(ns, self._selector())
+        with self.api.errors("list", "jobs", ns):
+            objs = self.api.list_main(self.kind, ns, f"{LABEL_MANAGED}={MANAGER},{LABEL_ROLE}=node")
+            pods, _ = self.api.pods(ns, self._selector())
         by_job: dict[str, WireList] = {}
         for pod in pods:
             by_job.setdefault((pod["metadata"].get("labels") or {}).get(LABEL_JOB, ""), []).append(pod)
@@ -434,8 +349,8 @@ class KubernetesBackend(LaunchBackend):
         if job.state.finished:
             return
         ns, sel = self.conn.namespace, self._selector(job_id)
-        with self._errors("watch", f"pods of job {job_id!r}", ns):
-            pods_list, rv = self._pods(ns, sel)
+        with self.api.errors("watch", f"pods of job {job_id!r}", ns):
+            pods_list, rv = self.api.pods(ns, sel)
         pods = {p["metadata"]["name"]: p for p in pods_list}
         while not job.state.finished:
             left = None if end is None else end - time.monotonic()
@@ -444,10 +359,10 @@ class KubernetesBackend(LaunchBackend):
             chunk = max(1, int(min(_WATCH_CHUNK, left if left is not None else _WATCH_CHUNK)))
             if _all_ended(list(pods.values()), job.spec.nodes):
                 chunk = 1  # only the job's conditions are still to come, and they bring no pod event
-            with self._errors("watch", f"pods of job {job_id!r}", ns):
-                for type_, obj in self._watch_pods(ns, sel, rv, chunk):
+            with self.api.errors("watch", f"pods of job {job_id!r}", ns):
+                for type_, obj in self.api.watch_pods(ns, sel, rv, chunk):
                     if type_ == "EXPIRED":  # history compacted: re-list, continue from now
-                        pods_list, rv = self._pods(ns, sel)
+                        pods_list, rv = self.api.pods(ns, sel)
                         pods = {p["metadata"]["name"]: p for p in pods_list}
                         break
                     rv = obj["metadata"]["resourceVersion"]
@@ -465,40 +380,6 @@ class KubernetesBackend(LaunchBackend):
             if new != job:
                 job = new
                 yield job
-
-    def _watch_pods(self, ns: str, selector: str, rv: str, timeout: int) -> Iterator[tuple[str, Wire]]:
-        """Raw watch events from ``rv`` for ``timeout`` seconds; ``("EXPIRED", {})`` on 410 Gone.
-
-        Read directly (not through ``watch.Watch``): its raw mode loses ERROR events.
-        """
-        from kubernetes.watch import watch as kube_watch
-
-        iter_resp_lines: Any = kube_watch.iter_resp_lines  # untyped in the client
-        core = self._client().CoreV1Api(self.conn.api)
-        resp = core.list_namespaced_pod(
-            ns,
-            label_selector=selector,
-            resource_version=rv,
-            watch=True,
-            timeout_seconds=timeout,
-            allow_watch_bookmarks=False,
-            _preload_content=False,
-        )
-        try:
-            for line in iter_resp_lines(resp):
-                event = json.loads(line)
-                obj = event.get("object") or {}
-                if event.get("type") == "ERROR":
-                    if obj.get("code") == 410:
-                        yield "EXPIRED", {}
-                        return
-                    raise BackendUnavailableError(
-                        f"watch failed: {obj.get('message')}", hint=f"retry; `kubectl get pods -n {ns} -l {selector}`"
-                    )
-                if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-                    yield event["type"], obj
-        finally:
-            resp.release_conn()
 
     def _refresh(self, job: Job, pods: WireList, changed: dict[str, Any]) -> Job:
         phase = (changed.get("status") or {}).get("phase")
@@ -550,7 +431,6 @@ class KubernetesBackend(LaunchBackend):
             yield from saved_logs(run_dir, procs_per_node=ppn, rank=rank)  # pods gone (or not started)
             yield from self._rank_files(job, False, rank, finished=lambda: True) or ()
             return
-        core = self._client().CoreV1Api(self.conn.api)
         streams = [
             PodStream(n.name, n.index, run_dir / "logs" / "pods" / f"{n.name}.node{n.index}.log")
             for n in job.nodes
@@ -558,14 +438,7 @@ class KubernetesBackend(LaunchBackend):
         ]
 
         def open_stream(pod: PodStream) -> Iterator[bytes]:
-            with self._errors("read logs of", f"pod {pod.name!r}", ns):
-                resp = core.read_namespaced_pod_log(
-                    pod.name, ns, container="trainer", follow=follow, _preload_content=False
-                )
-            try:
-                yield from resp.stream(64 * 1024)
-            finally:
-                resp.release_conn()
+            return self.api.pod_log(pod.name, ns, follow=follow)
 
         pods_done = threading.Event()
         extra = self._rank_files(job, follow, rank, finished=pods_done.is_set)
@@ -600,8 +473,8 @@ class KubernetesBackend(LaunchBackend):
         ns = record.get("namespace") or self.conn.namespace
         if run_dir is not None:
             write_json(run_dir / "cancel.json", {"time": time.time(), "reason": "cancelled by user"})
-        with self._errors("delete", f"job {job_id!r}", ns):
-            self._delete_main(record.get("kind", self.kind), job_id, ns)
+        with self.api.errors("delete", f"job {job_id!r}", ns):
+            self.api.delete_main(record.get("kind", self.kind), job_id, ns)
         if run_dir is None:
             return Job(
                 job.id,
