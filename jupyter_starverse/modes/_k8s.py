@@ -14,14 +14,12 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jupyter_starverse.errors import (
     BackendUnavailableError,
     BadInputError,
     ConflictError,
-    MissingDependencyError,
     NotFoundError,
     PermissionDeniedError,
     StarverseError,
@@ -39,7 +37,6 @@ __all__ = ["GPU_ANNOTATION", "MODE_ANNOTATION", "KubernetesSwitcher", "make_work
 
 MODE_ANNOTATION = "starverse.io/mode"
 GPU_ANNOTATION = "starverse.io/gpu-type"
-_SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 _PATCH_TYPE = "application/merge-patch+json"
 
 
@@ -175,40 +172,38 @@ class KubernetesSwitcher(WorkspaceSwitcher):
         self.settings = settings
         self.environ = environ
         self._api_client = api_client
+        self._namespace: str | None = None
         self.pools = load_pools(settings)
 
     # -- plumbing --------------------------------------------------------------------
     @property
     def api_client(self) -> Any:
         if self._api_client is None:
-            try:
-                from kubernetes import client, config
-            except ImportError:
-                raise MissingDependencyError("kubernetes", extra="kubernetes", purpose="switching a pod") from None
-            try:
-                config.load_incluster_config()  # type: ignore[no-untyped-call]
-                self._api_client = client.ApiClient()
-            except config.ConfigException:
-                try:
-                    self._api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
-                        context=self.settings.kube_context
-                    )
-                except (config.ConfigException, OSError) as e:
-                    raise BackendUnavailableError(
-                        f"no Kubernetes configuration: {e}", hint="run inside the cluster or set KUBECONFIG"
-                    ) from e
+            self._connect()
         return self._api_client
+
+    def _connect(self) -> None:
+        # The same configuration loading as the Kubernetes launch backend (in-cluster first).
+        from jupyter_starverse.launch.kubernetes._config import connect
+
+        conn = connect(self.settings)
+        self._api_client, self._namespace = conn.api, conn.namespace
 
     @property
     def namespace(self) -> str:
+        """``Settings.namespace``, else the pod's own (downward API ``POD_NAMESPACE``), else the connection's."""
         if self.settings.namespace:
             return self.settings.namespace
         if self.environ.get("POD_NAMESPACE"):
             return self.environ["POD_NAMESPACE"]
-        try:
-            return _SA_NAMESPACE.read_text().strip()
-        except OSError:
-            return "default"
+        if self._namespace is None:
+            if self._api_client is not None:
+                from jupyter_starverse.launch.kubernetes._config import resolve_namespace
+
+                self._namespace = resolve_namespace(self.settings)
+            else:
+                self._connect()
+        return self._namespace or "default"
 
     @property
     def pod_name(self) -> str:

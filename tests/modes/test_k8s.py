@@ -98,7 +98,9 @@ def _switcher(kube: apiserver.KubeServer, settings: Settings, **env: str) -> Kub
 
     client = config.new_client_from_config(str(kube.kubeconfig))  # type: ignore[no-untyped-call]
     environ = {"POD_NAME": POD, "KUBERNETES_SERVICE_HOST": "10.0.0.1", **env}
-    return KubernetesSwitcher(settings.replace(namespace=NS), environ=environ, api_client=client)
+    if "POD_NAMESPACE" not in env:
+        settings = settings.replace(namespace=NS)
+    return KubernetesSwitcher(settings, environ=environ, api_client=client)
 
 
 def _patches(kube: apiserver.KubeServer) -> list[tuple[str, str, Any]]:
@@ -218,7 +220,7 @@ def test_statefulset_on_delete_gets_its_pod_replaced(kube: apiserver.KubeServer,
     sts["spec"]["updateStrategy"] = {"type": "OnDelete"}
     _create(kube, "statefulsets", NS, sts)
     _create(kube, "pods", NS, _pod(_owner("StatefulSet", "workspace", "uid-sts")))
-    outcome = _switcher(kube, settings).apply(Mode("cpu"))
+    outcome = _switcher(kube, settings, POD_NAMESPACE=NS).apply(Mode("cpu"))  # namespace from the downward API
     assert "StatefulSet team/workspace" in outcome.action
     [(path, _, body)] = _patches(kube)
     assert path == f"/apis/apps/v1/namespaces/{NS}/statefulsets/workspace"
