@@ -70,8 +70,8 @@ def _ranks_table(job: Job, progress: JobProgress) -> str:
             f"<td>{step}</td><td>{' '.join(b for b in bits if b)}</td></tr>"
         )
     return (
-        '<table class="starverse-ranks" style="font-size:12px">'
-        "<tr><th>node</th><th>rank</th><th>state</th><th>last step</th><th></th></tr>" + "".join(rows) + "</table>"
+        '<table class="starverse-ranks" style="font-size:12px;border-spacing:8px 2px;margin-left:8px">'
+        "<tr><th>node</th><th>rank</th><th>state</th><th>step</th><th></th></tr>" + "".join(rows) + "</table>"
     )
 
 
@@ -108,7 +108,9 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.title = widgets.HTML(value=f"<b>{escape(handle.id)}</b>")
-        self.bar = widgets.FloatProgress(value=0.0, min=0.0, max=1.0, description="", bar_style="info")
+        self.bar = widgets.FloatProgress(
+            value=0.0, min=0.0, max=1.0, description="", bar_style="info", layout=widgets.Layout(width="40%")
+        )
         self.stats = widgets.HTML(value="")
         self.chart = widgets.HTML(value=loss_svg([]))
         self.ranks = widgets.HTML(value="")
@@ -151,9 +153,9 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
         spec = job.spec
         self.title.value = (
             f"<b>{escape(job.id)}</b> {_badge(state)} &middot; {spec.nodes} node(s) x {spec.procs_per_node} "
-            f"proc(s) &middot; {escape(spec.template)} on {escape(spec.accelerator)} &middot; "
-            f"<code>{escape(job.experiment_dir)}</code>"
-            + (f"<br><i>{escape(job.reason)}</i>" if job.reason else "")
+            f"proc(s) &middot; {escape(spec.template)} on {escape(spec.accelerator)}"
+            f'<div style="font-size:11px;color:#666;word-break:break-all">{escape(job.experiment_dir)}</div>'
+            + (f"<div><i>{escape(job.reason)}</i></div>" if job.reason else "")
         )
         fraction = progress.fraction
         if fraction is not None:
@@ -168,6 +170,8 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
         if state.finished:
             self.cancel_button.disabled = True
             self.cancel_button.description = "Finished"
+            self.cancel_button.button_style = ""
+            self.cancel_button.icon = "check"
 
     @staticmethod
     def _stats_html(p: JobProgress) -> str:
