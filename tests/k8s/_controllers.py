@@ -195,7 +195,7 @@ class Controllers:
         for c in pod_spec.get("containers", []):
             c.setdefault("env", []).append({"name": "JOB_COMPLETION_INDEX", "value": str(index)})
         template["status"] = {"phase": "Pending"}
-        return template
+        return dict(template)
 
     def _job_status(self) -> None:
         jobs, _ = self.store.list(JOB, None)

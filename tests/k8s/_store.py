@@ -7,6 +7,7 @@ global ``resourceVersion`` and is appended to a bounded event history that watch
 
 from __future__ import annotations
 
+import builtins
 import copy
 import re
 import threading
@@ -356,7 +357,7 @@ class Store:
             self._bump(res, "DELETED", obj)
             return copy.deepcopy(obj)
 
-    def events_since(self, rv: int) -> list[Event]:
+    def events_since(self, rv: int) -> builtins.list[Event]:
         """Events after ``rv``; raise 410 when that part of the history is gone."""
         if rv < self.compacted:
             raise ApiError(410, "Expired", f"too old resource version: {rv} ({self.compacted})")

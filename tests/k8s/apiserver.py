@@ -316,8 +316,8 @@ class _Handler(BaseHTTPRequestHandler):
 
         if rv_text not in ("", "0") and self.kube.expire_watches > 0:
             self.kube.expire_watches -= 1
-            gone = ApiError(410, "Expired", f"too old resource version: {rv_text}")
-            send("ERROR", gone.status())
+            expired = ApiError(410, "Expired", f"too old resource version: {rv_text}")
+            send("ERROR", expired.status())
             self._chunk(b"")
             return
         with store.lock:
@@ -329,13 +329,12 @@ class _Handler(BaseHTTPRequestHandler):
         for type_, obj in initial:
             send(type_, obj)
         while not self.kube.stopping:
+            gone: ApiError | None = None
             with store.lock:
                 try:
                     events = store.events_since(last)
                 except ApiError as err:
                     events, gone = [], err
-                else:
-                    gone = None
                 if not events and gone is None:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:

@@ -1,5 +1,7 @@
 """The test API server is faithful enough for the official client, unmodified."""
 
+# The client accepts plain dicts as bodies and its models type every field Optional:
+# mypy: disable-error-code="arg-type,union-attr,index,attr-defined,no-untyped-call,call-overload,operator,misc,type-var"
 from __future__ import annotations
 
 import threading
