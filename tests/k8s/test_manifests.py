@@ -269,3 +269,19 @@ def test_jobset_runs_warmup_before_nodes() -> None:
         "--master-addr=demo-1-node-0-0.demo-1"
         in node["template"]["spec"]["template"]["spec"]["containers"][0]["command"]
     )
+
+
+def test_user_arguments_cannot_expand_pod_variables() -> None:
+    launch = _launch(args=("--tag", "$(HF_TOKEN)", "$$(x)"))
+    command = to_dict(make_job(launch, _cluster()))["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[-3:] == ["--tag", "$$(HF_TOKEN)", "$$$(x)"]
+    assert "--node-rank=$(JOB_COMPLETION_INDEX)" in command  # ours is expanded by the kubelet
+
+
+def test_kueue_label_only_on_workloads() -> None:
+    launch = KubeLaunch(**{**_launch(2).__dict__, "warmup": ("tiny-ds",)})
+    job, svc, warm = [to_dict(o) for o in make_manifests(launch, _cluster(kueue_queue="q"))]
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "q"
+    assert warm["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "q"
+    assert "kueue.x-k8s.io/queue-name" not in svc["metadata"]["labels"]
+    assert "kueue.x-k8s.io/queue-name" not in job["spec"]["template"]["metadata"]["labels"]

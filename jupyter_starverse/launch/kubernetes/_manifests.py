@@ -158,8 +158,14 @@ def _toleration(data: Mapping[str, str]) -> dict[str, str]:
     return {{"key": "key", "operator": "operator", "value": "value", "effect": "effect"}[k]: v for k, v in data.items()}
 
 
-def make_labels(launch: KubeLaunch, cluster: ClusterConfig, *, role: str = "node") -> dict[str, str]:
-    """Labels of every object and pod of the job (the cluster is the job's truth)."""
+def make_labels(
+    launch: KubeLaunch, cluster: ClusterConfig, *, role: str = "node", queue: bool = False
+) -> dict[str, str]:
+    """Labels of every object and pod of the job (the cluster is the job's truth).
+
+    The Kueue queue label goes only on top-level workloads (``queue=True``): on pods it would
+    make Kueue's pod integration queue them a second time.
+    """
     from ._names import label_value
 
     labels = {
@@ -168,7 +174,7 @@ def make_labels(launch: KubeLaunch, cluster: ClusterConfig, *, role: str = "node
         LABEL_EXPERIMENT: label_value(launch.spec.experiment_name),
         LABEL_ROLE: role,
     }
-    if cluster.kueue_queue:
+    if queue and cluster.kueue_queue:
         labels[LABEL_KUEUE] = cluster.kueue_queue
     return labels
 
@@ -218,8 +224,15 @@ def _entry(launch: KubeLaunch) -> tuple[list[str], bool]:
     spec = launch.spec
     extra = framework_args(spec, run_dir=launch.run_dir)
     if spec.command:
-        return [*spec.command, *extra], True
-    return ["-m", WORKER_MODULE, launch.script or f"{launch.run_dir}/train.py", *spec.args, *extra], False
+        return [_literal(a) for a in (*spec.command, *extra)], True
+    script = launch.script or f"{launch.run_dir}/train.py"
+    return ["-m", WORKER_MODULE, *(_literal(a) for a in (script, *spec.args, *extra))], False
+
+
+def _literal(arg: str) -> str:
+    """``arg`` as the container sees it: the kubelet expands ``$(VAR)`` in commands, so user text
+    is escaped (``$$(``) and cannot read the pod's environment (secrets included) into argv."""
+    return arg.replace("$(", "$$(")
 
 
 def make_command(launch: KubeLaunch, cluster: ClusterConfig, *, master: str | None) -> list[str]:
@@ -319,7 +332,7 @@ def _meta(launch: KubeLaunch, cluster: ClusterConfig, name: str, *, role: str = 
     return c.V1ObjectMeta(
         name=name,
         namespace=cluster.namespace,
-        labels=make_labels(launch, cluster, role=role),
+        labels=make_labels(launch, cluster, role=role, queue=role != "service"),
         annotations=_annotations(launch) if role == "node" else None,
         owner_references=[owner] if owner is not None else None,
     )
