@@ -11,6 +11,7 @@ an upper bound, because the price actually paid is only known from the provider'
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from jupyter_starverse.launch._spec import JobSpec
 
 from ._estimate import check_billing
 from ._html import line_html
-from ._money import billable_seconds, fmt_money, fmt_seconds, money_for, parse_money
+from ._money import MAX_SECONDS, billable_seconds, fmt_money, fmt_seconds, money_for, parse_money
 from ._prices import PACKAGE_BILLINGS, PriceTable
 
 __all__ = [
@@ -38,9 +39,6 @@ __all__ = [
     "unit_rate",
     "units_per_node",
 ]
-
-
-_MICROSECOND = Decimal("0.000001")
 
 
 class IntervalLike(Protocol):
@@ -230,10 +228,12 @@ def _node_seconds(iv: IntervalLike, now: float) -> tuple[int, bool]:
         )
     # A running node whose start lies after ``now`` (clock skew between machines) ran 0 s so far.
     elapsed = max(0.0, float(end) - float(iv.start))
-    # Epoch floats carry ~0.2 us of noise: take the interval to the microsecond before billing
-    # started seconds, so an interval of exactly 3600 s is never billed 3601 s.
-    exact = Decimal(repr(elapsed)).quantize(_MICROSECOND)
-    return billable_seconds(exact, field=f"node {iv.node} running time", allow_zero=True), iv.end is None
+    if not math.isfinite(elapsed) or elapsed > MAX_SECONDS:
+        billable_seconds(Decimal(repr(elapsed)), field=f"node {iv.node} running time")  # raises the clear error
+    # Epoch floats carry ~0.2 us of noise: take the interval to the microsecond (integers, exact
+    # below 2**53 us), then bill every started second, so exactly 3600 s is never billed 3601 s.
+    micros = round(elapsed * 1_000_000)
+    return -(-micros // 1_000_000), iv.end is None
 
 
 def job_cost(
