@@ -225,7 +225,7 @@ def test_statefulset_on_delete_gets_its_pod_replaced(kube: apiserver.KubeServer,
     [(path, _, body)] = _patches(kube)
     assert path == f"/apis/apps/v1/namespaces/{NS}/statefulsets/workspace"
     assert "strategy" not in body["spec"]  # StatefulSets keep their volumes per ordinal
-    assert any(c.method == "DELETE" and c.path.endswith(f"/pods/{POD}") for c in kube.calls)
+    assert any(c.method == "DELETE" and c.path.endswith(f"/pods/{POD}") for c in kube.calls), kube.calls
 
 
 def test_bare_pod_is_refused_and_nothing_is_patched(kube: apiserver.KubeServer, settings: Settings) -> None:
