@@ -153,3 +153,22 @@ def test_mode_without_a_profile_is_bad_input(settings: Settings, hub: FakeHub) -
         service.switch("gpu", gpu_type="l40s")
     assert "cpu=cpu-small" in str(err.value)
     assert hub.requests == []
+
+
+def test_unreachable_hub_is_a_clear_error(settings: Settings) -> None:
+    import socket
+
+    from jupyter_starverse.errors import BackendUnavailableError
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"JUPYTERHUB_API_TOKEN": TOKEN, "JUPYTERHUB_API_URL": f"http://127.0.0.1:{port}/hub/api",
+           "JUPYTERHUB_USER": "ada"}
+    service = ModeService(settings, switcher=HubSwitcher(settings, environ=env))
+    with pytest.raises(BackendUnavailableError, match="cannot reach the Hub") as err:
+        service.switch("cpu")
+    assert "is the Hub up?" in str(err.value)
+    assert service.current() == Mode("gpu", "a100-80g", 1)
+    with pytest.raises(BackendUnavailableError, match="not running under JupyterHub"):
+        HubSwitcher(settings, environ={"JUPYTERHUB_USER": "ada"})
