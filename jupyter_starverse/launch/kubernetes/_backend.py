@@ -213,7 +213,7 @@ class KubernetesBackend(LaunchBackend):
         except BaseException:
             self._undo(created, ns, run_dir)
             raise
-        return self.get(launch.job_id)
+        return self._job_from(created, [])  # just created: no pods yet, no need to ask again
 
     def _write_run(self, launch: KubeLaunch, run_dir: Path, ns: str, now: float) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,19 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from kubernetes.client import (
+        V1EnvVar,
+        V1JobTemplateSpec,
+        V1ObjectMeta,
+        V1PodTemplateSpec,
+        V1ResourceRequirements,
+        V1Toleration,
+        V1Volume,
+        V1VolumeMount,
+    )
 
 __all__ = [
     "CRD_INFO",
@@ -72,7 +84,7 @@ class JobSetReplicatedJob:
     """``spec.replicatedJobs[]``: ``replicas`` copies of one Job template."""
 
     name: str
-    template: Any  # V1JobTemplateSpec
+    template: V1JobTemplateSpec
     replicas: int = 1
     depends_on: tuple[tuple[str, str], ...] = ()  # (replicated job, "Ready" | "Complete")
 
@@ -91,7 +103,7 @@ class JobSetReplicatedJob:
 class JobSet:
     """``jobset.x-k8s.io/v1alpha2`` JobSet."""
 
-    metadata: Any  # V1ObjectMeta
+    metadata: V1ObjectMeta
     replicated_jobs: tuple[JobSetReplicatedJob, ...]
     subdomain: str
     max_restarts: int = 0
@@ -123,8 +135,8 @@ class TrainJobTrainer:
     command: tuple[str, ...]
     num_nodes: int
     num_proc_per_node: int
-    env: tuple[Any, ...] = ()  # V1EnvVar
-    resources: Any = None  # V1ResourceRequirements
+    env: tuple[V1EnvVar, ...] = ()
+    resources: V1ResourceRequirements | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _drop_none(
@@ -147,10 +159,10 @@ class RuntimePatch:
     replicated_job: str
     labels: dict[str, str] = field(default_factory=dict)
     node_selector: dict[str, str] = field(default_factory=dict)
-    tolerations: tuple[Any, ...] = ()  # V1Toleration
-    volumes: tuple[Any, ...] = ()  # V1Volume
+    tolerations: tuple[V1Toleration, ...] = ()
+    volumes: tuple[V1Volume, ...] = ()
     container: str = "node"
-    volume_mounts: tuple[Any, ...] = ()  # V1VolumeMount
+    volume_mounts: tuple[V1VolumeMount, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         pod_spec = _drop_none(
@@ -172,7 +184,7 @@ class RuntimePatch:
 class TrainJob:
     """``trainer.kubeflow.org/v1alpha1`` TrainJob on a ClusterTrainingRuntime."""
 
-    metadata: Any  # V1ObjectMeta
+    metadata: V1ObjectMeta
     runtime: str
     trainer: TrainJobTrainer
     patches: tuple[RuntimePatch, ...] = ()
@@ -198,7 +210,7 @@ class PyTorchReplicaSpec:
     """``PyTorchJob.spec.pytorchReplicaSpecs.<Master|Worker>``."""
 
     replicas: int
-    template: Any  # V1PodTemplateSpec
+    template: V1PodTemplateSpec
     restart_policy: str = "Never"
 
     def to_dict(self) -> dict[str, Any]:
@@ -209,7 +221,7 @@ class PyTorchReplicaSpec:
 class PyTorchJob:
     """``kubeflow.org/v1`` PyTorchJob (Kubeflow training-operator v1)."""
 
-    metadata: Any  # V1ObjectMeta
+    metadata: V1ObjectMeta
     master: PyTorchReplicaSpec
     worker: PyTorchReplicaSpec | None
     nproc_per_node: int

@@ -34,7 +34,21 @@ from ._crds import (
 )
 
 if TYPE_CHECKING:
-    from jupyter_starverse.modes._pools import NodePool, PoolTable
+    from kubernetes.client import (
+        V1Container,
+        V1EnvVar,
+        V1Job,
+        V1JobSpec,
+        V1OwnerReference,
+        V1PodTemplateSpec,
+        V1ResourceRequirements,
+        V1Service,
+        V1Toleration,
+        V1Volume,
+        V1VolumeMount,
+    )
+
+    from jupyter_starverse.modes._pools import NodePool, PoolTable, Toleration
 
 __all__ = [
     "LABEL_JOB",
@@ -117,20 +131,16 @@ class ModeTranslation:
     image: str
     dist_backend: str
     device: str
-    resources: Any  # V1ResourceRequirements
+    resources: V1ResourceRequirements
     node_selector: dict[str, str]
-    tolerations: tuple[Any, ...]  # V1Toleration
-
-
-def _client() -> Any:
-    from kubernetes import client
-
-    return client
+    tolerations: tuple[V1Toleration, ...]
 
 
 def make_mode(launch: KubeLaunch, cluster: ClusterConfig) -> ModeTranslation:
     """Translate the spec for its accelerator (see the module docstring)."""
-    c, spec, pool = _client(), launch.spec, launch.pool
+    from kubernetes import client as c
+
+    spec, pool = launch.spec, launch.pool
     requests: dict[str, str] = {}
     limits: dict[str, str] = {}
     if spec.cpu:
@@ -143,7 +153,7 @@ def make_mode(launch: KubeLaunch, cluster: ClusterConfig) -> ModeTranslation:
     else:
         requests.setdefault("cpu", str(spec.procs_per_node))
         image, backend, device = spec.image or cluster.cpu_image or cluster.image, "gloo", "cpu"
-    tolerations = tuple(c.V1Toleration(**_toleration(t.to_json())) for t in pool.tolerations)
+    tolerations = tuple(_toleration(t) for t in pool.tolerations)
     return ModeTranslation(
         image=image,
         dist_backend=backend,
@@ -154,8 +164,10 @@ def make_mode(launch: KubeLaunch, cluster: ClusterConfig) -> ModeTranslation:
     )
 
 
-def _toleration(data: Mapping[str, str]) -> dict[str, str]:
-    return {{"key": "key", "operator": "operator", "value": "value", "effect": "effect"}[k]: v for k, v in data.items()}
+def _toleration(t: Toleration) -> V1Toleration:
+    from kubernetes import client as c
+
+    return c.V1Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect)
 
 
 def make_labels(
@@ -192,9 +204,11 @@ def _annotations(launch: KubeLaunch) -> dict[str, str]:
     }
 
 
-def make_env(launch: KubeLaunch, cluster: ClusterConfig, mode: ModeTranslation) -> list[Any]:
+def make_env(launch: KubeLaunch, cluster: ClusterConfig, mode: ModeTranslation) -> list[V1EnvVar]:
     """Environment of the trainer container: the local backend's job env + mode + secrets."""
-    c, spec = _client(), launch.spec
+    from kubernetes import client as c
+
+    spec = launch.spec
     base = {
         "STARVERSE_MODE": mode.device if mode.device == "cpu" else "gpu",
         "STARVERSE_DIST_BACKEND": mode.dist_backend,
@@ -255,9 +269,12 @@ def make_command(launch: KubeLaunch, cluster: ClusterConfig, *, master: str | No
     return argv + entry
 
 
-def _volumes(launch: KubeLaunch, cluster: ClusterConfig) -> tuple[list[Any], list[Any], list[Any]]:
+def _volumes(
+    launch: KubeLaunch, cluster: ClusterConfig
+) -> tuple[list[V1Volume], list[V1VolumeMount], list[V1VolumeMount]]:
     """Volumes, trainer mounts, and warm-up mounts (store read-write there)."""
-    c = _client()
+    from kubernetes import client as c
+
     volumes = [c.V1Volume(name="dshm", empty_dir=c.V1EmptyDirVolumeSource(medium="Memory"))]
     shm = "/dev/shm"  # noqa: S108 - shared memory for NCCL and data loaders, not a temp file
     mounts = [c.V1VolumeMount(name="dshm", mount_path=shm)]
@@ -277,12 +294,16 @@ def _pull_argv(launch: KubeLaunch, cluster: ClusterConfig) -> list[str]:
     return [cluster.python, "-m", "jupyter_starverse.cli", "store", "pull", *launch.warmup]
 
 
-def make_container(launch: KubeLaunch, cluster: ClusterConfig, *, master: str | None) -> Any:
+def make_container(
+    launch: KubeLaunch, cluster: ClusterConfig, *, master: str | None, name: str = CONTAINER
+) -> V1Container:
     """The trainer container of every node pod."""
-    c, mode = _client(), make_mode(launch, cluster)
+    from kubernetes import client as c
+
+    mode = make_mode(launch, cluster)
     _, mounts, _ = _volumes(launch, cluster)
     return c.V1Container(
-        name=CONTAINER,
+        name=name,
         image=mode.image,
         command=make_command(launch, cluster, master=master),
         env=make_env(launch, cluster, mode),
@@ -294,10 +315,18 @@ def make_container(launch: KubeLaunch, cluster: ClusterConfig, *, master: str | 
 
 
 def make_pod_template(
-    launch: KubeLaunch, cluster: ClusterConfig, *, master: str | None, subdomain: str | None, wait_for_store: bool
-) -> Any:
+    launch: KubeLaunch,
+    cluster: ClusterConfig,
+    *,
+    master: str | None,
+    subdomain: str | None,
+    wait_for_store: bool,
+    container_name: str = CONTAINER,
+) -> V1PodTemplateSpec:
     """Pod template of a node: trainer, optional store init container, volumes, placement."""
-    c, mode = _client(), make_mode(launch, cluster)
+    from kubernetes import client as c
+
+    mode = make_mode(launch, cluster)
     volumes, _, warm_mounts = _volumes(launch, cluster)
     init = None
     if wait_for_store and launch.warmup:
@@ -317,7 +346,7 @@ def make_pod_template(
             restart_policy="Never",
             subdomain=subdomain,
             init_containers=init,
-            containers=[make_container(launch, cluster, master=master)],
+            containers=[make_container(launch, cluster, master=master, name=container_name)],
             volumes=volumes,
             node_selector=mode.node_selector or None,
             tolerations=list(mode.tolerations) or None,
@@ -328,7 +357,8 @@ def make_pod_template(
 
 
 def _meta(launch: KubeLaunch, cluster: ClusterConfig, name: str, *, role: str = "node", owner: Any = None) -> Any:
-    c = _client()
+    from kubernetes import client as c
+
     return c.V1ObjectMeta(
         name=name,
         namespace=cluster.namespace,
@@ -339,7 +369,9 @@ def _meta(launch: KubeLaunch, cluster: ClusterConfig, name: str, *, role: str = 
 
 
 def _indexed_job_spec(launch: KubeLaunch, template: Any, *, ttl: int | None) -> Any:
-    c, spec = _client(), launch.spec
+    from kubernetes import client as c
+
+    spec = launch.spec
     rules = [
         # Preemption and eviction are not the job's fault: the index is retried for free.
         c.V1PodFailurePolicyRule(
@@ -366,9 +398,11 @@ def _indexed_job_spec(launch: KubeLaunch, template: Any, *, ttl: int | None) -> 
     )
 
 
-def make_job(launch: KubeLaunch, cluster: ClusterConfig) -> Any:
+def make_job(launch: KubeLaunch, cluster: ClusterConfig) -> V1Job:
     """The default kind: an Indexed Job, one pod per node, rank from the completion index."""
-    c, name = _client(), launch.job_id
+    from kubernetes import client as c
+
+    name = launch.job_id
     template = make_pod_template(launch, cluster, master=f"{name}-0.{name}", subdomain=name, wait_for_store=True)
     return c.V1Job(
         api_version="batch/v1",
@@ -378,9 +412,10 @@ def make_job(launch: KubeLaunch, cluster: ClusterConfig) -> Any:
     )
 
 
-def owner_reference(obj: Any) -> Any:
+def owner_reference(obj: Any) -> V1OwnerReference:
     """An owner reference to a created object, so deleting it deletes its dependents."""
-    c = _client()
+    from kubernetes import client as c
+
     return c.V1OwnerReference(
         api_version=obj.api_version,
         kind=obj.kind,
@@ -391,9 +426,10 @@ def owner_reference(obj: Any) -> Any:
     )
 
 
-def make_service(launch: KubeLaunch, cluster: ClusterConfig, *, owner: Any = None) -> Any:
+def make_service(launch: KubeLaunch, cluster: ClusterConfig, *, owner: V1OwnerReference | None = None) -> V1Service:
     """Headless Service giving every pod the DNS name ``<job>-<index>.<job>``."""
-    c = _client()
+    from kubernetes import client as c
+
     return c.V1Service(
         api_version="v1",
         kind="Service",
@@ -407,9 +443,9 @@ def make_service(launch: KubeLaunch, cluster: ClusterConfig, *, owner: Any = Non
     )
 
 
-def make_warmup_job(launch: KubeLaunch, cluster: ClusterConfig, *, owner: Any = None) -> Any:
-    """One CPU pod that pulls the job's mounts into the shared store before training."""
-    c = _client()
+def _warmup_job_spec(launch: KubeLaunch, cluster: ClusterConfig, *, ttl: int | None) -> V1JobSpec:
+    from kubernetes import client as c
+
     volumes, _, warm_mounts = _volumes(launch, cluster)
     env = [c.V1EnvVar(name="STARVERSE_STORE", value=cluster.store)]
     pod = c.V1PodTemplateSpec(
@@ -427,21 +463,30 @@ def make_warmup_job(launch: KubeLaunch, cluster: ClusterConfig, *, owner: Any = 
             ],
             volumes=[v for v in volumes if v.name == "store"] or None,
             node_selector=dict(launch.cpu_pool.node_selector) or None,
-            tolerations=[c.V1Toleration(**_toleration(t.to_json())) for t in launch.cpu_pool.tolerations] or None,
+            tolerations=[_toleration(t) for t in launch.cpu_pool.tolerations] or None,
             enable_service_links=False,
         ),
     )
+    return c.V1JobSpec(backoff_limit=2, ttl_seconds_after_finished=ttl, template=pod)
+
+
+def make_warmup_job(launch: KubeLaunch, cluster: ClusterConfig, *, owner: V1OwnerReference | None = None) -> V1Job:
+    """One CPU pod that pulls the job's mounts into the shared store before training."""
+    from kubernetes import client as c
+
     return c.V1Job(
         api_version="batch/v1",
         kind="Job",
         metadata=_meta(launch, cluster, f"{launch.job_id}-warmup", role="warmup", owner=owner),
-        spec=c.V1JobSpec(backoff_limit=2, ttl_seconds_after_finished=cluster.ttl_seconds, template=pod),
+        spec=_warmup_job_spec(launch, cluster, ttl=cluster.ttl_seconds),
     )
 
 
 def make_jobset(launch: KubeLaunch, cluster: ClusterConfig) -> JobSet:
     """JobSet: a ``node`` replicated Indexed Job, after a ``warmup`` one when mounts need a pull."""
-    c, name = _client(), launch.job_id
+    from kubernetes import client as c
+
+    name = launch.job_id
     template = make_pod_template(
         launch, cluster, master=f"{name}-node-0-0.{name}", subdomain=None, wait_for_store=False
     )
@@ -450,16 +495,11 @@ def make_jobset(launch: KubeLaunch, cluster: ClusterConfig) -> JobSet:
     )
     jobs = []
     if launch.warmup:
-        warm = make_warmup_job(launch, cluster)
-        jobs.append(
-            JobSetReplicatedJob(
-                "warmup",
-                c.V1JobTemplateSpec(
-                    metadata=c.V1ObjectMeta(labels=warm.metadata.labels),
-                    spec=warm.spec.model_copy(update={"ttl_seconds_after_finished": None}),
-                ),
-            )
+        warm = c.V1JobTemplateSpec(
+            metadata=c.V1ObjectMeta(labels=make_labels(launch, cluster, role="warmup")),
+            spec=_warmup_job_spec(launch, cluster, ttl=None),
         )
+        jobs.append(JobSetReplicatedJob("warmup", warm))
     depends = (("warmup", "Complete"),) if launch.warmup else ()
     jobs.append(JobSetReplicatedJob("node", node_job, depends_on=depends))
     return JobSet(
@@ -498,9 +538,10 @@ def make_trainjob(launch: KubeLaunch, cluster: ClusterConfig) -> TrainJob:
 
 def make_pytorchjob(launch: KubeLaunch, cluster: ClusterConfig) -> PyTorchJob:
     """Kubeflow training-operator PyTorchJob: one Master and ``nodes - 1`` Workers."""
-    template = make_pod_template(launch, cluster, master=None, subdomain=None, wait_for_store=True)
-    container = template.spec.containers[0].model_copy(update={"name": "pytorch"})
-    template = template.model_copy(update={"spec": template.spec.model_copy(update={"containers": [container]})})
+    # The operator finds the trainer by the container name "pytorch".
+    template = make_pod_template(
+        launch, cluster, master=None, subdomain=None, wait_for_store=True, container_name="pytorch"
+    )
     workers = launch.spec.nodes - 1
     return PyTorchJob(
         metadata=_meta(launch, cluster, launch.job_id),
