@@ -137,14 +137,15 @@ class UserTotal:
         p.text(str(self))
 
 
-def _cost_files(root: Path) -> list[Path]:
-    found: list[Path] = []
-    base = len(root.parts)
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        depth = len(Path(dirpath).parts) - base
+def _cost_folders(root: Path) -> list[str]:
+    """Folders holding a ``cost.json``, at most ``_MAX_DEPTH`` below ``root`` (no links followed)."""
+    found: list[str] = []
+    top = str(root).rstrip(os.sep)
+    base = top.count(os.sep)
+    for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
         if COST_FILE in filenames:
-            found.append(Path(dirpath) / COST_FILE)
-        if depth >= _MAX_DEPTH:
+            found.append(dirpath)
+        if dirpath.count(os.sep) - base >= _MAX_DEPTH:
             dirnames[:] = []
         else:
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
@@ -161,11 +162,11 @@ def user_total(experiments: str | os.PathLike[str], user: str) -> UserTotal:
     unreadable: list[str] = []
     sums: dict[str, Decimal] = {}
     if root.is_dir():
-        for path in _cost_files(root):
+        for folder in _cost_folders(root):
             try:
-                record = read_cost(path.parent)
+                record = read_cost(folder)
             except (OSError, BadInputError) as e:
-                unreadable.append(f"{path}: {e}")
+                unreadable.append(f"{folder}: {e}")
                 continue
             if record.cost.user != user:
                 continue
