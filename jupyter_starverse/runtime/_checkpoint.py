@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,10 @@ def save_checkpoint(step: int, *, model: Any, optimizer: Any = None, keep: int =
         root.mkdir(parents=True, exist_ok=True)
     barrier()
     state, _ = _state(model, optimizer)
-    dcp_save(state, checkpoint_id=str(tmp), no_dist=not _distributed())
+    with warnings.catch_warnings():
+        # outside a process group DCP warns that it saves in a single process: that is the intent
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+        dcp_save(state, checkpoint_id=str(tmp), no_dist=not _distributed())
     barrier()
     if ctx.rank == 0:
         meta = {"step": int(step), "world_size": ctx.world_size, "time": time.time(), "job_id": env.job_id, **extra}
@@ -95,7 +99,9 @@ def load_latest(*, model: Any, optimizer: Any = None) -> int:
         return 0
     init()
     state, optims = _state(model, optimizer)
-    dcp_load(state, checkpoint_id=str(ckpt.path), no_dist=not _distributed())
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+        dcp_load(state, checkpoint_id=str(ckpt.path), no_dist=not _distributed())
     set_state_dict(model, optims, model_state_dict=state["model"], optim_state_dict=state.get("optim", {}))
     print(f"resumed from {ckpt.path.name} (step {ckpt.step}, written by world size {ckpt.world_size})", flush=True)
     return ckpt.step + 1
