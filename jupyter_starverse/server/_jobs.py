@@ -28,6 +28,7 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 
 from jupyter_starverse.errors import BadInputError
+from jupyter_starverse.experiments import RunPaths
 from jupyter_starverse.launch import Job, LaunchBackend, LogLine
 from jupyter_starverse.widgets._handle import JobHandle
 from jupyter_starverse.widgets._progress import JobProgress
@@ -90,7 +91,7 @@ class TensorBoardInfo:
 
 def tensorboard_info(job: Job) -> TensorBoardInfo:
     """TensorBoard log folder of ``job`` (``TENSORBOARD_LOGDIR`` of its ranks) and its state."""
-    logdir = Path(job.experiment_dir) / "tensorboard"
+    logdir = RunPaths(Path(job.experiment_dir)).tensorboard
     has_events = logdir.is_dir() and any(p.name.startswith("events.out.tfevents") for p in logdir.rglob("*"))
     installed = shutil.which("tensorboard") is not None
     return TensorBoardInfo(job.id, str(logdir), has_events, installed, ("tensorboard", "--logdir", str(logdir)))

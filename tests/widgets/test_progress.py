@@ -74,9 +74,9 @@ def test_cost_text_passed_through() -> None:
 
 
 def test_cost_from_the_meter(settings) -> None:
-    from jupyter_starverse.costs import CostService, intervals_of
-
     import dataclasses
+
+    from jupyter_starverse.costs import CostService, intervals_of
 
     job = _job(JobState.SUCCEEDED, finished=1010.0 + 3600)
     nodes = tuple(dataclasses.replace(n, started=1010.0, finished=1010.0 + 3600) for n in job.nodes)
