@@ -30,6 +30,17 @@ __all__ = ["routes"]
 _ID = r"(?P<job_id>[A-Za-z0-9][A-Za-z0-9._-]{0,127})"
 
 
+def _hours(value: object) -> Decimal:
+    """Seconds in ``value`` hours; anything but a finite number is a 400."""
+    try:
+        hours = Decimal(str(value).strip())
+    except InvalidOperation:
+        hours = Decimal("NaN")
+    if isinstance(value, bool) or not hours.is_finite():
+        raise BadInputError(f"hours={value!r} is not a number", field="duration", hint="for example hours=4")
+    return hours * 3600
+
+
 class _CostHandler(StarverseHandler):
     """Shared query parsing of the estimate and compare routes."""
 
@@ -53,11 +64,7 @@ class _CostHandler(StarverseHandler):
             return parse_duration(duration)
         if not hours:
             raise BadInputError("hours or duration is required", field="duration", hint="add ?hours=4 or ?duration=3d")
-        try:
-            value = Decimal(hours)
-        except InvalidOperation:
-            raise BadInputError(f"hours={hours!r} is not a number", field="duration") from None
-        return value * 3600
+        return _hours(hours)
 
     def names(self, key: str) -> list[str] | None:
         raw = (self.query(key) or "").strip()
@@ -86,10 +93,7 @@ class PreviewHandler(StarverseHandler):
         if duration is not None:
             seconds = parse_duration(str(duration))
         elif hours is not None:
-            try:
-                seconds = Decimal(str(hours)) * 3600
-            except InvalidOperation:
-                raise BadInputError(f"hours={hours!r} is not a number", field="duration") from None
+            seconds = _hours(hours)
         self.finish_json(await self.run(self.client.costs.preview, spec, seconds))
 
 
