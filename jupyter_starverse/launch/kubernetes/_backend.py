@@ -24,19 +24,9 @@ from jupyter_starverse.launch._spec import JobSpec
 from ._api import ClusterApi, WireList
 from ._config import KubeConnection, connect, resolve_namespace
 from ._crds import CRD_INFO
+from ._inputs import ANNOTATION_SPEC, LABEL_JOB, LABEL_MANAGED, LABEL_ROLE, MANAGER, ClusterConfig, KubeLaunch
 from ._logs import PodStream, fan_in, saved_logs
-from ._manifests import (
-    ANNOTATION_SPEC,
-    LABEL_JOB,
-    LABEL_MANAGED,
-    LABEL_ROLE,
-    MANAGER,
-    ClusterConfig,
-    KubeLaunch,
-    make_manifests,
-    pool_for,
-    to_dict,
-)
+from ._manifests import make_manifests, pool_for, to_dict
 from ._names import make_job_id
 from ._status import job_state, latest_per_node, parse_time
 
