@@ -159,10 +159,23 @@ class _Supervisor:
             return
         self.set_node(index, state="failed", exit_code=code, finished=now, reason=reason, launches=launches)
         if self.stop_reason is None:
-            cause = root_cause(self.run)
+            cause = root_cause(self.run) or self.last_log_line(index)
             self.request_stop(
                 f"node {index} failed ({reason})" + (f"; first error: {cause}" if cause else ""), "failed"
             )
+
+    def last_log_line(self, index: int) -> str | None:
+        """The agent's last words, when no rank recorded an error (it failed before any rank ran)."""
+        try:
+            with self.run.node_log(index).open("rb") as f:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
+                lines = [x.strip() for x in f.read().decode(errors="replace").splitlines() if x.strip()]
+        except OSError:
+            return None
+        lines = [x for x in lines if any(c.isalnum() for c in x)]
+        errors = [x for x in lines if "Error" in x or "error:" in x]
+        last = errors[-1] if errors else lines[-1] if lines else None
+        return f"node {index}: {last[:300]}" if last else None
 
     def check_budget(self, *, final: bool = False) -> None:
         """Meter the cost into ``cost.json``; at the cap stop gracefully (SIGTERM: the runtime checkpoints).

@@ -118,3 +118,15 @@ def test_a_script_without_the_runtime_gets_the_job_env_and_a_loss_curve_from_its
     assert "argv ['--x', 'a b']" in logs_text(backend, done)
     assert [(p.step, p.values["loss"]) for p in read_metrics(run)] == [(0, 4.0), (1, 2.0), (2, 1.333), (3, 1.0)]
     assert_no_processes_left(done)
+
+
+def test_a_command_job_runs_under_torchrun_and_a_failing_one_says_why(settings: Settings) -> None:
+    backend = LocalBackend(settings)
+    ok = JobSpec(name="cmd", command=(sys.executable, "-c", "import os; print('loss', os.environ['RANK'])"))
+    done = backend.wait(backend.submit(ok).id, timeout=240)
+    assert done.state is JobState.SUCCEEDED, done.reason
+    bad = JobSpec(name="cmd-bad", command=(sys.executable, "-c", "raise SystemExit(3)"))
+    failed = backend.wait(backend.submit(bad).id, timeout=240)
+    assert failed.state is JobState.FAILED
+    assert failed.reason and failed.reason.startswith("node 0 failed (agent exited with code 1); first error: node 0:")
+    assert_no_processes_left(failed)
