@@ -151,6 +151,9 @@ class Catalog:
     def mount(self, ref: str) -> Path:
         """The read-only folder of a pulled entry: O(1), the same path on every node."""
         resolved = self.layout.resolve(parse_ref(ref))
+        if isinstance(resolved, DatasetRef) and self.layout.manifest_path(resolved).exists():
+            self.layout.touch(self.layout.key(resolved))
+            return self.layout.data_dir(resolved)  # no need to read the manifest
         manifest = self.layout.read_manifest(resolved)
         if manifest is None:
             raise ConflictError(

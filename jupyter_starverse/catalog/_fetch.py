@@ -16,7 +16,7 @@ import os
 import queue
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -171,27 +171,24 @@ def _write_chunk(out: Any, chunk: bytes) -> None:
         out.write(chunk)
 
 
-class _Sink:
-    """Hash and write chunks in a second thread.
+_datasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
 
-    hashlib and file writes release the GIL, so reading the next chunk from the source
-    overlaps with hashing and writing the previous one.
-    """
 
-    def __init__(self, out: Any) -> None:
-        self.out = out
-        self.digest = hashlib.sha256()
+class _Worker:
+    """One consumer thread fed through a small queue; keeps the first error it hits."""
+
+    def __init__(self, name: str, consume: Callable[[bytes], None]) -> None:
+        self.consume = consume
         self.error: BaseException | None = None
         self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=4)
-        self._thread = threading.Thread(target=self._run, name="starverse-sink", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while (chunk := self._queue.get()) is not None:
             if self.error is None:
                 try:
-                    self.digest.update(chunk)
-                    _write_chunk(self.out, chunk)
+                    self.consume(chunk)
                 except BaseException as e:  # re-raised in the reading thread
                     self.error = e
 
@@ -201,11 +198,48 @@ class _Sink:
         self._queue.put(chunk)
 
     def join(self) -> None:
-        """Wait for every chunk; raises what the writer thread hit."""
         self._queue.put(None)
         self._thread.join()
         if self.error is not None:
             raise self.error
+
+
+class _Sink:
+    """Hash in one thread, write (flushing to disk as it goes) in another.
+
+    hashlib, file writes and fdatasync release the GIL, so reading the next chunk from
+    the source, hashing and writing all overlap; the final fsync has little left to do.
+    """
+
+    SYNC_EVERY = 64 * 1024 * 1024
+
+    def __init__(self, out: Any) -> None:
+        self.out = out
+        self.digest = hashlib.sha256()
+        self._unsynced = 0
+        self._workers = (_Worker("starverse-hash", self.digest.update), _Worker("starverse-write", self._write))
+
+    def _write(self, chunk: bytes) -> None:
+        _write_chunk(self.out, chunk)
+        self._unsynced += len(chunk)
+        if self._unsynced >= self.SYNC_EVERY:
+            self.out.flush()
+            _datasync(self.out.fileno())
+            self._unsynced = 0
+
+    def put(self, chunk: bytes) -> None:
+        for worker in self._workers:
+            worker.put(chunk)
+
+    def join(self) -> None:
+        """Wait for every chunk; raises what a worker thread hit."""
+        for worker in self._workers:
+            worker._queue.put(None)
+        for worker in self._workers:
+            worker._thread.join()
+        for worker in self._workers:
+            if worker.error is not None:
+                raise worker.error
 
 
 def fetch_file(

@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -196,8 +197,11 @@ class Layout:
 
     # -- usage and removal -----------------------------------------------------
     def touch(self, key: str) -> None:
+        """Record a use; at most one write a minute per entry (a stat is cheaper on NFS)."""
         path = self.usage_path(key)
         try:
+            if time.time() - path.stat().st_mtime < 60:
+                return
             os.utime(path)
         except FileNotFoundError:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -28,6 +28,7 @@ from jupyter_starverse.errors import (
     NotFoundError,
 )
 
+from ._follow import BlobFollower
 from ._names import ModelRef, safe_join
 from ._progress import ProgressTracker
 from ._types import FileRecord
@@ -159,31 +160,42 @@ def pull_model(ref: ModelRef, hf_cache: Path, tracker: ProgressTracker) -> Model
     blobs = storage / "blobs"
     present = _blob_bytes(blobs)
     tracker.start(bytes_total=sum(size for size, _ in expected.values()), files_total=len(expected))
+    follower = BlobFollower(blobs, {sha: size for size, sha in expected.values() if sha is not None})
     try:
-        with _poll_blobs(blobs, tracker, present):
-            folder = hf.snapshot_download(
-                ref.repo_id, revision=commit, cache_dir=hf_cache, endpoint=_endpoint(), tqdm_class=_SilentTqdm
-            )
-    except Exception as e:
-        raise _translate(ref, e) from e
-    tracker.set_phase("verifying")
-    files = []
-    for path, (size, sha) in sorted(expected.items()):
-        target = Path(folder) / path
-        real = target.resolve()
-        actual = real.stat().st_size if real.exists() else -1
-        digest = sha256_file(real) if sha is not None and actual == size else None
-        if actual != size or (sha is not None and digest != sha):
-            target.unlink(missing_ok=True)
-            real.unlink(missing_ok=True)
-            raise IntegrityError(
-                f"{ref}: {path} does not match the Hub listing (size {actual} vs {size})",
-                hint="the bad file was removed; pull again",
-            )
-        files.append(FileRecord(path, size, digest, sha))
-        tracker.file_done()
+        try:
+            with _poll_blobs(blobs, tracker, present), follower:
+                folder = hf.snapshot_download(
+                    ref.repo_id, revision=commit, cache_dir=hf_cache, endpoint=_endpoint(), tqdm_class=_SilentTqdm
+                )
+        except Exception as e:
+            raise _translate(ref, e) from e
+        tracker.set_phase("verifying")
+        files = [
+            _verify(ref, Path(folder), path, size, sha, follower) for path, (size, sha) in sorted(expected.items())
+        ]
+    finally:
+        follower.close()
+    tracker.files_done = len(files)
     _write_ref(storage, ref.revision, commit)
     return ModelSnapshot(commit, tuple(files))
+
+
+def _verify(ref: ModelRef, folder: Path, path: str, size: int, sha: str | None, follower: BlobFollower) -> FileRecord:
+    """Check one file of the snapshot against the Hub's listing; remove it if it is wrong."""
+    target = folder / path
+    real = target.resolve()
+    actual = real.stat().st_size if real.exists() else -1
+    digest = None
+    if sha is not None and actual == size:
+        digest = follower.digest(sha, real) or sha256_file(real)
+    if actual != size or (sha is not None and digest != sha):
+        target.unlink(missing_ok=True)
+        real.unlink(missing_ok=True)
+        raise IntegrityError(
+            f"{ref}: {path} does not match the Hub listing (size {actual} vs {size})",
+            hint="the bad file was removed; pull again",
+        )
+    return FileRecord(path, size, digest, sha)
 
 
 def _write_ref(storage: Path, revision: str, commit: str) -> None:

@@ -111,3 +111,58 @@ def test_import_local_model_folder(catalog: Catalog, tmp_path: Path) -> None:
         catalog.import_model(tmp_path / "nope", repo="local/other")
     catalog.rm("hf:local/my-model")
     assert catalog.ls() == [] and not path.exists()
+
+
+def test_blob_follower_hashes_while_writing_and_only_trusts_the_same_file(tmp_path: Path) -> None:
+    import hashlib
+    import threading
+    import time
+
+    from jupyter_starverse.catalog._follow import BlobFollower
+
+    data = os.urandom(3_000_000)
+    sha = hashlib.sha256(data).hexdigest()
+    other = os.urandom(1000)
+    other_sha = hashlib.sha256(other).hexdigest()
+    blobs = tmp_path / "blobs"
+    blobs.mkdir()
+
+    def writer() -> None:
+        with open(blobs / f"{sha}.incomplete", "wb") as f:
+            for i in range(0, len(data), 250_000):
+                f.write(data[i : i + 250_000])
+                f.flush()
+                time.sleep(0.01)
+        (blobs / f"{sha}.incomplete").rename(blobs / sha)
+        (blobs / f"{other_sha}.incomplete").write_bytes(other)  # hashed, then replaced by a new file
+        time.sleep(0.2)
+        (blobs / f"{other_sha}.incomplete").unlink()
+        (blobs / other_sha).write_bytes(other)
+
+    with BlobFollower(blobs, {sha: len(data), other_sha: len(other)}) as follower:
+        thread = threading.Thread(target=writer)
+        thread.start()
+        thread.join()
+    assert follower.digest(sha, blobs / sha) == sha
+    assert follower.digest(other_sha, blobs / other_sha) is None  # not the file that was hashed
+    follower.close()
+
+
+def test_large_files_are_verified_without_a_second_read(
+    catalog: Catalog, hub: HubServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jupyter_starverse.catalog import _models
+
+    reads: list[Path] = []
+    real = _models.sha256_file
+
+    def spy(path: Path) -> str:
+        reads.append(path)
+        return real(path)
+
+    monkeypatch.setattr(_models, "sha256_file", spy)
+    hub.throttle = 20_000_000
+    hub.add_repo("org/follow", {"config.json": Blob(b"{}"), "model.safetensors": Blob(size=6_000_000, seed=60)})
+    status = catalog.pull("hf:org/follow")
+    assert status.state == "cached"
+    assert reads == []  # hashed while huggingface_hub wrote it
