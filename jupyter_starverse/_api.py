@@ -72,7 +72,7 @@ def launch(
         fields["procs_per_node"] = procs
     if spec is None:
         fields.setdefault("name", _default_name(fields.get("script")))
-        spec = JobSpec(**fields)
+        spec = JobSpec.from_json(fields)  # unknown keywords: BadInputError naming the known ones
     elif fields:
         spec = spec.replace(**fields)
     facade = client(settings)
