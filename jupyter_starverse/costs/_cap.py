@@ -11,16 +11,17 @@ before that purchase rather than after it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from decimal import ROUND_FLOOR, Decimal
+from decimal import Decimal
 from typing import Any
 
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.launch._spec import JobSpec
 
 from ._meter import Cost, IntervalLike, burn_rate, job_cost
-from ._money import MAX_SECONDS, fmt_money
+from ._money import MAX_SECONDS, fmt_money, seconds_for
 from ._prices import PACKAGE_BILLINGS, PriceTable
 
 __all__ = ["BUDGET_REASON_PREFIX", "CapDecision", "budget_reason", "check_budget"]
@@ -110,7 +111,7 @@ def check_budget(
     seconds_left: int | None = None
     rate = burn_rate(cost)
     if not stop and rate > 0 and spec.billing not in PACKAGE_BILLINGS:
-        left = (budget - cost.amount) * 3600 / rate - Decimal(repr(float(grace)))
-        seconds_left = max(0, int(left.to_integral_value(rounding=ROUND_FLOOR)))
+        left = seconds_for(budget - cost.amount, rate)
+        seconds_left = None if left is None else max(0, left - math.ceil(grace))
     reason = budget_reason(cost, budget, projected=projected) if stop else None
     return CapDecision(stop, cost, projected, budget, remaining, seconds_left, reason)

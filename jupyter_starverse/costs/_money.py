@@ -16,7 +16,17 @@ from __future__ import annotations
 import math
 import re
 from datetime import timedelta
-from decimal import ROUND_CEILING, ROUND_HALF_UP, Context, Decimal, InvalidOperation, localcontext
+from decimal import (
+    MAX_EMAX,
+    MIN_EMIN,
+    ROUND_CEILING,
+    ROUND_FLOOR,
+    ROUND_HALF_UP,
+    Context,
+    Decimal,
+    InvalidOperation,
+    localcontext,
+)
 
 from jupyter_starverse.errors import BadInputError
 
@@ -31,6 +41,7 @@ __all__ = [
     "parse_duration",
     "parse_money",
     "round_money",
+    "seconds_for",
 ]
 
 SECONDS_PER_HOUR = 3600
@@ -44,6 +55,7 @@ _PART_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
 _FULL_RE = re.compile(r"^\s*(?:\d+(?:\.\d+)?\s*[smhdw]\s*)+$")
 # 28 digits (the default) would do; 40 leaves room for 4096 nodes x 64 cards x a year.
 _CTX = Context(prec=40)
+_WIDE = Context(prec=40, Emax=MAX_EMAX, Emin=MIN_EMIN)
 
 
 def _seconds_decimal(value: DurationLike, *, field: str) -> Decimal:
@@ -138,6 +150,17 @@ def money_for(rate_per_hour: Decimal, unit_seconds: int, decimals: int) -> Decim
     with localcontext(_CTX):
         exact = rate_per_hour * unit_seconds / SECONDS_PER_HOUR
         return round_money(exact, decimals)
+
+
+def seconds_for(amount: Decimal, per_hour: Decimal) -> int | None:
+    """Whole seconds ``amount`` pays for at ``per_hour`` (floored); ``None`` beyond a year or at no cost."""
+    if per_hour <= 0:
+        return None
+    with localcontext(_WIDE):  # a budget of 1e999999 must not overflow
+        seconds = amount * SECONDS_PER_HOUR / per_hour
+        if seconds > MAX_SECONDS:
+            return None
+        return max(0, int(seconds.to_integral_value(rounding=ROUND_FLOOR)))
 
 
 def fmt_money(amount: Decimal, currency: str) -> str:

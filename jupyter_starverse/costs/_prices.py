@@ -42,6 +42,8 @@ PACKAGE_BILLINGS = ("daily", "weekly")
 
 _CURRENCY_RE = re.compile(r"^[A-Z]{3}$")
 _TYPE_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+#: No card-hour costs more; a larger figure is a typo (and would overflow exact arithmetic).
+_MAX_PRICE = Decimal(10) ** 9
 _TOP_KEYS = ("currency", "decimals", "gpus", "cpu_node", "packages")
 
 
@@ -63,9 +65,12 @@ def _check_keys(data: dict[str, Any], known: tuple[str, ...], source: str, where
 
 def _amount(value: object, source: str, where: str) -> Decimal:
     try:
-        return parse_money(value, field=where)
+        out = parse_money(value, field=where)
     except BadInputError as e:
         raise _bad(source, e.message) from None
+    if out > _MAX_PRICE:
+        raise _bad(source, f"{where} = {value} is not a plausible price (at most {_MAX_PRICE:,} per hour)")
+    return out
 
 
 def valid_currency(value: str, *, field: str = "currency") -> str:

@@ -6,7 +6,7 @@ import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from decimal import ROUND_FLOOR, Decimal
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from ._cap import CapDecision, check_budget
 from ._estimate import Comparison, Estimate, Resources, check_billing, compare, estimate
 from ._html import line_html
 from ._meter import Cost, IntervalLike, intervals_of, job_cost
-from ._money import DurationLike, fmt_money, fmt_seconds, round_money
+from ._money import DurationLike, fmt_money, fmt_seconds, round_money, seconds_for
 from ._prices import PACKAGE_BILLINGS, PriceTable, load_price_table
 from ._record import CostRecord, UserTotal, read_cost, user_total, write_cost
 
@@ -157,7 +157,7 @@ class CostService:
             low = high = price.on_demand * res.count
         lasts: int | None = None
         if spec.budget is not None and billing not in PACKAGE_BILLINGS and high > 0:
-            lasts = int((spec.budget * 3600 / high).to_integral_value(rounding=ROUND_FLOOR))
+            lasts = seconds_for(spec.budget, high)
         est_for = estimate(res, duration, billing, table=self.prices) if duration is not None else None
         warning = _warning(spec.budget, minimum, est_for, lasts, self.prices.currency)
         return Preview(res, billing, self.prices.currency, low, high, spec.budget, lasts, minimum, est_for, warning)

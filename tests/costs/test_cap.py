@@ -68,3 +68,9 @@ def test_multi_node_burn_rate(table: PriceTable) -> None:
     assert decision.cost.amount == Decimal("14.40")
     assert decision.seconds_left == 21400  # 85.60 / 14.40 h
     assert decision.to_json()["remaining"] == "85.60"
+
+
+def test_absurd_budgets_do_not_overflow(table: PriceTable) -> None:
+    huge = ONE_CARD.replace(budget="1e999999")
+    decision = check_budget(huge, RUNNING, table, now=T0 + 3600, grace=30)
+    assert not decision.stop and decision.seconds_left is None  # more than a year away

@@ -96,6 +96,8 @@ def test_spot_is_optional_but_never_zero(write_prices, tmp_path: Path) -> None: 
         (small_doc(gpus={"t4": {"on_demand": "-1"}}), "non-negative"),
         (small_doc(gpus={"t4": {"on_demand": "cheap"}}), "not an amount"),
         (small_doc(gpus={"t4": {"on_demand": True}}), "not an amount"),
+        (small_doc(gpus={"t4": {"on_demand": "1e999999"}}), "not a plausible price"),
+        (small_doc(gpus={"t4": {"on_demand": "sNaN"}}), "non-negative"),
         (small_doc(gpus={"t4": {"on_demand": "1", "spot": ["2", "1"]}}), "above high"),
         (small_doc(gpus={"t4": {"on_demand": "1", "spot": "0.5"}}), r"\[low, high\]"),
         (small_doc(gpus={"T 4": {"on_demand": "1"}}), "not a valid GPU type"),

@@ -120,3 +120,8 @@ def test_a_service_with_its_own_table(settings: Settings) -> None:
     assert costs.estimate(Resources("t4", 1), "1h").currency == "USD"
     with pytest.raises(BadInputError, match="rtx4090"):
         costs.preview(SPEC)
+
+
+def test_preview_of_an_absurd_budget(client: Starverse) -> None:
+    preview = client.costs.preview(SPEC.replace(budget="1e999999"), "1h")
+    assert preview.budget_lasts is None and preview.warning is None
