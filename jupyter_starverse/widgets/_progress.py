@@ -214,6 +214,8 @@ def summarize(
     cost_text: str | None = cost if isinstance(cost, str) else None
     if cost is not None and not isinstance(cost, str):
         amount, currency, cost_text = cost.amount, cost.currency, cost.figure
+        if cost.budget is not None:
+            cost_text += f" of {cost.budget} {cost.currency} budget" + (" (reached)" if cost.over_budget else "")
     views = [_rank_view(job, r, ranks, last_step_of) for r in range(spec.world_size)]
     return JobProgress(
         job_id=job.id,

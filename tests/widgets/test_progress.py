@@ -112,3 +112,19 @@ def test_rank_records_place_ranks_and_mark_failures() -> None:
     assert by_rank[2].state is JobState.FAILED and by_rank[2].error == "ValueError: bad"
     # rank 3 has no worker yet
     assert by_rank[3].state is JobState.PENDING and by_rank[3].pid is None
+
+
+def test_cost_text_names_the_budget(settings) -> None:
+    import dataclasses
+
+    from jupyter_starverse.costs import CostService
+
+    job = _job(JobState.RUNNING)
+    job = dataclasses.replace(job, spec=job.spec.replace(budget="0.5"))
+    nodes = tuple(dataclasses.replace(n, started=1010.0) for n in job.nodes)
+    job = dataclasses.replace(job, nodes=nodes)
+    service = CostService(settings)
+    early = summarize(job, [], now=1011.0, cost=service.meter(job, now=1011.0))
+    assert early.cost_text is not None and early.cost_text.endswith(f"of 0.5 {early.currency} budget")
+    late = summarize(job, [], now=10**6, cost=service.meter(job, now=10**6))
+    assert late.cost_text is not None and late.cost_text.endswith("budget (reached)")
