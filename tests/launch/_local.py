@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pytest
+
+from jupyter_starverse._settings import Settings
 from jupyter_starverse.experiments import read_metrics
 from jupyter_starverse.launch import Job
 from jupyter_starverse.launch._local import LocalBackend
@@ -57,3 +60,13 @@ def assert_no_processes_left(job: Job) -> None:
 
 def logs_text(backend: LocalBackend, job: Job) -> str:
     return "\n".join(line.render() for line in backend.logs(job.id))
+
+
+@pytest.fixture(autouse=True)
+def _stop_leftover_jobs(settings: Settings) -> Iterator[None]:
+    """A test that fails half-way leaves no job running behind it."""
+    yield
+    backend = LocalBackend(settings)
+    for job in backend.list():
+        if not job.state.finished:
+            backend.cancel(job.id, timeout=30)

@@ -15,7 +15,12 @@ from jupyter_starverse.errors import BadInputError, ConflictError
 from jupyter_starverse.launch import JobSpec, JobState
 from jupyter_starverse.launch._local import LocalBackend
 
-from ._local import TINY, assert_no_processes_left, wait_for_step
+from ._local import (
+    TINY,
+    _stop_leftover_jobs,  # noqa: F401 - autouse: no job outlives its test
+    assert_no_processes_left,
+    wait_for_step,
+)
 
 
 def _nothing_created(settings: Settings) -> bool:

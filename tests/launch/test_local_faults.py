@@ -16,7 +16,14 @@ from jupyter_starverse.launch import JobSpec, JobState
 from jupyter_starverse.launch._local import LocalBackend
 from jupyter_starverse.launch._procs import job_processes
 
-from ._local import TINY, assert_no_processes_left, logs_text, wait_for, wait_for_step
+from ._local import (
+    TINY,
+    _stop_leftover_jobs,  # noqa: F401 - autouse: no job outlives its test
+    assert_no_processes_left,
+    logs_text,
+    wait_for,
+    wait_for_step,
+)
 
 pytestmark = pytest.mark.slow
 
