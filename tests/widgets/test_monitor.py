@@ -84,3 +84,22 @@ def test_saved_output_says_how_to_reattach(settings: Settings) -> None:
     assert bundle["text/plain"] == f"job {handle.id}: jupyter_starverse.attach({handle.id!r})"
     assert "application/vnd.jupyter.widget-view+json" in bundle
     monitor.close()
+
+
+def test_monitor_shows_which_rank_crashed(settings: Settings) -> None:
+    from jupyter_starverse._api import launch
+
+    code = 'import os, time\nassert os.environ["RANK"] != "1", "rank 1 is broken"\ntime.sleep(1)\n'
+    handle = launch(code=code, name="crash", procs=2, settings=settings)
+    job = handle.wait(timeout=300)
+    assert job.state is JobState.FAILED
+    monitor = handle.monitor(start=False)
+    progress = monitor.refresh()
+    by_rank = {r.rank: r for r in progress.ranks}
+    assert by_rank[1].state is JobState.FAILED
+    assert by_rank[1].error == "AssertionError: rank 1 is broken"
+    assert by_rank[0].error is None
+    assert monitor.bar.bar_style == "danger"
+    assert "AssertionError: rank 1 is broken" in monitor.ranks.value
+    assert "[1] AssertionError: rank 1 is broken" in monitor.logs.value
+    monitor.close()
