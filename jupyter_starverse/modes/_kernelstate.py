@@ -148,12 +148,9 @@ def _short(text: str) -> str:
     return text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 3] + "..."
 
 
-def _skip(name: str, value: object) -> bool:
-    """Names that are the kernel's own, not the user's work: skipped silently."""
-    if name.startswith("_") or name in _IPYTHON_NAMES:
-        return True
-    # Names IPython injects for itself (``get_ipython`` bound methods, ``exit`` helpers).
-    return type(value).__module__.startswith("IPython.")
+def _skip(name: str) -> bool:
+    """Names that are the kernel's own (history, ``In``/``Out``, helpers): skipped silently."""
+    return name.startswith("_") or name in _IPYTHON_NAMES
 
 
 def _why_not(value: object) -> str | None:
@@ -239,7 +236,7 @@ def save_namespace(
     try:
         (tmp / "vars").mkdir(parents=True)
         for index, (name, value) in enumerate(list(namespace.items())):
-            if _skip(name, value):
+            if _skip(name):
                 continue
             reason = _why_not(value)
             if reason:
