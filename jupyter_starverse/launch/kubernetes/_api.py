@@ -46,9 +46,9 @@ class ClusterApi:
     # -- main object per kind -------------------------------------------------------
     def create_main(self, kind: str, obj: Any, ns: str) -> dict[str, Any]:
         c = self.client()
+        if kind == "job":  # a V1Job: the client serialises it once
+            return self.read(c.BatchV1Api(self.conn.api).create_namespaced_job, ns, obj)
         body = to_dict(obj)
-        if kind == "job":
-            return self.read(c.BatchV1Api(self.conn.api).create_namespaced_job, ns, body)
         info = CRD_INFO[kind]
         return dict(
             c.CustomObjectsApi(self.conn.api).create_namespaced_custom_object(
