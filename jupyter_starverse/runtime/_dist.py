@@ -41,8 +41,13 @@ def _torch() -> Any:
     return torch
 
 
+_CONTEXT: list[Context] = []
+
+
 def init() -> Context:
     """Join the job's process group (once) and return rank, world and device."""
+    if _CONTEXT:
+        return _CONTEXT[0]
     torch = _torch()
     import torch.distributed as dist
 
@@ -56,7 +61,8 @@ def init() -> Context:
         backend = "nccl" if gpu else "gloo"
         if not dist.is_initialized():
             dist.init_process_group(backend=backend)
-    return Context(env.rank, env.local_rank, env.world_size, device, backend)
+    _CONTEXT.append(Context(env.rank, env.local_rank, env.world_size, device, backend))
+    return _CONTEXT[0]
 
 
 def _dist_ready() -> bool:

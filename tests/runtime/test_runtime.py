@@ -13,7 +13,7 @@ import pytest
 from jupyter_starverse import runtime as sv
 from jupyter_starverse.errors import NotFoundError
 from jupyter_starverse.experiments import latest_checkpoint, list_checkpoints, read_metrics
-from jupyter_starverse.runtime import JobEnv
+from jupyter_starverse.runtime import JobEnv, _dist
 from jupyter_starverse.runtime._metrics import close_metrics
 
 
@@ -25,9 +25,11 @@ def job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("STARVERSE_JOB_ID", "job-1")
     monkeypatch.setenv("STARVERSE_MOUNTS", json.dumps({"text": str(tmp_path / "data")}))
     sv.job_env.cache_clear()
+    _dist._CONTEXT.clear()
     yield run
     close_metrics()
     sv.job_env.cache_clear()
+    _dist._CONTEXT.clear()
 
 
 def test_job_env_parses_what_the_launcher_sets() -> None:
