@@ -29,17 +29,11 @@ from ._logs import PodStream, fan_in, saved_logs
 from ._manifests import make_manifests, pool_for, to_dict
 from ._names import make_job_id
 from ._status import job_state, latest_per_node, parse_time
+from ._watch import watch_job
 
 __all__ = ["RECORD", "KubernetesBackend"]
 
 RECORD = "kubernetes.json"
-_SETTLE = 10.0  # seconds to wait for job conditions once every pod has ended
-_WATCH_CHUNK = 30  # seconds per watch request; reconnects continue from the last resourceVersion
-
-
-def _all_ended(pods: WireList, nodes: int) -> bool:
-    ended = [p for p in pods if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed")]
-    return len(ended) >= nodes and len(ended) == len(pods)
 
 
 def _kind_of(obj: Any) -> str:
@@ -328,73 +322,9 @@ class KubernetesBackend(LaunchBackend):
 
     # -- watching -------------------------------------------------------------------
     def watch_job(self, job_id: str, *, timeout: float | None = None) -> Iterator[Job]:
-        """The job now, then again on every change of its pods, until it finished or ``timeout``.
-
-        Uses a pod watch from the listed resourceVersion; a ``410 Gone`` (expired history)
-        re-lists and continues.
-        """
-        end = None if timeout is None else time.monotonic() + timeout
-        job = self.get(job_id)
-        yield job
-        if job.state.finished:
-            return
-        ns, sel = self.conn.namespace, self._selector(job_id)
-        with self.api.errors("watch", f"pods of job {job_id!r}", ns):
-            pods_list, rv = self.api.pods(ns, sel)
-        pods = {p["metadata"]["name"]: p for p in pods_list}
-        while not job.state.finished:
-            left = None if end is None else end - time.monotonic()
-            if left is not None and left <= 0:
-                return
-            chunk = max(1, int(min(_WATCH_CHUNK, left if left is not None else _WATCH_CHUNK)))
-            if _all_ended(list(pods.values()), job.spec.nodes):
-                chunk = 1  # only the job's conditions are still to come, and they bring no pod event
-            with self.api.errors("watch", f"pods of job {job_id!r}", ns):
-                for type_, obj in self.api.watch_pods(ns, sel, rv, chunk):
-                    if type_ == "EXPIRED":  # history compacted: re-list, continue from now
-                        pods_list, rv = self.api.pods(ns, sel)
-                        pods = {p["metadata"]["name"]: p for p in pods_list}
-                        break
-                    rv = obj["metadata"]["resourceVersion"]
-                    if type_ == "DELETED":
-                        pods.pop(obj["metadata"]["name"], None)
-                    else:
-                        pods[obj["metadata"]["name"]] = obj
-                    new = self._refresh(job, list(pods.values()), obj)
-                    if new != job:
-                        job = new
-                        yield job
-                    if job.state.finished:
-                        return
-            new = self.get(job_id)  # job-level conditions (failure policy, TTL) change without pod events
-            if new != job:
-                job = new
-                yield job
-
-    def _refresh(self, job: Job, pods: WireList, changed: dict[str, Any]) -> Job:
-        phase = (changed.get("status") or {}).get("phase")
-        if phase in ("Succeeded", "Failed") or not pods:
-            # A pod ended: the job's own conditions decide. Its controller sets them a moment
-            # after the last pod ends, with no further pod event: poll briefly for them.
-            new = self.get(job.id)
-            delay, deadline = 0.05, time.monotonic() + _SETTLE
-            while not new.state.finished and _all_ended(pods, job.spec.nodes) and time.monotonic() < deadline:
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)
-                new = self.get(job.id)
-            return new
-        nodes = latest_per_node(pods)
-        st = job_state({"status": {"startTime": None}}, nodes)
-        return Job(
-            job.id,
-            job.backend,
-            job.spec,
-            st.state,
-            job.experiment_dir,
-            job.created,
-            started=job.started or st.started,
-            reason=st.reason,
-            nodes=nodes,
+        """The job now, then again on every change of its pods, until it finished or ``timeout``."""
+        return watch_job(
+            self.api, self.get, job_id, namespace=self.conn.namespace, selector=self._selector(job_id), timeout=timeout
         )
 
     def wait(self, job_id: str, *, timeout: float | None = None) -> Job:
