@@ -8,7 +8,7 @@ import signal
 import time
 from pathlib import Path
 
-from jupyter_starverse.catalog import Catalog, DatasetRef
+from jupyter_starverse.catalog import Catalog, DatasetRef, PullProgress
 from tests.catalog.conftest import run_workers, start_workers, worker_env
 from tests.catalog.servers import Blob, FileServer, HubServer
 
@@ -125,3 +125,25 @@ def test_kill_9_mid_model_pull_then_pull_again(
     path = catalog.mount("hf:org/killed")
     assert hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest() == files["model.safetensors"].sha256()
     assert hub.bytes_sent < 2 * files["model.safetensors"].size  # resumed, not restarted from zero
+
+
+def test_a_pull_started_elsewhere_is_visible_and_shared(
+    catalog: Catalog, files: FileServer, store_env: dict[str, str], tmp_path: Path
+) -> None:
+    blob = Blob(size=3_000_000, seed=70)
+    files.add("ds/a.bin", blob)
+    catalog.add_dataset("elsewhere", files.url + "/ds/")
+    files.throttle = 1_500_000
+    (proc,) = start_workers(1, ["pull", "elsewhere"], worker_env(store_env), tmp_path / "go")
+    _wait_for_bytes(catalog.layout.progress_path("ds.elsewhere@1"))
+    (running,) = catalog.pulls()
+    assert running.ref == "elsewhere@1" and running.phase == "downloading" and running.owner
+    assert catalog.status("elsewhere").pulling is not None
+    seen: list[PullProgress] = []
+    status = catalog.pull("elsewhere", progress=seen.append)  # waits for the other process
+    assert status.state == "cached"
+    waiting = [p for p in seen if p.phase == "waiting"]
+    assert waiting and not any(p.owner for p in waiting) and max(p.bytes_done for p in waiting) > 0
+    assert seen[-1].phase == "done"
+    assert files.downloads == {"ds/a.bin": 1}
+    assert proc.wait(timeout=60) == 0
