@@ -17,6 +17,7 @@ from jupyter_starverse.experiments import MetricPoint, RunPaths, read_json, read
 from jupyter_starverse.launch import Job, JobState, LogLine
 
 from ._progress import JobProgress, RankRecord, summarize
+from ._reader import MetricsFollower, tail_run_logs
 
 if TYPE_CHECKING:
     from jupyter_starverse.client import Starverse
@@ -78,6 +79,7 @@ class JobHandle:
         self.client = client
         self.id = job_id
         self.backend_name = backend or client.settings.backend
+        self._metrics = MetricsFollower()
 
     @property
     def backend(self) -> LaunchBackend:
@@ -98,12 +100,12 @@ class JobHandle:
 
     def metrics(self) -> list[MetricPoint]:
         """Every metric record logged so far."""
-        return read_job_metrics(self.job)
+        return self._metrics.read(self.job)
 
     def progress(self, *, job: Job | None = None) -> JobProgress:
         """Step, ETA, throughput, metric series and cost so far."""
         job = job if job is not None else self.job
-        return summarize(job, read_job_metrics(job), cost=self.cost(job=job), ranks=read_rank_records(job))
+        return summarize(job, self._metrics.read(job), cost=self.cost(job=job), ranks=read_rank_records(job))
 
     def cost(self, *, job: Job | None = None) -> Cost | str:
         """What the job cost so far; a sentence saying why when it cannot be priced."""
@@ -113,12 +115,18 @@ class JobHandle:
         except BadInputError as e:  # e.g. a GPU type missing from the price table
             return f"not priced: {e}"
 
-    def tail(self, lines: int = 20, *, rank: int | None = None) -> list[LogLine]:
+    def tail(self, lines: int = 20, *, rank: int | None = None, job: Job | None = None) -> list[LogLine]:
         """The last log lines: ``lines`` shared among the ranks, plus the last 2 of each node agent.
 
         Logs carry no timestamps, so lines are grouped by source (rank order, then agents)
-        rather than interleaved; ``rank`` restricts the tail to one rank.
+        rather than interleaved; ``rank`` restricts the tail to one rank. Local runs are
+        read from the ends of their log files; other backends through ``backend.logs``.
         """
+        job = job if job is not None else self.job
+        if job.backend == "local":
+            fast = tail_run_logs(job, read_rank_records(job), lines=lines, rank=rank)
+            if fast is not None:
+                return fast
         per_source: dict[tuple[int, int | None], collections.deque[LogLine]] = {}
         for line in self.backend.logs(self.id, rank=rank):
             key = (line.node, line.rank)

@@ -143,7 +143,7 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
         with self._lock:
             job = self.handle.job
             progress = self.handle.progress(job=job)
-            tail = self.handle.tail(self.log_lines)
+            tail = self.handle.tail(self.log_lines, job=job)
             self._render(job, progress, tail)
             self.last_progress = progress
             return progress
