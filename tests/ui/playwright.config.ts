@@ -5,6 +5,9 @@ import { defineConfig } from '@playwright/test';
 
 const baseConfig = require('@jupyterlab/galata/lib/playwright-config');
 
+/** A free port chosen by tests/ui/test_galata.py, so a second JupyterLab never collides. */
+const PORT = process.env.STARVERSE_UI_PORT ?? '8988';
+
 const chromiumArgs = [
   '--headless',
   '--no-sandbox',
@@ -26,7 +29,7 @@ export default defineConfig({
   reporter: [['list'], ['html', { open: 'never', outputFolder: 'playwright-report' }]],
   use: {
     ...baseConfig.use,
-    baseURL: 'http://127.0.0.1:8988',
+    baseURL: `http://127.0.0.1:${PORT}`,
     video: 'off',
     trace: 'off',
     screenshot: 'only-on-failure',
@@ -36,8 +39,8 @@ export default defineConfig({
     }
   },
   webServer: {
-    command: 'jlpm start --port 8988',
-    url: 'http://127.0.0.1:8988/lab',
+    command: `jlpm start --port ${PORT}`,
+    url: `http://127.0.0.1:${PORT}/lab`,
     timeout: 180 * 1000,
     reuseExistingServer: false
   }

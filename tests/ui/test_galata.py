@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,12 +21,19 @@ CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 pytestmark = [pytest.mark.ui, pytest.mark.slow]
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def _env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STARVERSE_", "HF_"))}
     # jupyter and jlpm of this interpreter's environment come first.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["STARVERSE_UI_ROOT"] = str(tmp_path / "ui-root")
     env["CHROMIUM_PATH"] = CHROMIUM
+    env["STARVERSE_UI_PORT"] = str(_free_port())
     env.setdefault("CI", "1")
     if "YARN_NPM_REGISTRY_SERVER" not in env and shutil.which("npm"):
         # yarn ignores npm's registry setting: use the one npm is configured with.
