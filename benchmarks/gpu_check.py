@@ -77,7 +77,8 @@ def run(env: dict[str, str], label: str, *argv: str) -> dict[str, Any]:
         "experiment_dir": final.get("experiment_dir"),
     }
     if len(points) > 1 and points[-1].get("time") and points[0].get("time"):
-        out["steps_per_s"] = round((points[-1]["step"] - points[0]["step"]) / (points[-1]["time"] - points[0]["time"]), 1)
+        span = points[-1]["time"] - points[0]["time"]
+        out["steps_per_s"] = round((points[-1]["step"] - points[0]["step"]) / span, 1)
     print(json.dumps(out), flush=True)
     if out["state"] != "succeeded":
         print(text[-4000:])
