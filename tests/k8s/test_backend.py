@@ -86,7 +86,7 @@ def test_follow_streams_while_running(kube: KubeServer, settings: Settings) -> N
     job = backend.submit(_spec(2, procs_per_node=1))
     lines = list(backend.logs(job.id, follow=True))
     assert sorted(line.text for line in lines if line.rank == 1) == sorted(f"step {i}" for i in range(30))
-    assert backend.get(job.id).state is JobState.SUCCEEDED
+    assert backend.wait(job.id, timeout=30).state is JobState.SUCCEEDED  # conditions follow the pods
 
 
 def test_failure_is_reported_with_node_and_exit_code(kube: KubeServer, settings: Settings) -> None:
