@@ -7,9 +7,10 @@ Run from the repository root::
 Prints median times and ratios against a baseline measured in the same run:
 
 - ``save_namespace`` + ``restore_namespace`` of a namespace holding a ``--mb`` MB tensor, a
-  small trained model's state, and 1,000 small Python values (one file each, manifest,
-  atomic publish, per-name error capture), against ``torch.save`` + ``torch.load`` of the
-  same objects as one dict into one file (the floor any save pays);
+  small trained model's state, and 1,000 small Python values (each pickled on its own so one
+  bad value cannot spoil the others; small ones packed into one file; manifest; atomic
+  publish), against ``torch.save`` + ``torch.load`` of the same objects as one dict into one
+  file (the floor any save pays);
 - ``make_workspace_patch`` for a workspace Deployment (the pure function behind a
   Kubernetes switch), in microseconds.
 """

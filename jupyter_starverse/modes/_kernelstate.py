@@ -45,6 +45,8 @@ MANIFEST = "manifest.json"
 # IPython's own bookkeeping; never user work.
 _IPYTHON_NAMES = frozenset({"In", "Out", "exit", "quit", "get_ipython", "open"})
 _MAX_REASON = 200
+_SMALL = 256 * 1024  # values smaller than this share one file
+_SMALL_FILE = "small.bin"
 _ID_RE = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{8}$")
 
 
@@ -177,13 +179,38 @@ def _notebook_model(value: object, torch: Any | None) -> bool:
     return torch is not None and isinstance(value, torch.nn.Module) and type(value).__module__ == "__main__"
 
 
+class _HoldsTensors(Exception):
+    pass
+
+
+class _PlainPickler(pickle.Pickler):
+    """Pickles values that hold no torch tensors; raises ``_HoldsTensors`` as soon as one does."""
+
+    def __init__(self, file: io.BytesIO, torch: Any) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._torch = torch
+
+    def reducer_override(self, obj: Any) -> Any:
+        t = self._torch
+        if isinstance(obj, t.Tensor | t.nn.Module) or t.is_storage(obj):
+            raise _HoldsTensors
+        return NotImplemented
+
+
 def _dump(value: object, torch: Any | None) -> tuple[bytes, str]:
+    # Plain pickle is much cheaper per value; torch.save only for values holding tensors,
+    # so they can be loaded back onto the CPU of any node (map_location="cpu").
     buf = io.BytesIO()
-    if torch is not None:
+    if torch is None:
+        pickle.dump(value, buf, protocol=pickle.HIGHEST_PROTOCOL)
+        return buf.getvalue(), "pickle"
+    try:
+        _PlainPickler(buf, torch).dump(value)
+        return buf.getvalue(), "pickle"
+    except _HoldsTensors:
+        buf = io.BytesIO()
         torch.save(value, buf)
         return buf.getvalue(), "torch"
-    pickle.dump(value, buf, protocol=pickle.HIGHEST_PROTOCOL)
-    return buf.getvalue(), "pickle"
 
 
 def new_state_id() -> str:
@@ -231,6 +258,7 @@ def save_namespace(
     final = root / state_id
     names: list[str] = []
     files: dict[str, dict[str, str]] = {}
+    small: dict[str, bytes] = {}
     not_kept: dict[str, str] = {}
     notes: dict[str, str] = {}
     try:
@@ -260,10 +288,15 @@ def save_namespace(
             except Exception as e:  # any pickling failure is a per-name outcome, not an abort
                 not_kept[name] = _short(f"cannot be pickled: {type(e).__name__}: {e}")
                 continue
-            filename = f"{index}.bin"
-            (tmp / "vars" / filename).write_bytes(data)
             kind = f"{type(value).__module__}.{type(value).__qualname__}"
-            files[target] = {"file": filename, "format": fmt, "type": kind}
+            if len(data) < _SMALL:
+                # Creating a file costs more than writing KBs on many volumes: pack small values.
+                small[target] = data
+                files[target] = {"file": _SMALL_FILE, "format": fmt, "type": kind}
+            else:
+                filename = f"{index}.bin"
+                (tmp / "vars" / filename).write_bytes(data)
+                files[target] = {"file": filename, "format": fmt, "type": kind}
             names.append(target)
         state = SavedState(
             id=state_id,
@@ -277,6 +310,7 @@ def save_namespace(
             kernel_id=kernel_id,
         )
         manifest = state.to_json() | {"files": files}
+        (tmp / "vars" / _SMALL_FILE).write_bytes(pickle.dumps(small, protocol=pickle.HIGHEST_PROTOCOL))
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
         tmp.replace(final)
     except OSError as e:
@@ -357,12 +391,18 @@ def restore_namespace(
         raise StoreError(f"saved state {state.id} cannot be read: {e}", hint=f"it stays at {folder}") from e
     restored: list[str] = []
     failed: dict[str, str] = {}
+    packed: dict[str, bytes] | None = None
     for name, meta in manifest.get("files", {}).items():
         if name in skip:
             failed[name] = "skipped on request"
             continue
         try:
-            data = (folder / "vars" / meta["file"]).read_bytes()
+            if meta["file"] == _SMALL_FILE:
+                if packed is None:
+                    packed = pickle.loads((folder / "vars" / _SMALL_FILE).read_bytes())  # noqa: S301 - our own file
+                data = packed[name]
+            else:
+                data = (folder / "vars" / meta["file"]).read_bytes()
             if meta.get("format") == "torch":
                 import torch  # saved with torch: the new kernel has it too
 

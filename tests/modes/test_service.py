@@ -129,7 +129,8 @@ def test_save_reports_what_cannot_be_kept(settings: Settings, tmp_path: object) 
 
 
 def test_state_with_a_broken_variable_stays_on_disk(settings: Settings) -> None:
-    state = save_namespace({"x": 1, "y": 2}, home=settings.home)
+    big = bytes(range(256)) * 2048  # 512 KB: stored in a file of its own, small values share one
+    state = save_namespace({"x": 1, "y": big}, home=settings.home)
     manifest_dir = list_states(settings.home)[0].path
     # The file of y is damaged on disk (disk error, truncated copy).
     import json
