@@ -8,6 +8,11 @@ without a server; saved kernel state stays on disk either way.
 
 The profile of each mode comes from ``STARVERSE_HUB_PROFILES`` (``cpu=cpu-small,
 a100-80g=gpu-a100``); without it the slug is the mode's accelerator (``cpu``, ``a100-80g``).
+
+Limitation: the Hub API has no "restart with other options" call. Called from inside the
+server being switched, the stop ends this very process (KubeSpawner deletes the pod), so
+the start request must come from a process that outlives it: the CLI outside the workspace
+or a Hub service. Kernel state is saved before the stop either way.
 """
 
 from __future__ import annotations
