@@ -301,3 +301,14 @@ def test_rank_logs_written_by_workers_into_the_run_folder_are_merged(kube: KubeS
         ]
     )
     assert [x.text for x in backend.logs(job.id, rank=1)] == ["rank 1 step 1", "rank 1 step 2"]
+
+
+def test_missing_kubernetes_package_gives_the_install_hint(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from jupyter_starverse.errors import MissingDependencyError
+
+    monkeypatch.setitem(sys.modules, "kubernetes", None)  # as if not installed
+    with pytest.raises(MissingDependencyError) as err:
+        KubernetesBackend(settings).render(_spec())
+    assert err.value.hint == "pip install jupyter_starverse[kubernetes]"

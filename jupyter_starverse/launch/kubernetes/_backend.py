@@ -22,7 +22,7 @@ from jupyter_starverse.launch._backend import Job, JobState, LaunchBackend, LogL
 from jupyter_starverse.launch._spec import JobSpec
 
 from ._api import ClusterApi, WireList
-from ._config import KubeConnection, connect, resolve_namespace
+from ._config import KubeConnection, connect, require_kubernetes, resolve_namespace
 from ._crds import CRD_INFO
 from ._inputs import ANNOTATION_SPEC, LABEL_JOB, LABEL_MANAGED, LABEL_ROLE, MANAGER, ClusterConfig, KubeLaunch
 from ._logs import PodStream, fan_in, saved_logs
@@ -134,6 +134,8 @@ class KubernetesBackend(LaunchBackend):
     ) -> tuple[KubeLaunch, list[Any]]:
         """The resolved launch and its manifests, without any API call."""
         from jupyter_starverse.modes._pools import load_pools
+
+        require_kubernetes()  # the builders use its models: fail here with the install hint
 
         pools = load_pools(self.settings)
         pool = pool_for(spec, pools)
