@@ -203,6 +203,13 @@ class ModeService:
             if pulls:
                 warnings.append(f"pulls interrupted: {', '.join(pulls)} (they resume when pulled again)")
             self.switcher.check(target)
+            if self.switcher.where == "jupyterhub":
+                profile = getattr(self.switcher, "profile", None)
+                slug = profile(target) if callable(profile) else target.accelerator
+                warnings.append(
+                    f"the Hub stops this server; if it does not come back by itself, start it from the Hub "
+                    f"control panel with the profile {slug!r}"
+                )
             if target.kind == "gpu":
                 from jupyter_starverse.costs import load_price_table
 

@@ -112,6 +112,7 @@ def test_parse_profiles() -> None:
 
 def test_switch_restarts_the_server_with_the_other_profile(settings: Settings, hub: FakeHub) -> None:
     service = _service(settings, hub)
+    assert "start it from the Hub control panel with the profile 'cpu-small'" in service.plan("cpu").warnings[0]
     result = service.switch("cpu")
     assert result.outcome is not None and "cpu-small" in result.outcome.action
     assert service.current() == Mode("cpu")
