@@ -104,6 +104,8 @@ def test_unschedulable_and_image_pull_are_surfaced(kube: KubeServer, settings: S
     stuck = next(j for j in backend.watch_job(job.id, timeout=10) if j.reason)
     assert stuck.state is JobState.PENDING and "Unschedulable" in (stuck.reason or "")
     assert stuck.nodes[0].reason is not None and stuck.nodes[0].reason.startswith("Unschedulable")
+    first = next(iter(backend.logs(job.id, follow=True)))  # following says why nothing prints yet
+    assert first.render().startswith("[node0] pending: Unschedulable: 0/1 nodes are available")
     kube.controllers.unpullable_images.add("ghcr.io/none/missing:1")
     job = backend.submit(_spec(1, image="ghcr.io/none/missing:1"))
     stuck = next(j for j in backend.watch_job(job.id, timeout=10) if j.reason)

@@ -342,7 +342,12 @@ class KubernetesBackend(LaunchBackend):
         run_dir = Path(job.experiment_dir)
         ns, ppn = self.conn.namespace, job.spec.procs_per_node
         if follow:  # pods must have started before their logs can be followed
+            told: set[tuple[int, str]] = set()
             for job in self.watch_job(job_id):
+                for node in job.nodes:  # say why nothing prints yet (Unschedulable, ImagePullBackOff)
+                    if node.state is JobState.PENDING and node.reason and (node.index, node.reason) not in told:
+                        told.add((node.index, node.reason))
+                        yield LogLine(node.index, None, f"pending: {node.reason}")
                 if job.state.finished or (
                     job.nodes
                     and all(n.state is not JobState.PENDING for n in job.nodes)
