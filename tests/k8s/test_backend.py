@@ -314,3 +314,32 @@ def test_missing_kubernetes_package_gives_the_install_hint(settings: Settings, m
     with pytest.raises(MissingDependencyError) as err:
         KubernetesBackend(settings).render(_spec())
     assert err.value.hint == "pip install jupyter_starverse[kubernetes]"
+
+
+def test_mixed_gpu_pools_from_the_shipped_table(kube: KubeServer, settings: Settings) -> None:
+    """A 4090 job and an A100 job land on their own pools; the table is the shipped example."""
+    from jupyter_starverse.launch.kubernetes import GPU_POOLS_EXAMPLE
+
+    kube.set_nodes(
+        [
+            Node(
+                "g4090",
+                labels={"nvidia.com/gpu.product": "NVIDIA-GeForce-RTX-4090"},
+                taints=(("nvidia.com/gpu", ""),),
+                gpus=8,
+            ),
+            Node(
+                "a100",
+                labels={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"},
+                taints=(("nvidia.com/gpu", ""), ("pool", "a100")),
+                gpus=8,
+            ),
+        ]
+    )
+    backend = KubernetesBackend(settings.replace(gpu_pools_file=GPU_POOLS_EXAMPLE))
+    for gpu in ("rtx4090", "a100-80g"):
+        job = backend.wait(backend.submit(_spec(2, accelerator=gpu, name=f"on-{gpu}", procs_per_node=8)).id, timeout=30)
+        assert job.state is JobState.SUCCEEDED, job.reason
+    too_big = backend.submit(_spec(1, accelerator="a100-80g", name="too-big", procs_per_node=16))
+    stuck = next(j for j in backend.watch_job(too_big.id, timeout=10) if j.reason)
+    assert "Unschedulable" in (stuck.reason or "")

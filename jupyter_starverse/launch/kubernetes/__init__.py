@@ -16,3 +16,6 @@ __all__ = ["RBAC_MANIFEST", "KubernetesBackend"]
 
 #: Role + RoleBinding the workspace's service account needs (``kubectl apply -n NS -f``).
 RBAC_MANIFEST = Path(__file__).with_name("rbac.yaml")
+#: A pool table for a mixed cluster (RTX 4090 + A100 + H100, GPU-feature-discovery labels):
+#: copy it, adapt it, and point STARVERSE_GPU_POOLS at the copy.
+GPU_POOLS_EXAMPLE = Path(__file__).with_name("gpu_pools.example.json")
