@@ -234,6 +234,10 @@ def test_unknown_gpu_type(kube: KubeServer, settings: Settings) -> None:
 def test_unknown_job(kube: KubeServer, settings: Settings) -> None:
     with pytest.raises(NotFoundError, match="no Kubernetes job 'nope-1'"):
         KubernetesBackend(settings).get("nope-1")
+    for bad in ("../x", "*", "a/b", "Job_1"):  # never a path or a glob under the experiments
+        with pytest.raises(NotFoundError):
+            KubernetesBackend(settings).cancel(bad)
+    assert kube.count() == 1
 
 
 def test_no_kubeconfig(settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -27,7 +27,7 @@ from ._crds import CRD_INFO
 from ._inputs import ANNOTATION_SPEC, LABEL_JOB, LABEL_MANAGED, LABEL_ROLE, MANAGER, ClusterConfig, KubeLaunch
 from ._logs import PodStream, fan_in, saved_logs
 from ._manifests import make_manifests, pool_for, to_dict
-from ._names import make_job_id
+from ._names import is_dns_label, make_job_id
 from ._status import job_state, latest_per_node, parse_time
 from ._watch import watch_job
 
@@ -234,8 +234,10 @@ class KubernetesBackend(LaunchBackend):
 
     # -- reading --------------------------------------------------------------------
     def _record(self, job_id: str) -> tuple[Path | None, dict[str, Any]]:
+        if not is_dns_label(job_id):  # every id we make is one; anything else (paths, globs) is unknown
+            raise NotFoundError(f"no Kubernetes job {job_id!r}", hint="list jobs with `starverse jobs ls`")
         root = Path(self.settings.experiments)
-        for path in root.glob(f"*/runs/{job_id}/{RECORD}") if root.is_dir() and "/" not in job_id else []:
+        for path in root.glob(f"*/runs/{job_id}/{RECORD}") if root.is_dir() else []:
             return path.parent, dict(read_json(path) or {})
         return None, {}
 
