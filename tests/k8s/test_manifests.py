@@ -285,3 +285,18 @@ def test_kueue_label_only_on_workloads() -> None:
     assert warm["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "q"
     assert "kueue.x-k8s.io/queue-name" not in svc["metadata"]["labels"]
     assert "kueue.x-k8s.io/queue-name" not in job["spec"]["template"]["metadata"]["labels"]
+
+
+def test_shipped_rbac_manifest_is_valid_and_covers_what_the_backend_calls() -> None:
+    from jupyter_starverse.launch.kubernetes import RBAC_MANIFEST
+
+    role, binding = yaml.safe_load_all(RBAC_MANIFEST.read_text())
+    for doc in (role, binding):
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    allowed = {
+        (g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]
+    }
+    needed = [("batch", "jobs", v) for v in ("create", "get", "list", "watch", "delete")]
+    needed += [("", "services", "create"), ("", "pods", "list"), ("", "pods", "watch"), ("", "pods/log", "get")]
+    assert [n for n in needed if n not in allowed] == []
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
