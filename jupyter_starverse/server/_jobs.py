@@ -109,13 +109,28 @@ def _int_arg(value: str | None, name: str, *, default: int | None, low: int, hig
     return number
 
 
+# One handle per job across requests: its metrics follower reads only new lines on each
+# poll of the panel instead of the whole metrics.jsonl.
+_HANDLES: collections.OrderedDict[tuple[int, str, str], JobHandle] = collections.OrderedDict()
+_HANDLES_LOCK = threading.Lock()
+_MAX_HANDLES = 512
+
+
 class _JobsBase(StarverseHandler):
     def backend(self) -> LaunchBackend:
         return self.client.backend(self.query("backend"))
 
+    def handle(self, job: Job) -> JobHandle:
+        key = (id(self.client), job.backend, job.id)
+        with _HANDLES_LOCK:
+            handle = _HANDLES.pop(key, None) or JobHandle(self.client, job.id, backend=job.backend)
+            _HANDLES[key] = handle
+            while len(_HANDLES) > _MAX_HANDLES:
+                _HANDLES.popitem(last=False)
+        return handle
+
     def view(self, job: Job, *, points: bool) -> JobView:
-        handle = JobHandle(self.client, job.id, backend=job.backend)
-        return JobView(job, handle.progress(job=job), points)
+        return JobView(job, self.handle(job).progress(job=job), points)
 
 
 class JobsHandler(_JobsBase):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,9 +24,13 @@ _CHUNK = 64 * 1024
 
 
 class MetricsFollower:
-    """Metric records of one run, re-reading only what was appended since the last call."""
+    """Metric records of one run, re-reading only what was appended since the last call.
+
+    Safe to share between threads (the server keeps one per job across requests).
+    """
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
         self._path: Path | None = None
         self._offset = 0
         self._partial = b""
@@ -36,6 +41,10 @@ class MetricsFollower:
 
     def read(self, job: Job) -> list[MetricPoint]:
         """Every record so far (``read_metrics`` semantics, including the log fallback)."""
+        with self._lock:
+            return self._read(job)
+
+    def _read(self, job: Job) -> list[MetricPoint]:
         run = RunPaths(Path(job.experiment_dir))
         path = run.metrics
         if path != self._path:
