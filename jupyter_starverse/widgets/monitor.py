@@ -70,7 +70,8 @@ def _ranks_table(job: Job, progress: JobProgress) -> str:
             f"<td>{step}</td><td>{' '.join(b for b in bits if b)}</td></tr>"
         )
     return (
-        '<table class="starverse-ranks" style="font-size:12px;border-spacing:8px 2px;margin-left:8px">'
+        '<table class="starverse-ranks" '
+        'style="font-size:12px;border-spacing:8px 2px;margin-left:8px;white-space:nowrap">'
         "<tr><th>node</th><th>rank</th><th>state</th><th>step</th><th></th></tr>" + "".join(rows) + "</table>"
     )
 
@@ -112,7 +113,7 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
             value=0.0, min=0.0, max=1.0, description="", bar_style="info", layout=widgets.Layout(width="40%")
         )
         self.stats = widgets.HTML(value="")
-        self.chart = widgets.HTML(value=loss_svg([]))
+        self.chart = widgets.HTML(value=loss_svg([], width=320))
         self.ranks = widgets.HTML(value="")
         self.logs = widgets.HTML(value=_log_html([]))
         self.error = widgets.HTML(value="", layout=widgets.Layout(display="none"))
@@ -164,7 +165,7 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
             self.bar.value = 1.0
         self.bar.bar_style = _BAR_STYLE[state]
         self.stats.value = self._stats_html(progress)
-        self.chart.value = loss_svg(progress.points, label=progress.metric or "loss")
+        self.chart.value = loss_svg(progress.points, width=320, label=progress.metric or "loss")
         self.ranks.value = _ranks_table(job, progress)
         self.logs.value = _log_html(tail)
         if state.finished:
