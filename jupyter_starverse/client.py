@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .costs import CostService, PriceTable
     from .launch import Job, JobSpec, LaunchBackend
     from .modes import Mode, ModeService
+    from .modes._jobs import SmokeResult
 
 __all__ = ["Starverse", "Info"]
 
@@ -128,9 +129,41 @@ class Starverse:
 
         return make_backend(name, self.settings)
 
+    def default_accelerator(self) -> str:
+        """What a job runs on when it names no GPU type: the workspace mode's accelerator."""
+        return self.modes.current().accelerator
+
+    def job_mode(self, spec: JobSpec) -> Mode:
+        """The mode a job runs in: its own accelerator decides (a CPU notebook may launch GPU pods)."""
+        from .modes import Mode
+
+        return Mode("gpu", spec.accelerator, spec.procs_per_node) if spec.is_gpu else Mode("cpu")
+
+    def prepare(self, spec: JobSpec) -> JobSpec:
+        """``spec`` as it is submitted: the CPU (gloo) or GPU (nccl/cuda) translation of its mode."""
+        return self.modes.translate(spec, mode=self.job_mode(spec))
+
     def launch(self, spec: JobSpec, *, backend: str | None = None) -> Job:
-        """Submit ``spec`` on ``backend`` (default backend when omitted)."""
-        return self.backend(backend).submit(spec)
+        """Submit ``spec`` (translated for its mode) on ``backend`` (default backend when omitted)."""
+        return self.backend(backend).submit(self.prepare(spec))
+
+    def smoke_launch(
+        self, spec: JobSpec, *, backend: str | LaunchBackend | None = None, steps: int | None = None
+    ) -> SmokeResult:
+        """Run a few steps of ``spec`` on local CPU processes first; submit the real job only if they pass."""
+        from .launch import LaunchBackend
+        from .modes._jobs import SMOKE_STEPS, smoke_then_submit
+
+        target = backend if isinstance(backend, LaunchBackend) else self.backend(backend)
+
+        return smoke_then_submit(
+            spec,
+            mode=self.job_mode(spec),
+            smoke_backend=self.backend("local"),
+            backend=target,
+            steps=steps or SMOKE_STEPS,
+            cpu_image=self.settings.cpu_image,
+        )
 
     def jobs(self, *, backend: str | None = None) -> list[Job]:
         """Jobs known to ``backend``, newest first."""

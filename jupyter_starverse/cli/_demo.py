@@ -83,7 +83,7 @@ def _demo(client: Starverse, args: argparse.Namespace) -> Iterator[DemoEvent]:
         experiment="demo",
     )
     backend = client.backend("local")
-    job = backend.submit(spec)
+    job = backend.submit(client.prepare(spec))
     t0 = time.monotonic()
     yield DemoEvent(
         "submitted",

@@ -18,6 +18,8 @@ from jupyter_starverse.costs import Preview
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.experiments import ExperimentPaths, ResumePlan, plan_resume
 from jupyter_starverse.launch import BILLING_MODES, FRAMEWORKS, TEMPLATES, JobSpec, LaunchBackend
+from jupyter_starverse.modes._jobs import SmokeResult
+from jupyter_starverse.widgets._handle import JobHandle
 
 from ._common import add_json_flag
 from ._jobs import JobDetail, detail
@@ -56,8 +58,8 @@ class LaunchPreview:
         return head + self.rendered.rstrip()
 
 
-def spec_from_launch_args(args: argparse.Namespace) -> JobSpec:
-    """The :class:`JobSpec` the ``launch`` options describe."""
+def spec_from_launch_args(args: argparse.Namespace, *, default_accelerator: str = "cpu") -> JobSpec:
+    """The :class:`JobSpec` the ``launch`` options describe (``--gpu`` or else ``default_accelerator``)."""
     from jupyter_starverse.launch.templates import example_script
 
     if args.procs is not None and args.gpus_per_node is not None and args.procs != args.gpus_per_node:
@@ -76,7 +78,7 @@ def spec_from_launch_args(args: argparse.Namespace) -> JobSpec:
         args=tuple(args.script_args),
         nodes=args.nodes,
         procs_per_node=procs,
-        accelerator=args.gpu or "cpu",
+        accelerator=args.gpu or default_accelerator,
         template=args.template,
         tensor_parallel=args.tp,
         pipeline_parallel=args.pp,
@@ -105,8 +107,9 @@ def _backend(client: Starverse, args: argparse.Namespace) -> LaunchBackend:
     return client.backend(name)
 
 
-def _launch(client: Starverse, args: argparse.Namespace) -> LaunchPreview | JobDetail:
-    spec = spec_from_launch_args(args)
+def _launch(client: Starverse, args: argparse.Namespace) -> LaunchPreview | JobDetail | SmokeResult | JobHandle:
+    # Without --gpu a job follows the workspace mode; either way it gets its mode's translation.
+    spec = client.prepare(spec_from_launch_args(args, default_accelerator=client.default_accelerator()))
     backend = _backend(client, args)
     if args.dry_run:
         resume = None
@@ -115,7 +118,12 @@ def _launch(client: Starverse, args: argparse.Namespace) -> LaunchPreview | JobD
             resume = plan_resume(exp.root, new_world_size=spec.world_size)
         cost = client.costs.preview_or_reason(spec)  # costs: the price shown before launch
         return LaunchPreview(args.output, backend.render(spec, output=args.output), resume, cost)
-    return detail(backend.submit(spec))
+    if args.smoke:
+        return client.smoke_launch(spec, backend=backend)
+    job = backend.submit(spec)
+    if args.notebook:  # in a kernel: the live monitor
+        return JobHandle(client, job.id, backend=job.backend)
+    return detail(job)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -149,6 +157,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--kind", choices=KUBE_KINDS, default=None, help="Kubernetes object kind (kubernetes backend)")
     p.add_argument("--image", default=None, help="container image (kubernetes backend)")
     p.add_argument("--port", type=int, default=None, help="rendezvous port (local backend; default: a free one)")
+    p.add_argument(
+        "--smoke", action="store_true", help="first run a few steps on local CPU processes; submit only if they pass"
+    )
     p.add_argument("--dry-run", action="store_true", help="print what would start; start nothing")
     p.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml", help="dry-run format (default: yaml)")
     add_json_flag(p)

@@ -28,7 +28,7 @@ def _env_pair(text: str) -> tuple[str, str]:
     return key, value
 
 
-def spec_from_args(args: argparse.Namespace, code: str) -> JobSpec:
+def spec_from_args(args: argparse.Namespace, code: str, *, default_accelerator: str = "cpu") -> JobSpec:
     """The :class:`JobSpec` the ``train`` options describe, with ``code`` as the script."""
     return JobSpec(
         name=args.name,
@@ -36,7 +36,7 @@ def spec_from_args(args: argparse.Namespace, code: str) -> JobSpec:
         args=tuple(args.script_args),
         nodes=args.nodes,
         procs_per_node=args.procs,
-        accelerator=args.gpu or "cpu",
+        accelerator=args.gpu or default_accelerator,
         template=args.template,
         mounts=tuple(args.mount),
         env=dict(args.env),
@@ -70,7 +70,7 @@ def _train(client: Starverse, args: argparse.Namespace) -> JobHandle | LaunchPre
             field="script",
             hint="fix the cell; nothing was launched",
         ) from None
-    spec = spec_from_args(args, code)
+    spec = client.prepare(spec_from_args(args, code, default_accelerator=client.default_accelerator()))
     backend = client.backend(args.backend)
     if args.dry_run:
         resume = None
@@ -79,7 +79,7 @@ def _train(client: Starverse, args: argparse.Namespace) -> JobHandle | LaunchPre
             resume = plan_resume(exp.root, new_world_size=spec.world_size)
         cost = client.costs.preview_or_reason(spec)  # costs: the price shown before launch
         return LaunchPreview("yaml", backend.render(spec, output="yaml"), resume, cost)
-    job = backend.submit(spec)
+    job = client.smoke_launch(spec, backend=backend).job if args.smoke else backend.submit(spec)
     return JobHandle(client, job.id, backend=job.backend)
 
 
@@ -97,6 +97,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--steps", type=int, default=None, help="training steps (exported as STARVERSE_STEPS)")
     p.add_argument("--experiment", default=None, help="experiment name (default: the job name)")
     p.add_argument("--resume", action="store_true", help="continue from the experiment's latest checkpoint")
+    p.add_argument(
+        "--smoke", action="store_true", help="first run a few steps on local CPU processes; submit only if they pass"
+    )
+    p.add_argument(
+        "--gpus-per-node", type=int, default=argparse.SUPPRESS, dest="procs", metavar="N", help="same as --procs"
+    )
     p.add_argument("--backend", default=None, help="local or kubernetes (default: settings)")
     p.add_argument("--gpu", default=None, metavar="TYPE", help="GPU type (default: cpu)")
     p.add_argument("--budget", type=Decimal, default=None, help="stop gracefully once the cost reaches this amount")
