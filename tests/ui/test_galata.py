@@ -18,7 +18,8 @@ import pytest
 HERE = Path(__file__).parent
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 
-pytestmark = [pytest.mark.ui, pytest.mark.slow]
+# npm install plus every spec in one JupyterLab: far longer than a unit test.
+pytestmark = [pytest.mark.ui, pytest.mark.slow, pytest.mark.timeout(2700)]
 
 
 def _free_port() -> int:
