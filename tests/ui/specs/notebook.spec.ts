@@ -41,5 +41,5 @@ test('a notebook cell trains on 2 local processes; the panel lists the job', asy
   const job = page.locator('.jp-Starverse-job', { hasText: 'ui-train' }).first();
   await expect(job).toBeVisible({ timeout: 60000 });
   await expect(job).toHaveAttribute('data-state', 'succeeded', { timeout: 240000 });
-  await page.screenshot({ path: path.join(ARTIFACTS, 'starverse-jobs.png') });
+  await page.screenshot({ path: path.join(ARTIFACTS, 'starverse-notebook.png') });
 });
