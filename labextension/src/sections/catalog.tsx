@@ -17,7 +17,7 @@ export function formatBytes(n: number | null): string {
     value /= 1024;
     unit += 1;
   }
-  return unit === 0 ? `${value} B` : `${value.toFixed(1)} ${units[unit]}`;
+  return unit === 0 ? `${Math.round(value)} B` : `${value.toFixed(1)} ${units[unit]}`;
 }
 
 /** `12 MiB / 40 MiB · 8.0 MiB/s · ETA 4 s`. */
