@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,14 +15,29 @@ __all__ = ["follow_logs"]
 
 
 class _Tail:
-    """Complete lines appended to one file since the last read."""
+    """Complete lines appended to one file since the last read.
 
-    def __init__(self, path: Path, node: int, rank: int | None) -> None:
+    A rank's node is what its worker recorded in ``pids/rankN.json`` (torchrun hands out
+    ranks in rendezvous order, not by node); until that file exists ``node`` is a guess.
+    """
+
+    def __init__(self, path: Path, node: int, rank: int | None, pid_file: Path | None = None) -> None:
         self.path, self.node, self.rank = path, node, rank
+        self.pid_file = pid_file
         self.offset = 0
         self.partial = b""
 
+    def _resolve_node(self) -> None:
+        if self.pid_file is None:
+            return
+        try:
+            self.node = int(json.loads(self.pid_file.read_text())["node"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return  # not written yet (or being written): keep the guess, try again next read
+        self.pid_file = None
+
     def read(self, *, final: bool = False) -> Iterator[LogLine]:
+        self._resolve_node()
         try:
             with self.path.open("rb") as f:
                 f.seek(self.offset)
@@ -56,7 +72,7 @@ def follow_logs(
     """
     ranks = [rank] if rank is not None else list(range(world_size))
     procs_per_node = max(1, world_size // max(1, nodes))
-    tails = [_Tail(run.rank_log(r), r // procs_per_node, r) for r in ranks]
+    tails = [_Tail(run.rank_log(r), r // procs_per_node, r, run.pids / f"rank{r}.json") for r in ranks]
     if rank is None:
         tails += [_Tail(run.node_log(n), n, None) for n in range(nodes)]
     if not follow:
