@@ -8,7 +8,7 @@ functions to one :class:`~jupyter_starverse._settings.Settings`. Money rules: se
 
 from __future__ import annotations
 
-from ._cap import BUDGET_REASON_PREFIX, CapDecision, budget_reason, check_budget
+from ._cap import BUDGET_REASON_PREFIX, CapDecision, budget_reason, cap_env, check_budget
 from ._estimate import SPOT_NOTE, Comparison, Estimate, Resources, compare, estimate
 from ._meter import Cost, IntervalLike, NodeCost, NodeInterval, burn_rate, check_priced, intervals_of, job_cost
 from ._money import MAX_SECONDS, billable_seconds, parse_duration, parse_money
@@ -39,6 +39,7 @@ __all__ = [
     "billable_seconds",
     "budget_reason",
     "burn_rate",
+    "cap_env",
     "check_budget",
     "check_priced",
     "compare",

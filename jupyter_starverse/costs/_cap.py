@@ -11,20 +11,21 @@ before that purchase rather than after it.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal, localcontext
 from typing import Any
 
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.launch._spec import JobSpec
 
-from ._meter import Cost, IntervalLike, burn_rate, job_cost
-from ._money import MAX_SECONDS, fmt_money, seconds_for
+from ._meter import Cost, IntervalLike, burn_rate, check_priced, job_cost, unit_rate, units_per_node
+from ._money import _CTX, MAX_SECONDS, SECONDS_PER_HOUR, fmt_money, seconds_for
 from ._prices import PACKAGE_BILLINGS, PriceTable
 
-__all__ = ["BUDGET_REASON_PREFIX", "CapDecision", "budget_reason", "check_budget"]
+__all__ = ["BUDGET_REASON_PREFIX", "CapDecision", "budget_reason", "cap_env", "check_budget"]
 
 #: Every reason recorded for a budget stop starts with this (front doors match on it).
 BUDGET_REASON_PREFIX = "budget reached"
@@ -59,17 +60,20 @@ class CapDecision:
         }
 
 
-def budget_reason(cost: Cost, budget: Decimal, *, projected: Cost | None = None) -> str:
+def budget_reason(
+    cost: Cost, budget: Decimal, *, projected: Cost | None = None, how: str = "SIGTERM: the job checkpoints first"
+) -> str:
     """The reason recorded in the experiment folder when the cap stops a job.
 
     ``projected`` is the cost by the time the job can have stopped (``now + grace``);
-    it is mentioned when it differs from what was spent at the decision.
+    it is mentioned when it differs from what was spent at the decision; ``how`` says
+    how the job was stopped.
     """
     cap = fmt_money(budget, cost.currency)
     spent = f"{BUDGET_REASON_PREFIX}: {fmt_money(cost.amount, cost.currency)} spent of a {cap} cap"
     if projected is not None and projected.amount != cost.amount:
         spent += f" ({fmt_money(projected.amount, cost.currency)} by the time it can stop)"
-    return spent + "; stopped gracefully (SIGTERM: the job checkpoints first)"
+    return spent + f"; stopped gracefully ({how})"
 
 
 def check_budget(
@@ -115,3 +119,37 @@ def check_budget(
         seconds_left = None if left is None else max(0, left - math.ceil(grace))
     reason = budget_reason(cost, budget, projected=projected) if stop else None
     return CapDecision(stop, cost, projected, budget, remaining, seconds_left, reason)
+
+
+def cap_env(spec: JobSpec, table: PriceTable, *, user: str | None = None) -> dict[str, str]:
+    """Environment that lets the job enforce its own cap (``runtime.steps`` reads it).
+
+    For backends with no supervisor beside the job (Kubernetes). Empty without a budget.
+    ``STARVERSE_COST_PER_SECOND`` is the whole job's rate (every node and card), rounded
+    up; spot uses the high end of its range, so the cap is conservative.
+    ``STARVERSE_COST_INFO`` describes the rate for the ``cost.json`` the job writes.
+    """
+    if spec.budget is None:
+        return {}
+    check_priced(spec, table)  # a cap on an unpriced job could never be reached
+    rate, upper = unit_rate(spec, table)
+    units = units_per_node(spec)
+    with localcontext(_CTX):
+        per_second = (rate * units * spec.nodes / SECONDS_PER_HOUR).quantize(Decimal("1e-12"), ROUND_CEILING)
+    info = {
+        "accelerator": spec.accelerator,
+        "billing": spec.billing,
+        "rate": str(rate),
+        "units_per_node": units,
+        "nodes": spec.nodes,
+        "currency": table.currency,
+        "decimals": table.decimals,
+        "upper_bound": upper,
+        "package_seconds": table.package(spec.billing).seconds if spec.billing in PACKAGE_BILLINGS else None,
+        "user": user,
+    }
+    return {
+        "STARVERSE_BUDGET": str(spec.budget),
+        "STARVERSE_COST_PER_SECOND": format(per_second.normalize(), "f"),
+        "STARVERSE_COST_INFO": json.dumps(info, sort_keys=True),
+    }

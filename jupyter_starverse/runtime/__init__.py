@@ -15,12 +15,15 @@ SIGTERM (cancel, budget cap, spot preemption), checkpoints before it exits::
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from jupyter_starverse.errors import NotFoundError
 
+from ._budget import MARGIN_S, BudgetGuard, process_start
 from ._checkpoint import find_resume_checkpoint, load_latest, save_checkpoint
 from ._dist import Context, agree_stop, barrier, handle_sigterm, init, stop_requested, wrap
 from ._env import JobEnv, job_env
@@ -79,21 +82,33 @@ def steps(
     A checkpoint is saved every ``checkpoint_every`` steps (default
     ``STARVERSE_CHECKPOINT_EVERY``), after the last step (so a later run can resume), and
     as soon as any rank got SIGTERM; then the loop ends. ``checkpoint_every=0`` saves only
-    on SIGTERM. ``total`` defaults to ``STARVERSE_STEPS`` (else 100).
+    on SIGTERM. ``total`` defaults to ``STARVERSE_STEPS`` (else 100). When the backend
+    exported a budget cap (``STARVERSE_BUDGET``, Kubernetes), the loop also checkpoints and
+    stops before the cap is reached and records why in ``cost.json`` (see ``_budget``).
     """
     env = job_env()
     total = total if total is not None else (env.steps or 100)
     every = checkpoint_every if checkpoint_every is not None else env.checkpoint_every
     handle_sigterm()
+    guard = None
+    if env.rank == 0:  # a cap exported by a backend with no supervisor beside the job (Kubernetes)
+        guard = BudgetGuard.from_env(os.environ, run_dir=env.run_dir, job_id=env.job_id, now=process_start())
     start = load_latest(model=model, optimizer=optimizer)
     last_saved = start - 1
     step = start - 1
+    reason: str | None = None
+    slowest = 0.0  # longest step so far: the stop takes effect about one step after the decision
     try:
         for step in range(start, total):
+            began = time.monotonic()
             yield step
-            if agree_stop():
+            slowest = max(slowest, time.monotonic() - began)
+            if guard is not None and reason is None:
+                reason = guard.check(time.time(), lookahead=MARGIN_S + 2 * slowest)
+            if agree_stop(also=reason is not None):
                 save_checkpoint(step, model=model, optimizer=optimizer)
-                print(f"stopping after step {step}: checkpoint saved", flush=True)
+                why = f" ({reason})" if reason else ""
+                print(f"stopping after step {step}: checkpoint saved{why}", flush=True)
                 return
             if every and (step + 1) % every == 0:
                 save_checkpoint(step, model=model, optimizer=optimizer)
@@ -101,4 +116,6 @@ def steps(
         if every != 0 and step >= start and last_saved != step:
             save_checkpoint(step, model=model, optimizer=optimizer)
     finally:
+        if guard is not None:
+            guard.record(reason=reason)
         close_metrics()

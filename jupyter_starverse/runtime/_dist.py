@@ -112,14 +112,14 @@ def stop_requested() -> bool:
     return _STOP.is_set()
 
 
-def agree_stop() -> bool:
-    """True on every rank if any rank received SIGTERM (one tiny all-reduce)."""
+def agree_stop(*, also: bool = False) -> bool:
+    """True on every rank if any rank received SIGTERM or passed ``also=True`` (one tiny all-reduce)."""
     if not _dist_ready():
-        return _STOP.is_set()
+        return _STOP.is_set() or also
     torch = _torch()
     import torch.distributed as dist
 
-    flag = torch.tensor([1 if _STOP.is_set() else 0], device=init().device)
+    flag = torch.tensor([1 if _STOP.is_set() or also else 0], device=init().device)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
     return bool(flag.item())
 

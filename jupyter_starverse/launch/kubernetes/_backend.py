@@ -144,6 +144,11 @@ class KubernetesBackend(LaunchBackend):
         run = exp.run(job_id)
         mounts, warm, hf_cache = self._resolve_mounts(spec)
         resume = plan_resume(exp, new_world_size=spec.world_size) if spec.resume else None
+        cost_env: dict[str, str] = {}
+        if spec.budget is not None:  # costs: no supervisor beside a pod, so the job enforces its own cap
+            from jupyter_starverse.costs import cap_env, load_price_table
+
+            cost_env = cap_env(spec, load_price_table(self.settings), user=self.settings.user)
         launch = KubeLaunch(
             job_id=job_id,
             spec=spec,
@@ -156,6 +161,7 @@ class KubernetesBackend(LaunchBackend):
             hf_cache=hf_cache,
             resume_from=str(resume.checkpoint.path) if resume and resume.checkpoint else None,
             user=self.settings.user,
+            cost_env=cost_env,
         )
         return launch, make_manifests(launch, self._cluster(namespace))
 

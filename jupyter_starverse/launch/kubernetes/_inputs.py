@@ -78,6 +78,8 @@ class KubeLaunch:
     hf_cache: str = ""
     resume_from: str | None = None
     user: str = "user"
+    #: ``costs.cap_env``: lets a job with a budget stop itself (no supervisor runs beside it)
+    cost_env: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -174,7 +174,7 @@ def make_env(launch: KubeLaunch, cluster: ClusterConfig, mode: ModeTranslation) 
         mounts=launch.mounts,
         resume_from=launch.resume_from,
     )
-    out = [c.V1EnvVar(name=k, value=v) for k, v in {**base, **env}.items()]
+    out = [c.V1EnvVar(name=k, value=v) for k, v in {**base, **env, **launch.cost_env}.items()]
     for name, ref in sorted(spec.secrets.items()):
         secret, key = ref.split("/", 1)
         source = c.V1EnvVarSource(secret_key_ref=c.V1SecretKeySelector(name=secret, key=key))
