@@ -107,3 +107,33 @@ def test_a_job_with_the_cap_in_its_env_stops_itself_after_a_checkpoint(cost_sett
     assert len(checkpoints) == 1  # only the stop checkpoints (checkpoint_every=0)
     logs = "".join(line.text + "\n" for line in client.backend().logs(job.id))
     assert f"stopping after step {checkpoints[0].step}: checkpoint saved ({BUDGET_REASON_PREFIX}" in logs
+
+
+def test_kubernetes_job_shows_the_reason_its_pods_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The test API server runs the pods; rank 0's guard is built from the env the pod got.
+    pytest.importorskip("kubernetes")
+    import threading
+
+    from jupyter_starverse.launch.kubernetes import KubernetesBackend
+    from tests.k8s.apiserver import PodPlan, serve_kube
+
+    with serve_kube(tmp_path) as kube:
+        monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig))
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        release = threading.Event()
+        kube.set_plan(lambda pod: PodPlan(lines=("training",), run_seconds=0.05, until=release))
+        backend = KubernetesBackend(Settings.from_env())
+        job = backend.submit(JobSpec(name="capped", code="pass", accelerator="cpu", budget="1"))
+        plain = backend.submit(JobSpec(name="plain", code="pass", accelerator="cpu"))
+        (k8s_job,) = [j for j in kube.objects("jobs") if j["metadata"]["name"] == job.id]
+        (container,) = k8s_job["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+        guard = BudgetGuard.from_env(env, run_dir=Path(env["STARVERSE_EXPERIMENT_DIR"]), job_id=job.id, now=0.0)
+        assert guard is not None and guard.job_id == job.id
+        reason = guard.check(3600.0 * 11, lookahead=0)  # 11 node-hours at 0.1 > the cap of 1
+        assert reason is not None
+        guard.record(3600.0 * 11, reason=reason)
+        release.set()
+        done = backend.wait(job.id, timeout=30)
+        assert done.state is JobState.SUCCEEDED and done.reason == reason
+        assert backend.wait(plain.id, timeout=30).reason is None

@@ -36,6 +36,17 @@ __all__ = ["RECORD", "KubernetesBackend"]
 RECORD = "kubernetes.json"
 
 
+def _budget_stop(run_dir: str) -> str | None:
+    """Why the job stopped itself at its budget cap (``cost.json`` written by the runtime), if it did."""
+    from jupyter_starverse.costs import BUDGET_REASON_PREFIX, read_cost
+
+    try:
+        reason = read_cost(run_dir).reason if run_dir else None
+    except (OSError, BadInputError):
+        return None
+    return reason if reason and reason.startswith(BUDGET_REASON_PREFIX) else None
+
+
 def _kind_of(obj: Any) -> str:
     """``kind`` of a V1 model or of a CRD dataclass (``info.kind``), without serialising it."""
     return str(getattr(obj, "kind", None) or obj.info.kind)
@@ -253,16 +264,17 @@ class KubernetesBackend(LaunchBackend):
         spec = JobSpec.from_json(json.loads(annotations[ANNOTATION_SPEC]))
         nodes = latest_per_node(pods)
         st = job_state(obj, nodes)
+        run_dir = annotations.get("starverse.io/run-dir", "")
         return Job(
             id=meta["name"],
             backend=self.name,
             spec=spec,
             state=st.state,
-            experiment_dir=annotations.get("starverse.io/run-dir", ""),
+            experiment_dir=run_dir,
             created=parse_time(meta.get("creationTimestamp")) or 0.0,
             started=st.started,
             finished=st.finished,
-            reason=st.reason,
+            reason=st.reason or (_budget_stop(run_dir) if st.state.finished and spec.budget is not None else None),
             nodes=nodes,
         )
 
