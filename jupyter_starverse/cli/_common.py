@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterator
 from typing import Any, NoReturn
 
+from .._json import to_jsonable
 from ..errors import (
     BackendUnavailableError,
     BadInputError,
@@ -50,19 +51,6 @@ class CommandParser(argparse.ArgumentParser):
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
     """``--json``: print machine-readable output instead of a table."""
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
-
-
-def to_jsonable(obj: Any) -> Any:
-    """Our dataclasses expose ``to_json()``; containers are mapped element-wise."""
-    if hasattr(obj, "to_json"):
-        return obj.to_json()
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(o) for o in obj]
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if hasattr(obj, "__fspath__"):
-        return str(obj)
-    return obj
 
 
 def render(result: Any, *, as_json: bool) -> Iterator[str]:

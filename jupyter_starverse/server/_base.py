@@ -11,6 +11,7 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 
+from .._json import to_jsonable
 from ..client import Starverse
 from ..errors import (
     BackendUnavailableError,
@@ -41,17 +42,6 @@ def status_for(error: BaseException) -> int:
         if isinstance(error, cls):
             return status
     return 500
-
-
-def to_jsonable(obj: Any) -> Any:
-    """Our dataclasses expose ``to_json()``; lists of them are mapped element-wise."""
-    if hasattr(obj, "to_json"):
-        return obj.to_json()
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(o) for o in obj]
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    return obj
 
 
 class StarverseHandler(ExtensionHandlerMixin, APIHandler):
