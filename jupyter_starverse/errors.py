@@ -19,6 +19,7 @@ __all__ = [
     "StoreError",
     "IntegrityError",
     "MissingDependencyError",
+    "error_kind",
 ]
 
 
@@ -95,3 +96,21 @@ class MissingDependencyError(BackendUnavailableError):
             hint=f"pip install {target}",
         )
         self.package = package
+
+
+# The families front doors map (HTTP status, exit code). Most specific first.
+_KINDS: tuple[tuple[type[StarverseError], str], ...] = (
+    (BadInputError, "bad_input"),
+    (PermissionDeniedError, "forbidden"),
+    (NotFoundError, "not_found"),
+    (ConflictError, "conflict"),
+    (BackendUnavailableError, "unavailable"),
+)
+
+
+def error_kind(error: BaseException) -> str:
+    """The family of ``error``: bad_input, forbidden, not_found, conflict, unavailable, or internal."""
+    for cls, kind in _KINDS:
+        if isinstance(error, cls):
+            return kind
+    return "internal"

@@ -8,14 +8,7 @@ from collections.abc import Iterator
 from typing import Any, NoReturn
 
 from .._json import to_jsonable
-from ..errors import (
-    BackendUnavailableError,
-    BadInputError,
-    ConflictError,
-    NotFoundError,
-    PermissionDeniedError,
-    StarverseError,
-)
+from ..errors import BadInputError, StarverseError, error_kind
 
 __all__ = ["CommandParser", "UsageError", "HelpShown", "add_json_flag", "render", "exit_code_for", "to_jsonable"]
 
@@ -70,18 +63,10 @@ def render(result: Any, *, as_json: bool) -> Iterator[str]:
         yield str(result)
 
 
-_EXIT = (
-    (BadInputError, 2),
-    (NotFoundError, 3),
-    (ConflictError, 4),
-    (PermissionDeniedError, 6),
-    (BackendUnavailableError, 5),
-)
+# Exit codes per error family (errors.error_kind).
+_EXIT = {"bad_input": 2, "not_found": 3, "conflict": 4, "unavailable": 5, "forbidden": 6}
 
 
 def exit_code_for(error: StarverseError) -> int:
     """Exit codes: 2 bad input, 3 not found, 4 conflict, 5 backend unavailable, 6 forbidden, 1 other."""
-    for cls, code in _EXIT:
-        if isinstance(error, cls):
-            return code
-    return 1
+    return _EXIT.get(error_kind(error), 1)

@@ -13,35 +13,19 @@ from tornado import web
 
 from .._json import to_jsonable
 from ..client import Starverse
-from ..errors import (
-    BackendUnavailableError,
-    BadInputError,
-    ConflictError,
-    NotFoundError,
-    PermissionDeniedError,
-    StarverseError,
-)
+from ..errors import BadInputError, StarverseError, error_kind
 
 __all__ = ["StarverseHandler", "status_for"]
 
 T = TypeVar("T")
 
-# The one mapping from our errors to HTTP. Order matters: most specific first.
-_STATUS: tuple[tuple[type[StarverseError], int], ...] = (
-    (BadInputError, 400),
-    (PermissionDeniedError, 403),
-    (NotFoundError, 404),
-    (ConflictError, 409),
-    (BackendUnavailableError, 503),
-)
+# The one mapping from our error families (errors.error_kind) to HTTP.
+_STATUS = {"bad_input": 400, "forbidden": 403, "not_found": 404, "conflict": 409, "unavailable": 503}
 
 
 def status_for(error: BaseException) -> int:
     """HTTP status for an exception raised by the core (500 for anything unexpected)."""
-    for cls, status in _STATUS:
-        if isinstance(error, cls):
-            return status
-    return 500
+    return _STATUS.get(error_kind(error), 500)
 
 
 class StarverseHandler(ExtensionHandlerMixin, APIHandler):
