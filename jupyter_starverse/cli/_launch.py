@@ -17,14 +17,14 @@ from jupyter_starverse.client import Starverse
 from jupyter_starverse.costs import Preview
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.experiments import ExperimentPaths, ResumePlan, plan_resume
-from jupyter_starverse.launch import BILLING_MODES, FRAMEWORKS, TEMPLATES, JobSpec, LaunchBackend
+from jupyter_starverse.launch import BILLING_MODES, FRAMEWORKS, TEMPLATES, Job, JobSpec, LaunchBackend
 from jupyter_starverse.modes._jobs import SmokeResult
 from jupyter_starverse.widgets._handle import JobHandle
 
 from ._common import add_json_flag
 from ._jobs import JobDetail, detail
 
-__all__ = ["LaunchPreview", "register", "spec_from_launch_args"]
+__all__ = ["LaunchPreview", "add_job_options", "job_fields", "register", "run_spec", "spec_from_launch_args"]
 
 
 def _env_pair(text: str) -> tuple[str, str]:
@@ -58,10 +58,8 @@ class LaunchPreview:
         return head + self.rendered.rstrip()
 
 
-def spec_from_launch_args(args: argparse.Namespace, *, default_accelerator: str = "cpu") -> JobSpec:
-    """The :class:`JobSpec` the ``launch`` options describe (``--gpu`` or else ``default_accelerator``)."""
-    from jupyter_starverse.launch.templates import example_script
-
+def job_fields(args: argparse.Namespace, *, default_accelerator: str = "cpu") -> dict[str, Any]:
+    """The JobSpec fields that the options of :func:`add_job_options` describe."""
     if args.procs is not None and args.gpus_per_node is not None and args.procs != args.gpus_per_node:
         raise BadInputError(
             f"--procs {args.procs} and --gpus-per-node {args.gpus_per_node} disagree",
@@ -69,30 +67,38 @@ def spec_from_launch_args(args: argparse.Namespace, *, default_accelerator: str 
             hint="give one of them: each process drives one GPU",
         )
     procs = args.procs if args.procs is not None else args.gpus_per_node if args.gpus_per_node is not None else 1
+    return {
+        "args": tuple(args.script_args),
+        "nodes": args.nodes,
+        "procs_per_node": procs,
+        "accelerator": args.gpu or default_accelerator,  # without --gpu: the workspace mode's
+        "template": args.template,
+        "tensor_parallel": args.tp,
+        "pipeline_parallel": args.pp,
+        "framework": args.framework,
+        "mounts": tuple(args.mount),
+        "env": dict(args.env),
+        "steps": args.steps,
+        "max_restarts": args.max_restarts,
+        "checkpoint_every": args.checkpoint_every,
+        "billing": args.billing,
+        "budget": args.budget,
+        "experiment": args.experiment,
+        "resume": args.resume,
+        "image": args.image,
+    }
+
+
+def spec_from_launch_args(args: argparse.Namespace, *, default_accelerator: str = "cpu") -> JobSpec:
+    """The :class:`JobSpec` the ``launch`` options describe (``--gpu`` or else ``default_accelerator``)."""
+    from jupyter_starverse.launch.templates import example_script
+
     script = args.script or str(example_script(args.template))
-    name = args.name or Path(script).stem.lower().replace("_", "-")
     return JobSpec(
-        name=name,
+        name=args.name or Path(script).stem.lower().replace("_", "-"),
         script=script if args.command is None else None,
         command=tuple(args.command) if args.command else None,
-        args=tuple(args.script_args),
-        nodes=args.nodes,
-        procs_per_node=procs,
-        accelerator=args.gpu or default_accelerator,
-        template=args.template,
-        tensor_parallel=args.tp,
-        pipeline_parallel=args.pp,
-        framework=args.framework,
-        mounts=tuple(args.mount),
-        env=dict(args.env),
-        steps=args.steps,
-        max_restarts=args.max_restarts,
-        checkpoint_every=args.checkpoint_every,
-        billing=args.billing,
-        budget=args.budget,
-        experiment=args.experiment,
-        resume=args.resume,
-        image=args.image,
+        **job_fields(args, default_accelerator=default_accelerator),
     )
 
 
@@ -107,9 +113,12 @@ def _backend(client: Starverse, args: argparse.Namespace) -> LaunchBackend:
     return client.backend(name)
 
 
-def _launch(client: Starverse, args: argparse.Namespace) -> LaunchPreview | JobDetail | SmokeResult | JobHandle:
-    # Without --gpu a job follows the workspace mode; either way it gets its mode's translation.
-    spec = client.prepare(spec_from_launch_args(args, default_accelerator=client.default_accelerator()))
+def run_spec(client: Starverse, args: argparse.Namespace, spec: JobSpec) -> LaunchPreview | SmokeResult | Job:
+    """Preview (``--dry-run``), rehearse then submit (``--smoke``), or submit ``spec``.
+
+    ``spec`` is translated for its mode first (gloo/cpu or nccl/cuda), whatever the door.
+    """
+    spec = client.prepare(spec)
     backend = _backend(client, args)
     if args.dry_run:
         resume = None
@@ -120,26 +129,25 @@ def _launch(client: Starverse, args: argparse.Namespace) -> LaunchPreview | JobD
         return LaunchPreview(args.output, backend.render(spec, output=args.output), resume, cost)
     if args.smoke:
         return client.smoke_launch(spec, backend=backend)
-    job = backend.submit(spec)
+    return backend.submit(spec)
+
+
+def _launch(client: Starverse, args: argparse.Namespace) -> LaunchPreview | JobDetail | SmokeResult | JobHandle:
+    spec = spec_from_launch_args(args, default_accelerator=client.default_accelerator())
+    result = run_spec(client, args, spec)
+    if not isinstance(result, Job):
+        return result
     if args.notebook:  # in a kernel: the live monitor
-        return JobHandle(client, job.id, backend=job.backend)
-    return detail(job)
+        return JobHandle(client, result.id, backend=result.backend)
+    return detail(result)
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "launch",
-        help="run a training script on N nodes x P processes (local processes or Kubernetes)",
-        description="Submit a training script. Without SCRIPT the --template example runs.",
-    )
-    p.add_argument("script", nargs="?", default=None, metavar="SCRIPT", help="Python training script")
-    p.add_argument("script_args", nargs="*", metavar="ARG", help="arguments for the script (after --)")
-    p.add_argument("--name", default=None, help="job name (default: the script's name)")
-    p.add_argument("--command", nargs="+", default=None, metavar="ARGV", help="run this command instead of a script")
+def add_job_options(p: argparse.ArgumentParser) -> None:
+    """Options every launching command shares (``starverse launch``, ``%%sv train``)."""
     p.add_argument("--nodes", type=int, default=1, help="number of nodes (default: 1)")
     p.add_argument("--procs", type=int, default=None, help="processes per node (default: 1)")
     p.add_argument("--gpus-per-node", type=int, default=None, metavar="N", help="GPUs (= processes) per node")
-    p.add_argument("--gpu", default=None, metavar="TYPE", help="GPU type, e.g. a100-80g (default: cpu)")
+    p.add_argument("--gpu", default=None, metavar="TYPE", help="GPU type, e.g. a100-80g (default: the workspace mode)")
     p.add_argument("--template", choices=TEMPLATES, default="ddp", help="parallelism template (default: ddp)")
     p.add_argument("--tp", type=int, default=1, metavar="N", help="tensor parallel degree (tp template)")
     p.add_argument("--pp", type=int, default=1, metavar="N", help="pipeline parallel degree (pp template)")
@@ -160,7 +168,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--smoke", action="store_true", help="first run a few steps on local CPU processes; submit only if they pass"
     )
-    p.add_argument("--dry-run", action="store_true", help="print what would start; start nothing")
+    p.add_argument("--dry-run", action="store_true", help="print what would start (and the resume plan); start nothing")
     p.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml", help="dry-run format (default: yaml)")
     add_json_flag(p)
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "launch",
+        help="run a training script on N nodes x P processes (local processes or Kubernetes)",
+        description="Submit a training script. Without SCRIPT the --template example runs.",
+    )
+    p.add_argument("script", nargs="?", default=None, metavar="SCRIPT", help="Python training script")
+    p.add_argument("script_args", nargs="*", metavar="ARG", help="arguments for the script (after --)")
+    p.add_argument("--name", default=None, help="job name (default: the script's name)")
+    p.add_argument("--command", nargs="+", default=None, metavar="ARGV", help="run this command instead of a script")
+    add_job_options(p)
     p.set_defaults(run=_launch)
