@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from jupyter_starverse._settings import Settings  # noqa: E402
 from jupyter_starverse.costs import NodeInterval, check_budget, job_cost, load_price_table, write_cost  # noqa: E402
-from jupyter_starverse.launch import JobSpec  # noqa: E402
+from jupyter_starverse.jobmodel import JobSpec  # noqa: E402
 
 T0 = 1_796_000_000.0
 

@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from jupyter_starverse._settings import Settings  # noqa: E402
-from jupyter_starverse.launch import JobSpec  # noqa: E402
-from jupyter_starverse.launch.kubernetes import KubernetesBackend  # noqa: E402
+from jupyter_starverse.backends.kubernetes import KubernetesBackend  # noqa: E402
+from jupyter_starverse.jobmodel import JobSpec  # noqa: E402
 from tests.k8s.apiserver import PodPlan, serve_kube  # noqa: E402
 
 

@@ -22,12 +22,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from jupyter_starverse._procs import job_processes
 from jupyter_starverse._settings import Settings
+from jupyter_starverse.backends.local._local import LocalBackend
+from jupyter_starverse.backends.templates import example_script
 from jupyter_starverse.experiments import MetricPoint, read_metrics
-from jupyter_starverse.launch import JobSpec, JobState
-from jupyter_starverse.launch._local import LocalBackend
-from jupyter_starverse.launch._procs import job_processes
-from jupyter_starverse.launch.templates import example_script
+from jupyter_starverse.jobmodel import JobSpec, JobState
 
 
 def _free_port() -> int:

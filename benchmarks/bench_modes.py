@@ -29,9 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from jupyter_starverse.kube._pools import default_pools  # noqa: E402
 from jupyter_starverse.modes import Mode, restore_namespace, save_namespace  # noqa: E402
 from jupyter_starverse.modes._k8s import make_workspace_patch  # noqa: E402
-from jupyter_starverse.modes._pools import default_pools  # noqa: E402
 
 
 def _median_ms(fn: Callable[[], object], repeat: int) -> float:

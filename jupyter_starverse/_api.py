@@ -1,8 +1,9 @@
 """The Python front door: ``jupyter_starverse.launch / jobs / attach``.
 
 Thin functions over :class:`~jupyter_starverse.client.Starverse`; the package's
-``__init__`` exposes them lazily. In a notebook they return a :class:`JobHandle`, whose
-display is the live monitor widget.
+``__init__`` exposes them lazily. They return a :class:`JobHandle` (the facade's
+:class:`~jupyter_starverse.watch.JobWatch` with a display), so this module is a front
+door like the magics: no core module imports it.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from typing import Any
 
 from ._settings import Settings
 from .client import Starverse
-from .launch import Job, JobSpec
-from .widgets._handle import JobHandle
+from .jobmodel import Job, JobSpec
+from .widgets import JobHandle
 
 __all__ = ["JobHandle", "JobList", "attach", "client", "jobs", "launch"]
 
@@ -77,14 +78,14 @@ def launch(
         spec = spec.replace(**fields)
     facade = client(settings)
     job = facade.launch(spec, backend=backend)
-    return JobHandle(facade, job.id, backend=job.backend)
+    return JobHandle.of(facade.watch(job.id, backend=job.backend))
 
 
 def attach(job_id: str, *, backend: str | None = None, settings: Settings | None = None) -> JobHandle:
     """Re-attach to a job by id, from any kernel, after any restart; raises NotFoundError if unknown."""
     facade = client(settings)
     job = facade.attach(job_id, backend=backend)
-    return JobHandle(facade, job.id, backend=job.backend)
+    return JobHandle.of(facade.watch(job.id, backend=job.backend))
 
 
 class JobList(list[Job]):

@@ -8,21 +8,53 @@ two processes see the same world.
 
 from __future__ import annotations
 
+import collections
 import functools
+import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from ._settings import Settings
 from ._version import __version__
+from .jobmodel import LaunchBackend
 
 if TYPE_CHECKING:
     from .catalog import Catalog
-    from .costs import CostService, PriceTable
-    from .launch import Job, JobSpec, LaunchBackend
-    from .modes import Mode, ModeService
-    from .modes._jobs import SmokeResult
+    from .costs import CostService, Preview, PriceTable
+    from .experiments import ResumePlan
+    from .jobmodel import Job, JobSpec
+    from .modes import Mode, ModeService, SmokeResult
+    from .watch import JobWatch
 
-__all__ = ["Starverse", "Info"]
+__all__ = ["Info", "LaunchPreview", "Starverse"]
+
+#: How many job watches the facade keeps (one per job the server or a kernel looks at).
+_MAX_WATCHES = 512
+
+
+@dataclass(frozen=True)
+class LaunchPreview:
+    """A dry run: the rendered plan (``yaml``/``json``), the resume plan and the price, starting nothing."""
+
+    output: str
+    rendered: str
+    resume: ResumePlan | None
+    cost: Preview | str | None = None  # per-hour price, estimate and cap, shown before launch
+
+    def to_json(self) -> dict[str, Any]:
+        cost = self.cost if self.cost is None or isinstance(self.cost, str) else self.cost.to_json()
+        return {
+            "output": self.output,
+            "rendered": self.rendered,
+            "resume": self.resume.to_json() if self.resume else None,
+            "cost": cost,
+        }
+
+    def __str__(self) -> str:
+        head = f"# {self.resume}\n" if self.resume else ""
+        if self.cost is not None:  # a comment line, so the text stays valid YAML
+            head = "".join(f"# cost: {line.strip()}\n" for line in str(self.cost).splitlines()) + head
+        return head + self.rendered.rstrip()
 
 
 @dataclass(frozen=True)
@@ -69,6 +101,8 @@ class Starverse:
 
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings if settings is not None else Settings.from_env()
+        self._watches: collections.OrderedDict[tuple[str, str], JobWatch] = collections.OrderedDict()
+        self._watches_lock = threading.Lock()
 
     # -- general -----------------------------------------------------------------
     def info(self) -> Info:
@@ -119,15 +153,25 @@ class Starverse:
 
         return Catalog(self.settings)
 
-    def backend(self, name: str | None = None) -> LaunchBackend:
-        """The launch backend ``name`` (default: ``settings.backend``), built once."""
+    def backend(self, name: str | None = None, *, port: int | None = None) -> LaunchBackend:
+        """The launch backend ``name`` (default: ``settings.backend``), built once.
+
+        ``port`` pins the local backend's rendezvous port (a new backend object each time).
+        """
+        if port is not None:
+            from .backends import make_backend
+
+            return make_backend(name or self.settings.backend, self.settings, port=port)
         return self._backend(name or self.settings.backend)
 
     @functools.cache  # noqa: B019 - one facade per settings, lives as long
     def _backend(self, name: str) -> LaunchBackend:
-        from .launch import make_backend
+        from .backends import make_backend
 
         return make_backend(name, self.settings)
+
+    def _target(self, backend: str | LaunchBackend | None) -> LaunchBackend:
+        return backend if isinstance(backend, LaunchBackend) else self.backend(backend)
 
     def default_accelerator(self) -> str:
         """What a job runs on when it names no GPU type: the workspace mode's accelerator."""
@@ -143,26 +187,70 @@ class Starverse:
         """``spec`` as it is submitted: the CPU (gloo) or GPU (nccl/cuda) translation of its mode."""
         return self.modes.translate(spec, mode=self.job_mode(spec))
 
-    def launch(self, spec: JobSpec, *, backend: str | None = None) -> Job:
-        """Submit ``spec`` (translated for its mode) on ``backend`` (default backend when omitted)."""
-        return self.backend(backend).submit(self.prepare(spec))
+    def preview(
+        self, spec: JobSpec, *, backend: str | LaunchBackend | None = None, output: str = "yaml"
+    ) -> LaunchPreview:
+        """What launching ``spec`` would start (``yaml``/``json``), its resume plan and its price; starts nothing."""
+        from .experiments import ExperimentPaths, plan_resume
 
-    def smoke_launch(
-        self, spec: JobSpec, *, backend: str | LaunchBackend | None = None, steps: int | None = None
-    ) -> SmokeResult:
-        """Run a few steps of ``spec`` on local CPU processes first; submit the real job only if they pass."""
-        from .launch import LaunchBackend
-        from .modes._jobs import SMOKE_STEPS, smoke_then_submit
+        spec = self.prepare(spec)
+        resume = None
+        if spec.resume:
+            exp = ExperimentPaths.of(self.settings.experiments, spec.experiment_name)
+            resume = plan_resume(exp.root, new_world_size=spec.world_size)
+        rendered = self._target(backend).render(spec, output=output)
+        return LaunchPreview(output, rendered, resume, self.costs.preview_or_reason(spec))
 
-        target = backend if isinstance(backend, LaunchBackend) else self.backend(backend)
+    @overload
+    def launch(
+        self, spec: JobSpec, *, backend: str | LaunchBackend | None = ..., smoke: Literal[False] = ...
+    ) -> Job: ...
 
+    @overload
+    def launch(
+        self,
+        spec: JobSpec,
+        *,
+        backend: str | LaunchBackend | None = ...,
+        smoke: Literal[True],
+        smoke_steps: int | None = ...,
+        smoke_timeout: float | None = ...,
+    ) -> SmokeResult: ...
+
+    @overload
+    def launch(
+        self,
+        spec: JobSpec,
+        *,
+        backend: str | LaunchBackend | None = ...,
+        smoke: bool,
+        smoke_steps: int | None = ...,
+        smoke_timeout: float | None = ...,
+    ) -> Job | SmokeResult: ...
+
+    def launch(
+        self,
+        spec: JobSpec,
+        *,
+        backend: str | LaunchBackend | None = None,
+        smoke: bool = False,
+        smoke_steps: int | None = None,
+        smoke_timeout: float | None = 600.0,
+    ) -> Job | SmokeResult:
+        """Submit ``spec``, translated for its mode, on ``backend`` (default backend when omitted).
+
+        With ``smoke``, a few steps of it first run on local CPU processes, and the real job
+        is submitted only if they pass (the one smoke-then-submit path of every front door).
+        """
+        target = self._target(backend)
+        real = self.prepare(spec)
+        if not smoke:
+            return target.submit(real)
+        from .modes import SMOKE_STEPS, make_smoke_spec, smoke_then_submit
+
+        rehearsal = make_smoke_spec(spec, steps=smoke_steps or SMOKE_STEPS, cpu_image=self.settings.cpu_image)
         return smoke_then_submit(
-            spec,
-            mode=self.job_mode(spec),
-            smoke_backend=self.backend("local"),
-            backend=target,
-            steps=steps or SMOKE_STEPS,
-            cpu_image=self.settings.cpu_image,
+            real, rehearsal, smoke_backend=self.backend("local"), backend=target, timeout=smoke_timeout
         )
 
     def jobs(self, *, backend: str | None = None) -> list[Job]:
@@ -172,3 +260,20 @@ class Starverse:
     def attach(self, job_id: str, *, backend: str | None = None) -> Job:
         """Re-attach to a job by id (from any process, after any restart)."""
         return self.backend(backend).get(job_id)
+
+    def watch(self, job_id: str, *, backend: str | None = None) -> JobWatch:
+        """A :class:`~jupyter_starverse.watch.JobWatch` of ``job_id``, one per job and facade.
+
+        Kept across calls (up to 512 jobs), so repeated polls read only new metric lines.
+        The id is not looked up here; the watch's first read raises ``NotFoundError``.
+        """
+        from .watch import JobWatch
+
+        target = self.backend(backend)
+        key = (target.name, job_id)
+        with self._watches_lock:
+            watch = self._watches.pop(key, None) or JobWatch(target, job_id, meter=self.costs.meter)
+            self._watches[key] = watch
+            while len(self._watches) > _MAX_WATCHES:
+                self._watches.popitem(last=False)
+        return watch

@@ -39,7 +39,7 @@ def test_unknown_backend_is_bad_input(client: Starverse) -> None:
 
 
 def test_jobs_get_the_translation_of_their_own_accelerator(client: Starverse) -> None:
-    from jupyter_starverse.launch import JobSpec
+    from jupyter_starverse.jobmodel import JobSpec
 
     cpu = client.prepare(JobSpec(name="a", code="pass", nodes=2))
     assert (cpu.accelerator, cpu.env["STARVERSE_DIST_BACKEND"], cpu.env["STARVERSE_DEVICE"]) == ("cpu", "gloo", "cpu")

@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from jupyter_starverse._procs import pid_alive
+
 __all__ = ["Lease", "LeaseInfo"]
 
 
@@ -41,17 +43,7 @@ class LeaseInfo:
         now = time.time() if now is None else now
         if now > self.renewed_at + self.ttl:
             return True
-        return self.host == socket.gethostname() and not _pid_alive(self.pid)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        return self.host == socket.gethostname() and not pid_alive(self.pid)
 
 
 def _read(path: Path) -> LeaseInfo | None:

@@ -14,9 +14,9 @@ from typing import Any
 
 from .._version import __version__
 from ..errors import StarverseError
-from ._common import CommandParser, HelpShown, UsageError, exit_code_for, render
+from ._common import CommandParser, HelpShown, Presenter, UsageError, exit_code_for, render
 
-__all__ = ["build_parser", "parse", "main"]
+__all__ = ["HelpShown", "Presenter", "build_parser", "main", "parse"]
 
 # Command group modules (each has ``register``); add yours here.
 _GROUPS = ("_info", "_cost", "_train", "_store", "_launch", "_jobs", "_demo", "_mode")
@@ -36,15 +36,21 @@ def build_parser(prog: str = "starverse") -> CommandParser:
 
 
 def parse(
-    argv: Sequence[str], *, prog: str = "starverse", cell: str | None = None, notebook: bool = False
+    argv: Sequence[str],
+    *,
+    prog: str = "starverse",
+    cell: str | None = None,
+    notebook: bool = False,
+    presenter: Presenter | None = None,
 ) -> argparse.Namespace:
-    """Parse ``argv``; attach the cell body and the notebook flag for the command."""
+    """Parse ``argv``; attach the cell body, the notebook flag and the front door's presenter."""
     parser = build_parser(prog)
     args = parser.parse_args(list(argv))
     if getattr(args, "run", None) is None:
         raise UsageError("no command given", hint=f"usage: {parser.format_usage().strip()[7:]}; try --help")
     args.cell = cell
-    args.notebook = notebook
+    args.presenter = presenter if presenter is not None else Presenter()
+    args.notebook = notebook or args.presenter.notebook
     return args
 
 

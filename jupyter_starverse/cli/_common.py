@@ -4,13 +4,56 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterator
-from typing import Any, NoReturn
+from collections.abc import Callable, Iterator, MutableMapping
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from .._json import to_jsonable
 from ..errors import BadInputError, StarverseError, error_kind
 
-__all__ = ["CommandParser", "UsageError", "HelpShown", "add_json_flag", "render", "exit_code_for", "to_jsonable"]
+if TYPE_CHECKING:
+    from ..catalog import PullProgress
+    from ..client import Starverse
+
+__all__ = [
+    "CommandParser",
+    "HelpShown",
+    "Presenter",
+    "UsageError",
+    "add_json_flag",
+    "exit_code_for",
+    "render",
+    "to_jsonable",
+]
+
+
+class Presenter:
+    """How the front door that runs a command shows live things: the terminal's, text only.
+
+    The command table is shared by the CLI and the ``%sv`` magics; commands return core
+    objects and ask the presenter for what only a notebook can do (a progress widget, the
+    kernel's variables, a toggle). The magics pass a presenter that draws widgets, so no
+    command module imports a widget or IPython.
+    """
+
+    notebook = False
+
+    def progress(self, label: str) -> tuple[Callable[[PullProgress], None], Callable[[], None]]:
+        """``(update, close)`` callbacks for a long pull: a tqdm bar on stderr."""
+        from ..catalog import tqdm_callback
+
+        return tqdm_callback(desc=label)
+
+    def namespace(self) -> MutableMapping[str, Any]:
+        """The kernel's user namespace (variables a mode switch keeps)."""
+        raise BadInputError("this runs inside a notebook kernel", hint="use `%sv mode ...` in a notebook cell")
+
+    def mode_toggle(self, client: Starverse) -> object:
+        """The GPU/CPU toggle widget."""
+        raise BadInputError("--widget shows a toggle in a notebook", hint="run `%sv mode --widget` in a cell")
+
+    def show(self, result: object) -> object:
+        """What the front door displays for a command's ``result`` (the terminal renders it as text)."""
+        return result
 
 
 class UsageError(BadInputError):

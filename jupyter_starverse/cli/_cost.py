@@ -18,7 +18,7 @@ from decimal import Decimal, InvalidOperation
 from jupyter_starverse.client import Starverse
 from jupyter_starverse.costs import Comparison, Cost, Estimate, PriceTable, Resources, UserTotal, parse_duration
 from jupyter_starverse.errors import BadInputError
-from jupyter_starverse.launch import BILLING_MODES
+from jupyter_starverse.jobmodel import BILLING_MODES
 
 from ._common import add_json_flag
 

@@ -17,7 +17,7 @@ from typing import Any
 from jupyter_starverse.client import Starverse
 from jupyter_starverse.errors import StarverseError
 from jupyter_starverse.experiments import read_metrics
-from jupyter_starverse.launch import JobSpec, JobState
+from jupyter_starverse.jobmodel import JobSpec, JobState
 
 from ._common import add_json_flag
 
@@ -69,7 +69,7 @@ def _demo(client: Starverse, args: argparse.Namespace) -> Iterator[DemoEvent]:
         f"dataset {DEMO_DATASET}: {status.files} files, {status.size} bytes, mounted at {mounted}",
         {"dataset": DEMO_DATASET, "path": str(mounted), "bytes": status.size},
     )
-    from jupyter_starverse.launch.templates import example_script
+    from jupyter_starverse.backends import example_script
 
     spec = JobSpec(
         name="demo",

@@ -12,7 +12,7 @@ from typing import Any
 from jupyter_starverse.client import Starverse
 from jupyter_starverse.errors import StarverseError
 from jupyter_starverse.experiments import Progress, latest_checkpoint, progress, read_metrics
-from jupyter_starverse.launch import Job, JobState
+from jupyter_starverse.jobmodel import Job, JobState
 
 from ._common import add_json_flag
 

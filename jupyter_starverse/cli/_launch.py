@@ -7,24 +7,20 @@ started (``-o yaml|json``) and, with ``--resume``, the resume plan.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from jupyter_starverse._settings import KUBE_KINDS
-from jupyter_starverse.client import Starverse
-from jupyter_starverse.costs import Preview
+from jupyter_starverse.client import LaunchPreview, Starverse
 from jupyter_starverse.errors import BadInputError
-from jupyter_starverse.experiments import ExperimentPaths, ResumePlan, plan_resume
-from jupyter_starverse.launch import BILLING_MODES, FRAMEWORKS, TEMPLATES, Job, JobSpec, LaunchBackend
-from jupyter_starverse.modes._jobs import SmokeResult
-from jupyter_starverse.widgets._handle import JobHandle
+from jupyter_starverse.jobmodel import BILLING_MODES, FRAMEWORKS, TEMPLATES, Job, JobSpec
+from jupyter_starverse.modes import SmokeResult
 
 from ._common import add_json_flag
-from ._jobs import JobDetail, detail
+from ._jobs import detail
 
-__all__ = ["LaunchPreview", "add_job_options", "job_fields", "register", "run_spec", "spec_from_launch_args"]
+__all__ = ["add_job_options", "job_fields", "register", "run_spec", "spec_from_launch_args"]
 
 
 def _env_pair(text: str) -> tuple[str, str]:
@@ -32,30 +28,6 @@ def _env_pair(text: str) -> tuple[str, str]:
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
     return key, value
-
-
-@dataclass(frozen=True)
-class LaunchPreview:
-    """A dry run: the rendered plan (``yaml``/``json``) and, with ``--resume``, the resume plan."""
-
-    output: str
-    rendered: str
-    resume: ResumePlan | None
-    cost: Preview | str | None = None  # costs: per-hour price, estimate and cap, shown before launch
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "output": self.output,
-            "rendered": self.rendered,
-            "resume": self.resume.to_json() if self.resume else None,
-            "cost": self.cost.to_json() if isinstance(self.cost, Preview) else self.cost,
-        }
-
-    def __str__(self) -> str:
-        head = f"# {self.resume}\n" if self.resume else ""
-        if self.cost is not None:  # costs: a comment line, so the text stays valid YAML
-            head = "".join(f"# cost: {line.strip()}\n" for line in str(self.cost).splitlines()) + head
-        return head + self.rendered.rstrip()
 
 
 def job_fields(args: argparse.Namespace, *, default_accelerator: str = "cpu") -> dict[str, Any]:
@@ -91,7 +63,7 @@ def job_fields(args: argparse.Namespace, *, default_accelerator: str = "cpu") ->
 
 def spec_from_launch_args(args: argparse.Namespace, *, default_accelerator: str = "cpu") -> JobSpec:
     """The :class:`JobSpec` the ``launch`` options describe (``--gpu`` or else ``default_accelerator``)."""
-    from jupyter_starverse.launch.templates import example_script
+    from jupyter_starverse.backends import example_script
 
     script = args.script or str(example_script(args.template))
     return JobSpec(
@@ -102,43 +74,27 @@ def spec_from_launch_args(args: argparse.Namespace, *, default_accelerator: str 
     )
 
 
-def _backend(client: Starverse, args: argparse.Namespace) -> LaunchBackend:
+def run_spec(client: Starverse, args: argparse.Namespace, spec: JobSpec) -> LaunchPreview | SmokeResult | Job:
+    """Preview (``--dry-run``), rehearse then submit (``--smoke``), or submit ``spec``, through the facade.
+
+    ``--kind`` picks the Kubernetes object kind, ``--port`` the local rendezvous port.
+    """
     if args.kind is not None:
         client = Starverse(client.settings.replace(kube_kind=args.kind))
-    name = args.backend or client.settings.backend
-    if name == "local" and args.port is not None:
-        from jupyter_starverse.launch._local import LocalBackend
-
-        return LocalBackend(client.settings, port=args.port)
-    return client.backend(name)
-
-
-def run_spec(client: Starverse, args: argparse.Namespace, spec: JobSpec) -> LaunchPreview | SmokeResult | Job:
-    """Preview (``--dry-run``), rehearse then submit (``--smoke``), or submit ``spec``.
-
-    ``spec`` is translated for its mode first (gloo/cpu or nccl/cuda), whatever the door.
-    """
-    spec = client.prepare(spec)
-    backend = _backend(client, args)
+    backend = client.backend(args.backend, port=args.port)
     if args.dry_run:
-        resume = None
-        if spec.resume:
-            exp = ExperimentPaths.of(client.settings.experiments, spec.experiment_name)
-            resume = plan_resume(exp.root, new_world_size=spec.world_size)
-        cost = client.costs.preview_or_reason(spec)  # costs: the price shown before launch
-        return LaunchPreview(args.output, backend.render(spec, output=args.output), resume, cost)
-    if args.smoke:
-        return client.smoke_launch(spec, backend=backend)
-    return backend.submit(spec)
+        return client.preview(spec, backend=backend, output=args.output)
+    smoke: bool = args.smoke
+    return client.launch(spec, backend=backend, smoke=smoke)
 
 
-def _launch(client: Starverse, args: argparse.Namespace) -> LaunchPreview | JobDetail | SmokeResult | JobHandle:
+def _launch(client: Starverse, args: argparse.Namespace) -> object:
     spec = spec_from_launch_args(args, default_accelerator=client.default_accelerator())
     result = run_spec(client, args, spec)
     if not isinstance(result, Job):
         return result
     if args.notebook:  # in a kernel: the live monitor
-        return JobHandle(client, result.id, backend=result.backend)
+        return args.presenter.show(client.watch(result.id, backend=result.backend))
     return detail(result)
 
 

@@ -11,13 +11,12 @@
     starverse mode discard STATE         # delete a saved state
 
 In a notebook the kernel's variables are saved before anything changes (see
-:mod:`jupyter_starverse.modes._notebook` for what happens next).
+:mod:`jupyter_starverse.modes.switch_here` for what happens next).
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from jupyter_starverse.client import Starverse
 from jupyter_starverse.errors import BadInputError
@@ -66,11 +65,7 @@ def _mode(client: Starverse, args: argparse.Namespace) -> object:
     if action in ("cpu", "gpu") and args.skip:
         raise BadInputError("--skip only goes with restore", field="skip")
     if action is None and args.widget:
-        if not getattr(args, "notebook", False):
-            raise BadInputError("--widget shows a toggle in a notebook", hint="run `%sv mode --widget` in a cell")
-        from jupyter_starverse.widgets.mode import ModeToggle
-
-        return ModeToggle(client)
+        return args.presenter.mode_toggle(client)
     if action is None:
         return client.modes.status()
     if action == "discard":
@@ -81,7 +76,7 @@ def _mode(client: Starverse, args: argparse.Namespace) -> object:
         return client.modes.plan(action, gpu_type=args.gpu_type, gpus=args.gpus, force=args.force)
     if getattr(args, "notebook", False):
         return _switch_in_kernel(client, args)
-    from jupyter_starverse.modes._notebook import switch_via_server
+    from jupyter_starverse.modes import switch_via_server
 
     # The Jupyter server owns the kernels: let it save and restore them.
     remote = switch_via_server(
@@ -105,7 +100,7 @@ def _mode(client: Starverse, args: argparse.Namespace) -> object:
 
 
 def _discard(client: Starverse, args: argparse.Namespace) -> str:
-    from jupyter_starverse.modes._kernelstate import discard_state
+    from jupyter_starverse.modes import discard_state
 
     if not args.state:
         raise BadInputError("which saved state?", field="state", hint="`starverse mode` lists them")
@@ -113,26 +108,17 @@ def _discard(client: Starverse, args: argparse.Namespace) -> str:
     return f"discarded saved state {args.state}"
 
 
-def _shell() -> Any:
-    from IPython import get_ipython
-
-    shell = get_ipython()
-    if shell is None:
-        raise BadInputError("this runs inside a notebook kernel", hint="use `%sv mode ...` in a notebook cell")
-    return shell
-
-
 def _restore(client: Starverse, args: argparse.Namespace) -> RestoreReport:
-    from jupyter_starverse.modes._notebook import restore_here
+    from jupyter_starverse.modes import restore_here
 
     if not getattr(args, "notebook", False):
         raise BadInputError("restore brings variables back into a kernel", hint="run `%sv mode restore` in a notebook")
-    return restore_here(client.modes, _shell().user_ns, state_id=args.state, skip=tuple(args.skip))
+    return restore_here(client.modes, args.presenter.namespace(), state_id=args.state, skip=tuple(args.skip))
 
 
 def _switch_in_kernel(client: Starverse, args: argparse.Namespace) -> SwitchResult:
-    from jupyter_starverse.modes._notebook import switch_here
+    from jupyter_starverse.modes import switch_here
 
     return switch_here(
-        client.modes, _shell().user_ns, args.action, gpu_type=args.gpu_type, gpus=args.gpus, force=args.force
+        client.modes, args.presenter.namespace(), args.action, gpu_type=args.gpu_type, gpus=args.gpus, force=args.force
     )

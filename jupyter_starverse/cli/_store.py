@@ -20,11 +20,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from jupyter_starverse.catalog import Entry, EntryStatus, PullProgress, StoreListing, tqdm_callback
+from jupyter_starverse.catalog import Entry, EntryStatus, PullProgress, StoreListing
 from jupyter_starverse.client import Starverse
 from jupyter_starverse.errors import BadInputError
 
-from ._common import add_json_flag
+from ._common import Presenter, add_json_flag
 
 __all__ = ["parse_size", "register"]
 
@@ -40,11 +40,8 @@ def parse_size(text: str) -> int:
 
 
 def _progress(args: argparse.Namespace, ref: str) -> tuple[Callable[[PullProgress], None], Callable[[], None]]:
-    if getattr(args, "notebook", False):
-        from jupyter_starverse.widgets.catalog import progress_bar
-
-        return progress_bar(ref)
-    return tqdm_callback(desc=ref)
+    presenter: Presenter = args.presenter
+    return presenter.progress(ref)
 
 
 def _ls(client: Starverse, args: argparse.Namespace) -> StoreListing:

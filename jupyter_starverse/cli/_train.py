@@ -1,7 +1,7 @@
 """``%%sv train --nodes 2 --procs 2 ...``: the cell body is the training script.
 
-Returns a :class:`~jupyter_starverse.widgets._handle.JobHandle`; in a notebook it displays
-the live monitor, with ``--json`` (or on the CLI) it renders as the job record. The options
+Returns the job's :class:`~jupyter_starverse.watch.JobWatch`, which the magics' presenter
+shows as the live monitor; with ``--json`` it renders as the job record. The options
 are those of ``starverse launch`` (:func:`~._launch.add_job_options`).
 """
 
@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import argparse
 
-from jupyter_starverse.client import Starverse
+from jupyter_starverse.client import LaunchPreview, Starverse
 from jupyter_starverse.errors import BadInputError
-from jupyter_starverse.launch import JobSpec
-from jupyter_starverse.modes._jobs import SmokeResult
-from jupyter_starverse.widgets._handle import JobHandle
+from jupyter_starverse.jobmodel import JobSpec
+from jupyter_starverse.modes import SmokeResult
 
-from ._launch import LaunchPreview, add_job_options, job_fields, run_spec
+from ._launch import add_job_options, job_fields, run_spec
 
 __all__ = ["register", "spec_from_args"]
 
@@ -25,7 +24,7 @@ def spec_from_args(args: argparse.Namespace, code: str, *, default_accelerator: 
     return JobSpec(name=args.name, code=code, **job_fields(args, default_accelerator=default_accelerator))
 
 
-def _train(client: Starverse, args: argparse.Namespace) -> JobHandle | LaunchPreview:
+def _train(client: Starverse, args: argparse.Namespace) -> object:
     code = args.cell
     if code is None:
         raise BadInputError(
@@ -49,7 +48,7 @@ def _train(client: Starverse, args: argparse.Namespace) -> JobHandle | LaunchPre
     if isinstance(result, LaunchPreview):
         return result
     job = result.job if isinstance(result, SmokeResult) else result
-    return JobHandle(client, job.id, backend=job.backend)
+    return args.presenter.show(client.watch(job.id, backend=job.backend))
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

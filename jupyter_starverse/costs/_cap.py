@@ -19,7 +19,7 @@ from decimal import ROUND_CEILING, Decimal, localcontext
 from typing import Any
 
 from jupyter_starverse.errors import BadInputError
-from jupyter_starverse.launch._spec import JobSpec
+from jupyter_starverse.jobmodel import JobSpec
 
 from ._meter import Cost, IntervalLike, burn_rate, check_priced, job_cost, unit_rate, units_per_node
 from ._money import _CTX, MAX_SECONDS, SECONDS_PER_HOUR, fmt_money, seconds_for

@@ -24,7 +24,7 @@ from decimal import Decimal
 from typing import Any
 
 from jupyter_starverse.errors import BadInputError
-from jupyter_starverse.launch._spec import BILLING_MODES, JobSpec
+from jupyter_starverse.jobmodel import BILLING_MODES, JobSpec
 
 from ._html import line_html, table_html
 from ._money import DurationLike, billable_seconds, fmt_money, fmt_seconds, money_for

@@ -19,8 +19,7 @@ from decimal import Decimal
 from typing import Any, Protocol
 
 from jupyter_starverse.errors import BadInputError
-from jupyter_starverse.launch._backend import Job
-from jupyter_starverse.launch._spec import JobSpec
+from jupyter_starverse.jobmodel import Job, JobSpec
 
 from ._estimate import check_billing
 from ._html import line_html

@@ -12,8 +12,7 @@ from typing import Any
 
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.errors import BadInputError
-from jupyter_starverse.launch._backend import Job
-from jupyter_starverse.launch._spec import JobSpec
+from jupyter_starverse.jobmodel import Job, JobSpec
 
 from ._cap import CapDecision, check_budget
 from ._estimate import Comparison, Estimate, Resources, check_billing, compare, estimate

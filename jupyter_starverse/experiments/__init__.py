@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ._checkpoints import Checkpoint, ResumePlan, checkpoint_name, latest_checkpoint, list_checkpoints, plan_resume
 from ._layout import ExperimentPaths, RunPaths, find_run, list_runs, new_job_id, read_json, write_json
-from ._metrics import MetricPoint, Progress, parse_log_metrics, progress, read_metrics
+from ._metrics import MetricPoint, Progress, metric_point, parse_log_metrics, progress, read_metrics
 from ._status import NodeInterval, NodeRecord, RunStatus, node_intervals, read_status, write_status
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "latest_checkpoint",
     "list_checkpoints",
     "list_runs",
+    "metric_point",
     "new_job_id",
     "node_intervals",
     "parse_log_metrics",

@@ -31,7 +31,7 @@ class MetricPoint:
         return {"step": self.step, "time": self.time, "rank": self.rank, "values": dict(self.values)}
 
 
-def _point(data: Any) -> MetricPoint | None:
+def metric_point(data: Any) -> MetricPoint | None:
     if not isinstance(data, dict) or not isinstance(data.get("step"), int):
         return None
     values = {
@@ -77,7 +77,7 @@ def read_metrics(run_dir: Path | RunPaths, *, from_logs: bool = True) -> list[Me
         with paths.metrics.open() as f:
             for line in f:
                 try:
-                    p = _point(json.loads(line))
+                    p = metric_point(json.loads(line))
                 except ValueError:
                     continue
                 if p is not None:

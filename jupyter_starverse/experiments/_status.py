@@ -1,7 +1,7 @@
 """``status.json``: the state of a run, its nodes and their run intervals.
 
 Written by the run's supervisor (and by ``submit`` before it starts); read by anyone.
-States are the strings of :class:`jupyter_starverse.launch.JobState`.
+States are the strings of :class:`jupyter_starverse.jobmodel.JobState`.
 """
 
 from __future__ import annotations

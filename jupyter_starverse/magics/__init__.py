@@ -13,10 +13,10 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
-from ..cli import parse
-from ..cli._common import HelpShown
+from ..cli import HelpShown, parse
 from ..client import Starverse
 from ..errors import StarverseError
+from ._presenter import NotebookPresenter
 
 __all__ = ["StarverseMagics"]
 
@@ -40,7 +40,13 @@ class StarverseMagics(Magics):
     def sv(self, line: str, cell: str | None = None) -> Any:
         """Run a starverse command in this kernel (``%sv --help`` lists them)."""
         try:
-            args = parse(shlex.split(line), prog="%sv" if cell is None else "%%sv", cell=cell, notebook=True)
+            args = parse(
+                shlex.split(line),
+                prog="%sv" if cell is None else "%%sv",
+                cell=cell,
+                notebook=True,
+                presenter=NotebookPresenter(),
+            )
         except HelpShown as shown:
             print(shown.text)
             return None
@@ -49,6 +55,6 @@ class StarverseMagics(Magics):
             # and still marks the cell as failed (so "run all" stops here).
             raise UsageError(str(e)) from None
         try:
-            return args.run(self.client, args)
+            return args.presenter.show(args.run(self.client, args))
         except StarverseError as e:
             raise UsageError(str(e)) from None

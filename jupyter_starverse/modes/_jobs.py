@@ -1,6 +1,6 @@
 """One JobSpec, two translations: what a job becomes in CPU mode and in GPU mode.
 
-Pure functions over :class:`~jupyter_starverse.launch.JobSpec` (they only call
+Pure functions over :class:`~jupyter_starverse.jobmodel.JobSpec` (they only call
 ``spec.replace``), plus :func:`smoke_then_submit`, which runs a few steps in CPU mode on a
 local backend before an expensive launch and only then submits the real job.
 
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from jupyter_starverse.errors import BadInputError, ConflictError
 
 if TYPE_CHECKING:
-    from jupyter_starverse.launch import Job, JobSpec, LaunchBackend
+    from jupyter_starverse.jobmodel import Job, JobSpec, LaunchBackend
 
     from ._state import Mode
 
@@ -112,25 +112,23 @@ class SmokeResult:
 
 
 def smoke_then_submit(
-    spec: JobSpec,
+    real: JobSpec,
+    rehearsal: JobSpec,
     *,
-    mode: Mode,
     smoke_backend: LaunchBackend,
     backend: LaunchBackend,
-    steps: int = SMOKE_STEPS,
     timeout: float | None = 600.0,
-    cpu_image: str | None = None,
 ) -> SmokeResult:
-    """Run ``steps`` steps of ``spec`` in CPU mode on ``smoke_backend``, then submit the real job.
+    """Run ``rehearsal`` (:func:`make_smoke_spec`) on ``smoke_backend``, then submit ``real`` on ``backend``.
 
-    The real job (``spec`` translated for ``mode``) is only submitted when the smoke run
-    succeeded; otherwise :class:`ConflictError` says why and nothing expensive started.
-    A smoke run still going after ``timeout`` seconds is cancelled.
+    ``real`` is the job already translated for its mode (``Starverse.prepare``); it is
+    only submitted when the rehearsal succeeded; otherwise :class:`ConflictError` says why
+    and nothing expensive started. A rehearsal still going after ``timeout`` seconds is
+    cancelled. Every front door reaches this through ``Starverse.launch(spec, smoke=True)``.
     """
-    from jupyter_starverse.launch import JobState
+    from jupyter_starverse.jobmodel import JobState
 
-    real = translate_spec(spec, mode, cpu_image=cpu_image)
-    smoke = smoke_backend.submit(make_smoke_spec(spec, steps=steps, cpu_image=cpu_image))
+    smoke = smoke_backend.submit(rehearsal)
     done = smoke_backend.wait(smoke.id, timeout=timeout)
     if not done.state.finished:
         done = smoke_backend.cancel(smoke.id)
@@ -152,7 +150,7 @@ def smoke_then_submit(
 
 def _log_tail(backend: LaunchBackend, job_id: str, lines: int = 10) -> str:
     try:
-        out = [line.render() for line in backend.logs(job_id)]
+        out = [line.render() for line in backend.tail(job_id, lines=lines)]
     except Exception:  # logs are a courtesy in an error message; the failure itself is reported
         return ""
     return "\n".join(out[-lines:])

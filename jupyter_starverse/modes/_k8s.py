@@ -17,15 +17,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from jupyter_starverse.errors import (
-    BackendUnavailableError,
     BadInputError,
     ConflictError,
-    NotFoundError,
-    PermissionDeniedError,
-    StarverseError,
 )
+from jupyter_starverse.kube import PoolTable, api_errors, connect, load_pools, resolve_namespace, translate
 
-from ._pools import PoolTable, load_pools
 from ._switch import SwitchOutcome, WorkspaceSwitcher
 
 if TYPE_CHECKING:
@@ -133,26 +129,6 @@ def make_workspace_patch(
     return {"metadata": {"annotations": dict(annotations)}, "spec": spec}
 
 
-def _translate(err: Exception, what: str) -> StarverseError:
-    status = getattr(err, "status", None)
-    reason = getattr(err, "reason", "") or str(err)
-    body = getattr(err, "body", None)
-    try:
-        message = json.loads(body)["message"] if body else reason
-    except (ValueError, KeyError, TypeError):
-        message = reason
-    if status == 404:
-        return NotFoundError(f"{what}: not found ({message})", hint="is the namespace right? set STARVERSE_NAMESPACE")
-    if status == 403:
-        return PermissionDeniedError(
-            f"{what}: forbidden ({message})",
-            hint="grant the workspace's service account get on pods/replicasets and patch on deployments/statefulsets",
-        )
-    if status == 409:
-        return ConflictError(f"{what}: conflict ({message})", hint="try again")
-    return BackendUnavailableError(f"{what}: the Kubernetes API failed ({status or reason})", hint="check the cluster")
-
-
 class KubernetesSwitcher(WorkspaceSwitcher):
     """Patch the workspace's StatefulSet/Deployment onto the CPU or a GPU node pool.
 
@@ -184,8 +160,6 @@ class KubernetesSwitcher(WorkspaceSwitcher):
 
     def _connect(self) -> None:
         # The same configuration loading as the Kubernetes launch backend (in-cluster first).
-        from jupyter_starverse.launch.kubernetes._config import connect
-
         conn = connect(self.settings)
         self._api_client, self._namespace = conn.api, conn.namespace
 
@@ -198,8 +172,6 @@ class KubernetesSwitcher(WorkspaceSwitcher):
             return self.environ["POD_NAMESPACE"]
         if self._namespace is None:
             if self._api_client is not None:
-                from jupyter_starverse.launch.kubernetes._config import resolve_namespace
-
                 self._namespace = resolve_namespace(self.settings)
             else:
                 self._connect()
@@ -216,14 +188,9 @@ class KubernetesSwitcher(WorkspaceSwitcher):
         return name
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
+        # The one Kubernetes error translation, shared with the launch backend.
+        with api_errors(action=f"{fn.__name__.split('_', 1)[0]}", obj=what, namespace=self.namespace):
             return fn(*args, **kwargs)
-        except ApiException as e:
-            raise _translate(e, what) from e
-        except OSError as e:  # urllib3 connection errors are OSErrors
-            raise BackendUnavailableError(f"{what}: cannot reach the Kubernetes API ({e})") from e
 
     def controller(self) -> tuple[str, str]:
         """``(kind, name)`` of the StatefulSet or Deployment that owns this workspace's pod."""
@@ -275,7 +242,7 @@ class KubernetesSwitcher(WorkspaceSwitcher):
         except ApiException as e:
             if e.status in (403, 404):
                 return  # the workspace may not list nodes; the pool table is then the only check
-            raise _translate(e, "nodes") from e
+            raise translate(e, action="list", obj="nodes", namespace=self.namespace) from e
         if not nodes.items:
             raise BadInputError(
                 f"the cluster has no node in the {pool.name} pool (labels {selector})",

@@ -7,12 +7,11 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._kernels import KernelSwitchReport
     from ._kernelstate import RestoreReport, SavedState
     from ._state import Mode
     from ._switch import SwitchOutcome
 
-__all__ = ["ModeStatus", "PriceChange", "SwitchPlan", "SwitchResult"]
+__all__ = ["KernelSwitchReport", "ModeStatus", "PriceChange", "SwitchPlan", "SwitchResult"]
 
 
 @dataclass(frozen=True)
@@ -150,3 +149,27 @@ class ModeStatus:
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         p.text(str(self))
+
+
+@dataclass(frozen=True)
+class KernelSwitchReport:
+    """One kernel's switch: what was saved, what came back, or why it stopped."""
+
+    kernel_id: str
+    saved: SavedState
+    restore: RestoreReport | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kernel_id": self.kernel_id,
+            "saved": self.saved.to_json(),
+            "restore": self.restore.to_json() if self.restore else None,
+            "error": self.error,
+        }
+
+    def __str__(self) -> str:
+        lines = [f"kernel {self.kernel_id}:", str(self.restore or self.saved)]
+        if self.error:
+            lines.append(f"error: {self.error}")
+        return "\n".join(lines)

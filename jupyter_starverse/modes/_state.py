@@ -15,9 +15,8 @@ from jupyter_starverse._settings import MODES, Settings
 from jupyter_starverse.errors import BadInputError, ConflictError, StoreError
 
 if TYPE_CHECKING:
-    from jupyter_starverse.launch import JobSpec, LaunchBackend
+    from jupyter_starverse.jobmodel import JobSpec
 
-    from ._jobs import SmokeResult
     from ._kernelstate import SavedState
     from ._plan import ModeStatus, PriceChange, SwitchPlan, SwitchResult
     from ._switch import SwitchOutcome, WorkspaceSwitcher
@@ -273,24 +272,3 @@ class ModeService:
 
         return translate_spec(spec, mode or self.current(), cpu_image=self.settings.cpu_image)
 
-    def smoke_then_submit(
-        self,
-        spec: JobSpec,
-        *,
-        smoke_backend: LaunchBackend,
-        backend: LaunchBackend,
-        steps: int | None = None,
-        timeout: float | None = 600.0,
-    ) -> SmokeResult:
-        """Run a few CPU steps of ``spec`` on ``smoke_backend``, then submit it for the current mode."""
-        from ._jobs import SMOKE_STEPS, smoke_then_submit
-
-        return smoke_then_submit(
-            spec,
-            mode=self.current(),
-            smoke_backend=smoke_backend,
-            backend=backend,
-            steps=steps or SMOKE_STEPS,
-            timeout=timeout,
-            cpu_image=self.settings.cpu_image,
-        )

@@ -21,7 +21,7 @@ from tornado import web
 
 from jupyter_starverse.costs import Cost, Resources, parse_duration
 from jupyter_starverse.errors import BadInputError
-from jupyter_starverse.launch import JobSpec
+from jupyter_starverse.jobmodel import JobSpec
 
 from ._base import StarverseHandler
 

@@ -16,7 +16,6 @@ every route answers as before.
 from __future__ import annotations
 
 import asyncio
-import collections
 import json
 import shutil
 import threading
@@ -29,9 +28,8 @@ from tornado.iostream import StreamClosedError
 
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.experiments import RunPaths
-from jupyter_starverse.launch import Job, LaunchBackend, LogLine
-from jupyter_starverse.widgets._handle import JobHandle
-from jupyter_starverse.widgets._progress import JobProgress
+from jupyter_starverse.jobmodel import Job, LaunchBackend, LogLine
+from jupyter_starverse.watch._progress import JobProgress
 
 from ._base import StarverseHandler
 
@@ -109,28 +107,14 @@ def _int_arg(value: str | None, name: str, *, default: int | None, low: int, hig
     return number
 
 
-# One handle per job across requests: its metrics follower reads only new lines on each
-# poll of the panel instead of the whole metrics.jsonl.
-_HANDLES: collections.OrderedDict[tuple[int, str, str], JobHandle] = collections.OrderedDict()
-_HANDLES_LOCK = threading.Lock()
-_MAX_HANDLES = 512
-
-
 class _JobsBase(StarverseHandler):
     def backend(self) -> LaunchBackend:
         return self.client.backend(self.query("backend"))
 
-    def handle(self, job: Job) -> JobHandle:
-        key = (id(self.client), job.backend, job.id)
-        with _HANDLES_LOCK:
-            handle = _HANDLES.pop(key, None) or JobHandle(self.client, job.id, backend=job.backend)
-            _HANDLES[key] = handle
-            while len(_HANDLES) > _MAX_HANDLES:
-                _HANDLES.popitem(last=False)
-        return handle
-
     def view(self, job: Job, *, points: bool) -> JobView:
-        return JobView(job, self.handle(job).progress(job=job), points)
+        # The facade keeps one watch per job, so a poll reads only the new metric lines.
+        watch = self.client.watch(job.id, backend=job.backend)
+        return JobView(job, watch.progress(job=job), points)
 
 
 class JobsHandler(_JobsBase):
@@ -175,8 +159,8 @@ class LogsHandler(_JobsBase):
             await self._follow(backend, job_id, rank)
             return
 
-        def last() -> LogTail:
-            return LogTail(job_id, tuple(collections.deque(backend.logs(job_id, rank=rank), maxlen=tail)))
+        def last() -> LogTail:  # read from the ends of the logs, not through them
+            return LogTail(job_id, tuple(backend.tail(job_id, lines=tail or 200, rank=rank)))
 
         self.finish_json(await self.run(last))
 

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, cast
 from tornado import web
 
 from jupyter_starverse.errors import BadInputError, NotFoundError
-from jupyter_starverse.modes._kernels import restart_kernel, restore_kernel, switch_with_kernels
-from jupyter_starverse.modes._kernelstate import discard_state, read_state
+from jupyter_starverse.modes import discard_state, read_state
+from jupyter_starverse.server._kernels import restart_kernel, restore_kernel, switch_with_kernels
 
 from ._base import StarverseHandler
 

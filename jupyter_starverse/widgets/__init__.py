@@ -1,12 +1,15 @@
-"""Notebook widgets (plain ipywidgets, so they also work in VS Code).
+"""Notebook widgets (plain ipywidgets, so they also work in VS Code): display only.
 
-``JobMonitor`` is imported lazily: the jobs REST handler uses the pure progress summary in
-``_progress`` without pulling in ipywidgets.
+What they show is computed in the core (:mod:`jupyter_starverse.watch` for jobs); these
+modules draw it. ``JobMonitor`` is imported lazily, so ``JobHandle`` costs no ipywidgets
+import until it is displayed.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from ._handle import JobHandle
 
 __all__ = ["JobHandle", "JobMonitor"]
 
@@ -16,8 +19,4 @@ def __getattr__(name: str) -> Any:
         from .monitor import JobMonitor
 
         return JobMonitor
-    if name == "JobHandle":
-        from ._handle import JobHandle
-
-        return JobHandle
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

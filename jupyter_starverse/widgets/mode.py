@@ -2,7 +2,7 @@
 
 ``ModeToggle(client)`` shows the current mode and its price per hour; choosing the other
 mode previews the switch (price difference, warnings) and the *Switch* button makes it,
-keeping the kernel's variables (see :func:`jupyter_starverse.modes._notebook.switch_here`).
+keeping the kernel's variables (see :func:`jupyter_starverse.modes.switch_here`).
 Errors are shown in the widget, never swallowed.
 """
 
@@ -111,7 +111,7 @@ class ModeToggle(W.VBox):  # type: ignore[misc]
 
     def switch(self) -> SwitchResult | None:
         """Make the previewed switch; returns the result (also shown in the widget)."""
-        from jupyter_starverse.modes._notebook import switch_here
+        from jupyter_starverse.modes import switch_here
 
         def run() -> None:
             namespace = self._namespace if self._namespace is not None else _user_namespace()

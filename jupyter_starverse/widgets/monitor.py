@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from jupyter_starverse.launch import Job, JobState, LogLine
+from jupyter_starverse.jobmodel import Job, JobState, LogLine
+from jupyter_starverse.watch import JobProgress, format_duration
 
 from ._chart import loss_svg
-from ._progress import JobProgress, format_duration
 
 if TYPE_CHECKING:
     from ._handle import JobHandle

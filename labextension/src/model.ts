@@ -1,6 +1,7 @@
 import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
+import { errorText } from './format';
 import { requestAPI } from './request';
 import { IInfo } from './tokens';
 
@@ -36,7 +37,7 @@ export class StarverseModel {
       this._info = await requestAPI<IInfo>(['info']);
       this._error = null;
     } catch (reason) {
-      this._error = reason instanceof Error ? reason.message : String(reason);
+      this._error = errorText(reason);
       this._changed.emit();
       throw reason;
     }

@@ -2,6 +2,7 @@ import { Dialog, Notification, showDialog, showErrorMessage } from '@jupyterlab/
 import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
+import { formatMoney } from './format';
 import { StarverseModel } from './model';
 import { requestAPI, sendJSON } from './request';
 import { IInfo, IModeStatus, ISwitchPlan, ISwitchRequest, ISwitchResult } from './tokens';
@@ -25,7 +26,7 @@ export function modePrice(info: IInfo | null, status: IModeStatus | null): strin
     return '';
   }
   const cards = status.mode.kind === 'gpu' && status.mode.gpus > 1 ? ` · ${status.mode.gpus} cards` : '';
-  return `${cards} · ${status.price_per_hour} ${status.currency}/h`;
+  return `${cards} · ${formatMoney(status.price_per_hour, status.currency)}/h`;
 }
 
 /** "+6.4 CNY/h" / "−6.4 CNY/h" for a plan, or a note that the price is unknown. */
@@ -36,7 +37,7 @@ export function priceDifference(plan: ISwitchPlan): string {
   }
   const negative = diff.startsWith('-');
   const amount = negative ? diff.slice(1) : diff;
-  return `${negative ? '−' : '+'}${amount} ${plan.price.currency}/h`;
+  return `${negative ? '−' : '+'}${formatMoney(amount, plan.price.currency)}/h`;
 }
 
 function modeName(kind: 'cpu' | 'gpu', gpuType: string | null, gpus: number): string {

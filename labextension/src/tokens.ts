@@ -69,6 +69,15 @@ export interface IRankView {
   error: string | null;
 }
 
+/** Which part of a job's progress line a field is, in the order they appear. */
+export type JobLineKey = 'state' | 'step' | 'metric' | 'speed' | 'eta' | 'elapsed' | 'cost';
+
+/** One field of `JobProgress.line`, e.g. `{ key: 'step', text: 'step 40/100 (40%)' }`. */
+export interface IJobLineField {
+  key: JobLineKey;
+  text: string;
+}
+
 /** `JobProgress.to_json()`; `points` is only filled by `GET jobs/ID`. */
 export interface IJobProgress {
   job_id: string;
@@ -86,6 +95,14 @@ export interface IJobProgress {
   currency: string | null;
   cost_text: string | null;
   ranks: IRankView[];
+  /**
+   * The server's one-line summary of the job (`JobProgress.line()`), e.g.
+   * `running  step 40/100 (40%)  loss 1.23  4.10 steps/s  ETA 15s  elapsed 10s  cost 0.01 USD`.
+   * The frontend shows it as sent and never rebuilds it from the fields above.
+   */
+  line: string;
+  /** `line` split into its fields, in order (fields without a value are left out). */
+  line_fields: IJobLineField[];
 }
 
 /** `GET /jupyter-starverse/jobs` (a list) and `GET jobs/ID`: `JobView.to_json()`. */

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_starverse._procs import job_processes
 from jupyter_starverse.cli import main as cli_main
-from jupyter_starverse.launch._procs import job_processes
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,8 @@ from jupyter_starverse.cli._common import UsageError
 from jupyter_starverse.cli._train import spec_from_args
 from jupyter_starverse.client import Starverse
 from jupyter_starverse.errors import BadInputError
-from jupyter_starverse.launch import JobState
-from jupyter_starverse.widgets._handle import JobHandle
+from jupyter_starverse.jobmodel import JobState
+from jupyter_starverse.watch import JobWatch
 from tests.widgets._jobs import QUICK
 
 
@@ -91,7 +91,7 @@ def test_dry_run_of_a_resume_prints_the_plan(client: Starverse) -> None:
 def test_train_returns_a_handle_of_a_real_job(client: Starverse) -> None:
     args = parse(["train", "--name", "cell", "--steps", "5"], cell=QUICK, notebook=True)
     handle = args.run(client, args)
-    assert isinstance(handle, JobHandle)
+    assert isinstance(handle, JobWatch)  # the magics show it as the monitor
     job = handle.wait(timeout=300)
     assert job.state is JobState.SUCCEEDED, job.reason
     assert job.spec.code == QUICK

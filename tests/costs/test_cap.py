@@ -6,7 +6,7 @@ import pytest
 
 from jupyter_starverse.costs import BUDGET_REASON_PREFIX, NodeInterval, PriceTable, check_budget
 from jupyter_starverse.errors import BadInputError
-from jupyter_starverse.launch import JobSpec
+from jupyter_starverse.jobmodel import JobSpec
 
 T0 = 1_800_000_000.0
 ONE_CARD = JobSpec(name="cap", script="t.py", accelerator="rtx4090", budget=Decimal("10"))  # 0.0005 per second

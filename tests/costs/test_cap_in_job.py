@@ -15,7 +15,7 @@ from jupyter_starverse._settings import Settings
 from jupyter_starverse.client import Starverse
 from jupyter_starverse.costs import BUDGET_REASON_PREFIX, read_cost, write_cost
 from jupyter_starverse.experiments import list_checkpoints
-from jupyter_starverse.launch import JobSpec, JobState
+from jupyter_starverse.jobmodel import JobSpec, JobState
 from jupyter_starverse.runtime._budget import BudgetGuard
 
 CAP_VARS = ("STARVERSE_BUDGET", "STARVERSE_COST_PER_SECOND", "STARVERSE_COST_INFO")
@@ -23,8 +23,8 @@ CAP_VARS = ("STARVERSE_BUDGET", "STARVERSE_COST_PER_SECOND", "STARVERSE_COST_INF
 
 def _pod_env(settings: Settings, spec: JobSpec) -> dict[str, Any]:
     pytest.importorskip("kubernetes")
-    from jupyter_starverse.launch.kubernetes import KubernetesBackend
-    from jupyter_starverse.launch.kubernetes._manifests import to_dict
+    from jupyter_starverse.backends.kubernetes import KubernetesBackend
+    from jupyter_starverse.backends.kubernetes._manifests import to_dict
 
     settings = settings.replace(namespace="team")
     _, objects = KubernetesBackend(settings).plan(spec, namespace="team")
@@ -114,7 +114,7 @@ def test_kubernetes_job_shows_the_reason_its_pods_recorded(tmp_path: Path, monke
     pytest.importorskip("kubernetes")
     import threading
 
-    from jupyter_starverse.launch.kubernetes import KubernetesBackend
+    from jupyter_starverse.backends.kubernetes import KubernetesBackend
     from tests.k8s.apiserver import PodPlan, serve_kube
 
     with serve_kube(tmp_path) as kube:

@@ -15,7 +15,7 @@ from jupyter_starverse.client import Starverse
 from jupyter_starverse.costs import BUDGET_REASON_PREFIX, read_cost
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.experiments import list_checkpoints, read_metrics
-from jupyter_starverse.launch import JobSpec, JobState
+from jupyter_starverse.jobmodel import JobSpec, JobState
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ import pytest
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.cli import main
 from jupyter_starverse.costs import Comparison, Estimate, NodeInterval, job_cost, load_price_table, write_cost
-from jupyter_starverse.launch import JobSpec
+from jupyter_starverse.jobmodel import JobSpec
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -8,7 +8,7 @@ import pytest
 
 from jupyter_starverse.costs import SPOT_NOTE, PriceTable, Resources, compare, estimate, parse_price_table
 from jupyter_starverse.errors import BadInputError
-from jupyter_starverse.launch import JobSpec
+from jupyter_starverse.jobmodel import JobSpec
 
 from .conftest import small_doc
 

@@ -7,7 +7,7 @@ import pytest
 from jupyter_starverse.costs import Cost, NodeInterval, PriceTable, intervals_of, job_cost
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.experiments._status import NodeInterval as StatusInterval
-from jupyter_starverse.launch import Job, JobSpec, JobState, NodeStatus
+from jupyter_starverse.jobmodel import Job, JobSpec, JobState, NodeStatus
 
 NOW = 1_800_000_000.0
 SPEC = JobSpec(name="meter", script="t.py", nodes=2, procs_per_node=4, accelerator="rtx4090")

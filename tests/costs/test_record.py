@@ -8,7 +8,7 @@ import pytest
 from jupyter_starverse.costs import COST_FILE, NodeInterval, PriceTable, job_cost, read_cost, user_total, write_cost
 from jupyter_starverse.costs._prices import parse_price_table
 from jupyter_starverse.errors import BadInputError, StoreError
-from jupyter_starverse.launch import JobSpec
+from jupyter_starverse.jobmodel import JobSpec
 
 from .conftest import small_doc
 

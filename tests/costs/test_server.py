@@ -138,7 +138,7 @@ class TestMalformedPriceFile:
 def _finished_run(experiments: Path, job_id: str, *, budget: str | None = None) -> None:
     """A finished local run folder: 2 nodes x 4 rtx4090 cards, node 0 relaunched once."""
     from jupyter_starverse.experiments import ExperimentPaths, NodeRecord, RunStatus, write_json, write_status
-    from jupyter_starverse.launch import JobSpec
+    from jupyter_starverse.jobmodel import JobSpec
 
     run = ExperimentPaths.of(experiments, "exp").run(job_id)
     run.make()

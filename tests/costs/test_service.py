@@ -13,7 +13,7 @@ from jupyter_starverse.client import Starverse
 from jupyter_starverse.costs import CostService, Resources, parse_price_table
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.experiments import NodeRecord, RunStatus, write_status
-from jupyter_starverse.launch import Job, JobSpec, JobState, NodeStatus
+from jupyter_starverse.jobmodel import Job, JobSpec, JobState, NodeStatus
 
 from .conftest import small_doc
 

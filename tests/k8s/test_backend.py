@@ -13,6 +13,8 @@ import pytest
 pytest.importorskip("kubernetes")
 
 from jupyter_starverse._settings import Settings
+from jupyter_starverse.backends import make_backend
+from jupyter_starverse.backends.kubernetes import KubernetesBackend
 from jupyter_starverse.errors import (
     BackendUnavailableError,
     BadInputError,
@@ -20,9 +22,8 @@ from jupyter_starverse.errors import (
     NotFoundError,
     PermissionDeniedError,
 )
-from jupyter_starverse.launch import JobSpec, JobState, make_backend
-from jupyter_starverse.launch.kubernetes import KubernetesBackend
-from jupyter_starverse.launch.kubernetes._config import resolve_namespace
+from jupyter_starverse.jobmodel import JobSpec, JobState
+from jupyter_starverse.kube._config import resolve_namespace
 from tests.k8s.apiserver import KubeServer, Node, PodPlan, serve_kube, write_kubeconfig
 
 TEE = ("[default0]:loss 1.0", "[default1]:loss 0.9", "agent: done")
@@ -322,7 +323,7 @@ def test_missing_kubernetes_package_gives_the_install_hint(settings: Settings, m
 
 def test_mixed_gpu_pools_from_the_shipped_table(kube: KubeServer, settings: Settings) -> None:
     """A 4090 job and an A100 job land on their own pools; the table is the shipped example."""
-    from jupyter_starverse.launch.kubernetes import GPU_POOLS_EXAMPLE
+    from jupyter_starverse.backends.kubernetes import GPU_POOLS_EXAMPLE
 
     kube.set_nodes(
         [

@@ -22,7 +22,7 @@ pytestmark = [
 @pytest.fixture
 def backend(settings: object, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
     from jupyter_starverse._settings import Settings
-    from jupyter_starverse.launch.kubernetes import KubernetesBackend
+    from jupyter_starverse.backends.kubernetes import KubernetesBackend
 
     assert isinstance(settings, Settings) and KUBECONFIG
     monkeypatch.setenv("KUBECONFIG", str(Path(KUBECONFIG).expanduser()))
@@ -35,9 +35,9 @@ def test_server_side_dry_run_accepts_every_object(backend: object) -> None:
     """The API server itself validates what we would create (dryRun=All: nothing is stored)."""
     from kubernetes import client
 
-    from jupyter_starverse.launch import JobSpec
-    from jupyter_starverse.launch.kubernetes import KubernetesBackend
-    from jupyter_starverse.launch.kubernetes._manifests import to_dict
+    from jupyter_starverse.backends.kubernetes import KubernetesBackend
+    from jupyter_starverse.backends.kubernetes._manifests import to_dict
+    from jupyter_starverse.jobmodel import JobSpec
 
     assert isinstance(backend, KubernetesBackend)
     _, objects = backend.plan(JobSpec(name="dry", code="pass", nodes=16, procs_per_node=2))
@@ -52,8 +52,8 @@ def test_server_side_dry_run_accepts_every_object(backend: object) -> None:
 
 @pytest.mark.skipif(not os.environ.get("STARVERSE_TEST_IMAGE"), reason="set STARVERSE_TEST_IMAGE for a real run")
 def test_two_cpu_nodes_end_to_end(backend: object) -> None:
-    from jupyter_starverse.launch import JobSpec, JobState
-    from jupyter_starverse.launch.kubernetes import KubernetesBackend
+    from jupyter_starverse.backends.kubernetes import KubernetesBackend
+    from jupyter_starverse.jobmodel import JobSpec, JobState
 
     assert isinstance(backend, KubernetesBackend)
     code = "import torch.distributed as d; d.init_process_group('gloo'); print('rank', d.get_rank())"

@@ -14,8 +14,7 @@ import yaml
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 jsonschema = pytest.importorskip("jsonschema")
 
-from jupyter_starverse.launch import JobSpec  # noqa: E402
-from jupyter_starverse.launch.kubernetes._manifests import (  # noqa: E402
+from jupyter_starverse.backends.kubernetes._manifests import (  # noqa: E402
     ClusterConfig,
     KubeLaunch,
     make_job,
@@ -25,7 +24,8 @@ from jupyter_starverse.launch.kubernetes._manifests import (  # noqa: E402
     pool_for,
     to_dict,
 )
-from jupyter_starverse.modes._pools import default_pools  # noqa: E402
+from jupyter_starverse.jobmodel import JobSpec  # noqa: E402
+from jupyter_starverse.kube._pools import default_pools  # noqa: E402
 
 SCHEMAS = Path(__file__).parent / "schemas"
 K8S_VERSION = "1.32.0"
@@ -119,7 +119,7 @@ def test_indexed_job_wire_form_for_one_cpu_node() -> None:
             "--master-port=29500",
             "--max-restarts=0",
             "-m",
-            "jupyter_starverse.launch._worker",
+            "jupyter_starverse.backends._worker",
             "/exp/train.py",
         ],
         "resources": {"requests": {"cpu": "1"}},
@@ -288,7 +288,7 @@ def test_kueue_label_only_on_workloads() -> None:
 
 
 def test_shipped_rbac_manifest_is_valid_and_covers_what_the_backend_calls() -> None:
-    from jupyter_starverse.launch.kubernetes import RBAC_MANIFEST
+    from jupyter_starverse.backends.kubernetes import RBAC_MANIFEST
 
     role, binding = yaml.safe_load_all(RBAC_MANIFEST.read_text())
     for doc in (role, binding):

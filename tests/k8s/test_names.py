@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from jupyter_starverse.launch.kubernetes._names import HASH_LEN, MAX_JOB_ID, dns_label, label_value, make_job_id
+from jupyter_starverse.backends.kubernetes._names import HASH_LEN, MAX_JOB_ID, dns_label, label_value, make_job_id
 
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 ALPHABET = ["a", "Z", "0", "-", "_", ".", " ", "é", "/", "x9"]
@@ -59,7 +59,7 @@ def test_valid_names_are_kept_and_others_hashed() -> None:
 def test_stable_across_processes() -> None:
     texts = ["My_Job", "a" * 100, "é/x", "1abc"]
     code = (
-        "from jupyter_starverse.launch.kubernetes._names import dns_label; import sys; "
+        "from jupyter_starverse.backends.kubernetes._names import dns_label; import sys; "
         "print('\\n'.join(dns_label(t) for t in sys.argv[1:]))"
     )
     other = subprocess.run([sys.executable, "-c", code, *texts], capture_output=True, text=True, check=True)

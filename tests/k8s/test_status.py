@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from jupyter_starverse.launch import JobState
-from jupyter_starverse.launch.kubernetes._status import job_state, latest_per_node, node_status
+from jupyter_starverse.backends.kubernetes._status import job_state, latest_per_node, node_status
+from jupyter_starverse.jobmodel import JobState
 
 
 def _pod(phase: str, *, index: str = "0", created: str = "2026-01-01T00:00:00Z", **status: Any) -> dict[str, Any]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from jupyter_starverse._settings import Settings
+from jupyter_starverse.client import Starverse
 from jupyter_starverse.errors import BadInputError, ConflictError
-from jupyter_starverse.launch import JobSpec, JobState
+from jupyter_starverse.jobmodel import JobSpec, JobState
 from jupyter_starverse.modes import Mode, ModeService, make_smoke_spec, translate_spec
 from tests.k8s.apiserver import KubeServer, kube_server
 
@@ -61,17 +62,14 @@ def test_smoke_spec_is_small_and_separate() -> None:
 def test_smoke_passes_then_the_gpu_job_is_submitted(
     settings: Settings, kube_server: KubeServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from jupyter_starverse.launch._local import LocalBackend
-    from jupyter_starverse.launch.kubernetes import KubernetesBackend
-
     monkeypatch.setenv("KUBECONFIG", str(kube_server.kubeconfig))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    service = ModeService(settings)
-    service.record(GPU)
-    spec = JobSpec(name="tiny", code="import os\nprint('device', os.environ['STARVERSE_DEVICE'])\n", steps=50)
-    result = service.smoke_then_submit(
-        spec, smoke_backend=LocalBackend(settings), backend=KubernetesBackend(settings), steps=2, timeout=300
-    )
+    client = Starverse(settings)
+    client.modes.record(GPU)
+    # what every front door does: a job that names no GPU type runs on the workspace mode's
+    spec = JobSpec(name="tiny", code="import os\nprint('device', os.environ['STARVERSE_DEVICE'])\n", steps=50,
+                   accelerator=client.default_accelerator())
+    result = client.launch(spec, backend="kubernetes", smoke=True, smoke_steps=2, smoke_timeout=300)
     assert result.smoke.state is JobState.SUCCEEDED
     assert result.smoke.spec.accelerator == "cpu" and result.smoke.spec.steps == 2
     assert result.job.backend == "kubernetes" and result.job.spec.accelerator == "a100-80g"
@@ -85,18 +83,14 @@ def test_smoke_passes_then_the_gpu_job_is_submitted(
 def test_failing_smoke_stops_the_expensive_launch(
     settings: Settings, kube_server: KubeServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from jupyter_starverse.launch._local import LocalBackend
-    from jupyter_starverse.launch.kubernetes import KubernetesBackend
-
     monkeypatch.setenv("KUBECONFIG", str(kube_server.kubeconfig))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    service = ModeService(settings)
-    service.record(GPU)
-    spec = JobSpec(name="broken", code="print('loading')\nraise SystemExit('shape mismatch in layer 3')\n")
+    client = Starverse(settings)
+    client.modes.record(GPU)
+    spec = JobSpec(name="broken", code="print('loading')\nraise SystemExit('shape mismatch in layer 3')\n",
+                   accelerator=client.default_accelerator())
     with pytest.raises(ConflictError, match=r"smoke run .* failed") as err:
-        service.smoke_then_submit(
-            spec, smoke_backend=LocalBackend(settings), backend=KubernetesBackend(settings), timeout=300
-        )
+        client.launch(spec, backend="kubernetes", smoke=True, smoke_timeout=300)
     assert "the real job was not submitted" in str(err.value)
     assert "shape mismatch in layer 3" in str(err.value)  # the last log lines say why
     assert kube_server.objects("jobs") == []
@@ -107,7 +101,7 @@ def test_running_jobs_are_not_touched_by_a_workspace_switch(
 ) -> None:
     import time
 
-    from jupyter_starverse.launch._local import LocalBackend
+    from jupyter_starverse.backends.local._local import LocalBackend
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     backend = LocalBackend(settings)

@@ -11,9 +11,9 @@ import pytest
 
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.errors import BadInputError, ConflictError
+from jupyter_starverse.kube._pools import default_pools
 from jupyter_starverse.modes import Mode, ModeService
 from jupyter_starverse.modes._k8s import KubernetesSwitcher, make_workspace_patch
-from jupyter_starverse.modes._pools import default_pools
 from tests.k8s import apiserver
 from tests.k8s._store import Resource
 

@@ -11,8 +11,8 @@ import pytest
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.errors import ConflictError
 from jupyter_starverse.modes import Mode
-from jupyter_starverse.modes._kernels import restart_kernel, restore_kernel, save_kernel, switch_kernel
 from jupyter_starverse.modes._kernelstate import list_states
+from jupyter_starverse.server._kernels import restart_kernel, restore_kernel, save_kernel, switch_kernel
 
 from .conftest import run_cell, running_kernel
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from jupyter_starverse._settings import Settings
+from jupyter_starverse.backends.local._local import LocalBackend
+from jupyter_starverse.backends.templates import example_script
 from jupyter_starverse.experiments import latest_checkpoint, read_metrics
-from jupyter_starverse.launch import JobSpec, JobState
-from jupyter_starverse.launch._local import LocalBackend
-from jupyter_starverse.launch.templates import example_script
+from jupyter_starverse.jobmodel import JobSpec, JobState
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ import pytest
 from tornado.httpclient import HTTPClientError
 
 from jupyter_starverse._settings import Settings
-from jupyter_starverse.launch import JobState
+from jupyter_starverse.jobmodel import JobState
 from tests.widgets._jobs import quick_job, slow_job
 
 REPO = str(Path(__file__).resolve().parents[2])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from jupyter_starverse._api import launch
 from jupyter_starverse._settings import Settings
-from jupyter_starverse.widgets._handle import JobHandle
+from jupyter_starverse.widgets import JobHandle
 
 # logs a falling loss through the runtime (metrics.jsonl) and prints it (logs)
 QUICK = """

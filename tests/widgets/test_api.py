@@ -8,17 +8,19 @@ import jupyter_starverse as starverse
 from jupyter_starverse._api import JobList, client
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.errors import BadInputError, NotFoundError
-from jupyter_starverse.launch import JobSpec, JobState
-from jupyter_starverse.widgets._handle import JobHandle
+from jupyter_starverse.jobmodel import JobState
+from jupyter_starverse.widgets import JobHandle
 
 from ._jobs import QUICK
 
 
-def test_launch_is_callable_even_after_the_launch_package_was_imported() -> None:
-    import jupyter_starverse.launch as launch_pkg
+def test_launch_is_the_front_door_function_and_no_package_shadows_it() -> None:
+    import importlib.util
 
-    assert launch_pkg.JobSpec is JobSpec
-    assert callable(starverse.launch)
+    import jupyter_starverse.backends  # noqa: F401 - the backends package is not called `launch`
+
+    assert importlib.util.find_spec("jupyter_starverse.launch") is None
+    assert callable(starverse.launch) and starverse.launch.__module__ == "jupyter_starverse._api"
 
 
 def test_launch_jobs_attach_round_trip(settings: Settings) -> None:

@@ -5,7 +5,7 @@ import time
 from pathlib import Path
 
 from jupyter_starverse._settings import Settings
-from jupyter_starverse.launch import JobState
+from jupyter_starverse.jobmodel import JobState
 from jupyter_starverse.widgets.monitor import JobMonitor
 
 from ._jobs import quick_job, slow_job

@@ -12,7 +12,7 @@ import pytest
 from jupyter_client.manager import KernelManager
 
 from jupyter_starverse.client import Starverse
-from jupyter_starverse.launch import JobState
+from jupyter_starverse.jobmodel import JobState
 
 from ._jobs import SLOW
 

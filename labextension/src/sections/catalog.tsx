@@ -1,40 +1,19 @@
 import { Clipboard } from '@jupyterlab/apputils';
-import { Poll } from '@lumino/polling';
 import * as React from 'react';
 
-import { requestAPI, sendJSON, StarverseRequestError } from '../request';
+import { errorText, formatBytes, formatDuration } from '../format';
+import { usePoll } from '../poll';
+import { requestAPI, sendJSON } from '../request';
 import { ICatalogEntry, IMountInfo, IPullProgress, IStoreEntry } from '../tokens';
 
-/** `1536` -> `1.5 KiB`. */
-export function formatBytes(n: number | null): string {
-  if (n === null) {
-    return '–';
-  }
-  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-  let value = n;
-  let unit = 0;
-  while (Math.abs(value) >= 1024 && unit < units.length - 1) {
-    value /= 1024;
-    unit += 1;
-  }
-  return unit === 0 ? `${Math.round(value)} B` : `${value.toFixed(1)} ${units[unit]}`;
-}
-
-/** `12 MiB / 40 MiB · 8.0 MiB/s · ETA 4 s`. */
+/** `downloading 12.0 MiB / 40.0 MiB · 8.0 MiB/s · ETA 4s`. */
 export function formatProgress(p: IPullProgress): string {
-  const eta = p.eta_s === null ? '–' : `${Math.round(p.eta_s)} s`;
+  const eta = p.eta_s === null ? '–' : formatDuration(p.eta_s);
   const who = p.owner || p.phase === 'done' ? '' : ' (another process)';
   return (
     `${p.phase}${who} ${formatBytes(p.bytes_done)} / ${formatBytes(p.bytes_total)}` +
     ` · ${formatBytes(p.rate)}/s · ETA ${eta}`
   );
-}
-
-function errorText(reason: unknown): string {
-  if (reason instanceof StarverseRequestError && reason.hint) {
-    return `${reason.message} (${reason.hint})`;
-  }
-  return reason instanceof Error ? reason.message : String(reason);
 }
 
 /** One pull's bar (HTML progress element, so it is accessible and themable). */
@@ -128,9 +107,8 @@ export function CatalogSection(): JSX.Element {
   const [pulls, setPulls] = React.useState<IPullProgress[]>([]);
   const [error, setError] = React.useState<string | null>(null);
   const [copied, setCopied] = React.useState<string | null>(null);
-  const poll = React.useRef<Poll | null>(null);
 
-  const refresh = React.useCallback(async (): Promise<void> => {
+  const refresh = async (): Promise<void> => {
     try {
       const [list, active] = await Promise.all([
         requestAPI<IStoreEntry[]>(['store']),
@@ -143,25 +121,18 @@ export function CatalogSection(): JSX.Element {
       setError(errorText(reason));
       throw reason;
     }
-  }, []);
+  };
 
-  React.useEffect(() => {
-    const p = new Poll({
-      auto: true,
-      factory: refresh,
-      frequency: { interval: 1000, backoff: true, max: 30 * 1000 },
-      name: 'jupyter-starverse:store',
-      standby: 'when-hidden'
-    });
-    poll.current = p;
-    return () => p.dispose();
-  }, [refresh]);
+  usePoll('jupyter-starverse:store', 1000, refresh, { max: 30 * 1000 });
+  const reload = (): void => {
+    refresh().catch(() => undefined); // shown through `error`
+  };
 
   const pull = async (ref: string): Promise<void> => {
     try {
       await sendJSON<IPullProgress>(['store', 'pull'], 'POST', { ref });
       setError(null);
-      void poll.current?.refresh();
+      reload();
     } catch (reason) {
       setError(errorText(reason));
     }
@@ -194,7 +165,7 @@ export function CatalogSection(): JSX.Element {
         ))}
       </ul>
       {copied && <div className="jp-Starverse-note">Copied {copied}</div>}
-      <AddDataset onAdded={() => void poll.current?.refresh()} />
+      <AddDataset onAdded={reload} />
     </div>
   );
 }

@@ -1,7 +1,8 @@
-import { Poll } from '@lumino/polling';
 import * as React from 'react';
 
-import { requestAPI, StarverseRequestError } from '../request';
+import { errorText, formatMoney } from '../format';
+import { usePoll } from '../poll';
+import { requestAPI } from '../request';
 import {
   BILLING_MODES,
   BillingMode,
@@ -22,14 +23,6 @@ const BILLING_LABELS: Record<BillingChoice, string> = {
   all: 'All, side by side'
 };
 
-/** The server's message plus its hint, so a 400 says what to do. */
-function errorText(reason: unknown): string {
-  if (reason instanceof StarverseRequestError && reason.hint) {
-    return `${reason.message} (${reason.hint})`;
-  }
-  return reason instanceof Error ? reason.message : String(reason);
-}
-
 // Layout of the form: labels left, controls right (the theme's CSS styles the rest).
 const FORM_STYLE: React.CSSProperties = {
   display: 'grid',
@@ -44,7 +37,8 @@ const CAPTION_STYLE: React.CSSProperties = { captionSide: 'bottom', textAlign: '
 
 /** `230.40 CNY`, or `51.20 – 153.60 CNY` for a spot range. Money stays a decimal string. */
 export function formatEstimate(e: IEstimate): string {
-  return e.low === e.high ? `${e.high} ${e.currency}` : `${e.low} – ${e.high} ${e.currency}`;
+  const high = formatMoney(e.high, e.currency);
+  return e.low === e.high ? high : `${e.low} – ${high}`;
 }
 
 /** The price table in force: per card-hour (GPU) or node-hour (CPU). */
@@ -230,31 +224,23 @@ function EstimateForm(props: { table: IPriceTable }): JSX.Element {
 function TotalView(): JSX.Element {
   const [total, setTotal] = React.useState<IUserTotal | null>(null);
   const [error, setError] = React.useState<string | null>(null);
-  React.useEffect(() => {
-    const poll = new Poll({
-      auto: true,
-      factory: async () => {
-        try {
-          setTotal(await requestAPI<IUserTotal>(['cost', 'total']));
-          setError(null);
-        } catch (reason) {
-          setError(errorText(reason));
-          throw reason;
-        }
-      },
-      frequency: { interval: 30 * 1000, backoff: true, max: 5 * 60 * 1000 },
-      name: 'jupyter-starverse:cost-total',
-      standby: 'when-hidden'
-    });
-    return () => poll.dispose();
-  }, []);
+  const load = async (): Promise<void> => {
+    try {
+      setTotal(await requestAPI<IUserTotal>(['cost', 'total']));
+      setError(null);
+    } catch (reason) {
+      setError(errorText(reason));
+      throw reason;
+    }
+  };
+  usePoll('jupyter-starverse:cost-total', 30 * 1000, load, { max: 5 * 60 * 1000 });
   if (error !== null) {
     return <div className="jp-Starverse-error">{error}</div>;
   }
   if (total === null) {
     return <div className="jp-Starverse-loading">Loading…</div>;
   }
-  const amounts = total.amounts.map(a => `${a.amount} ${a.currency}`).join(' + ');
+  const amounts = total.amounts.map(a => formatMoney(a.amount, a.currency)).join(' + ');
   return (
     <div className="jp-Starverse-total">
       <div>
@@ -265,7 +251,7 @@ function TotalView(): JSX.Element {
         {total.records.slice(0, 10).map(r => (
           <li key={r.path} title={r.path}>
             {r.job_id ?? r.path}: {r.upper_bound ? '≤ ' : ''}
-            {r.amount} {r.currency}
+            {formatMoney(r.amount, r.currency)}
             {r.reason && <div className="jp-Starverse-jobReason">{r.reason}</div>}
           </li>
         ))}

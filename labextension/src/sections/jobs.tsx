@@ -1,6 +1,7 @@
-import { Poll } from '@lumino/polling';
 import * as React from 'react';
 
+import { errorText } from '../format';
+import { usePoll } from '../poll';
 import { requestAPI, sendJSON } from '../request';
 import {
   FINISHED_STATES,
@@ -10,40 +11,8 @@ import {
   JobState
 } from '../tokens';
 
-/** Seconds as `1m05s`, like the notebook monitor. */
-export function formatDuration(seconds: number): string {
-  const s = Math.max(0, Math.round(seconds));
-  if (s < 60) {
-    return `${s}s`;
-  }
-  if (s < 3600) {
-    return `${Math.floor(s / 60)}m${String(s % 60).padStart(2, '0')}s`;
-  }
-  return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, '0')}m`;
-}
-
 function isFinished(state: JobState): boolean {
   return FINISHED_STATES.includes(state);
-}
-
-function errorText(reason: unknown): string {
-  return reason instanceof Error ? reason.message : String(reason);
-}
-
-/** Poll `fn` every `interval` ms (backoff on errors, standby while the page is hidden). */
-function usePoll(name: string, interval: number, fn: () => Promise<void>): void {
-  const latest = React.useRef(fn);
-  latest.current = fn;
-  React.useEffect(() => {
-    const poll = new Poll({
-      auto: true,
-      factory: () => latest.current(),
-      frequency: { interval, backoff: true, max: 60 * 1000 },
-      name,
-      standby: 'when-hidden'
-    });
-    return () => poll.dispose();
-  }, [name, interval]);
 }
 
 /** The last lines of a job's logs, refreshed while shown and the job runs. */
@@ -110,7 +79,7 @@ function TensorBoardLink(props: { job: IJob }): JSX.Element {
   );
 }
 
-/** One job row: state, progress, loss, speed, cost; actions. */
+/** One job row: state, progress bar, the server's progress line; actions. */
 function JobRow(props: { job: IJob; onChanged: () => void }): JSX.Element {
   const { job, onChanged } = props;
   const [open, setOpen] = React.useState<'logs' | 'tensorboard' | null>(null);
@@ -131,22 +100,8 @@ function JobRow(props: { job: IJob; onChanged: () => void }): JSX.Element {
     }
   };
   const toggle = (what: 'logs' | 'tensorboard'): void => setOpen(open === what ? null : what);
-  const stats: string[] = [];
-  if (p.step !== null) {
-    stats.push(`step ${p.step + 1}${p.total_steps ? `/${p.total_steps}` : ''}`);
-  }
-  if (p.value !== null && p.metric) {
-    stats.push(`${p.metric} ${p.value.toPrecision(4)}`);
-  }
-  if (p.steps_per_s !== null) {
-    stats.push(`${p.steps_per_s.toFixed(2)} steps/s`);
-  }
-  if (p.eta_s !== null && !finished) {
-    stats.push(`ETA ${formatDuration(p.eta_s)}`);
-  }
-  if (p.cost_text) {
-    stats.push(p.cost_text);
-  }
+  // The server's progress line, field by field; the state badge above already says the state.
+  const stats = p.line_fields.filter(f => f.key !== 'state');
   return (
     <li className="jp-Starverse-job" data-job-id={job.id} data-state={job.state}>
       <div className="jp-Starverse-jobHead">
@@ -171,7 +126,13 @@ function JobRow(props: { job: IJob; onChanged: () => void }): JSX.Element {
       {p.fraction !== null && (
         <progress className="jp-Starverse-jobProgress" max={1} value={p.fraction} />
       )}
-      <div className="jp-Starverse-jobStats">{stats.join(' · ')}</div>
+      <div className="jp-Starverse-jobStats" title={p.line}>
+        {stats.map(f => (
+          <span key={f.key} className="jp-Starverse-jobStat" data-field={f.key}>
+            {f.text}
+          </span>
+        ))}
+      </div>
       {job.reason && <div className="jp-Starverse-jobReason">{job.reason}</div>}
       <div className="jp-Starverse-jobActions">
         <button className="jp-Button jp-mod-minimal jp-Starverse-logsButton" onClick={() => toggle('logs')}>

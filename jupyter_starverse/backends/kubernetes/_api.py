@@ -1,0 +1,162 @@
+"""The API calls of the backend, in one place: raw JSON reads, one verb per kind, pod watch.
+
+Reads use ``_preload_content=False`` and return the wire JSON: building client models for
+hundreds of pods costs more than the request itself.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from jupyter_starverse.backends.kubernetes._crds import CRD_INFO
+from jupyter_starverse.backends.kubernetes._manifests import to_dict
+from jupyter_starverse.errors import BackendUnavailableError, BadInputError
+from jupyter_starverse.kube import KubeConnection, api_errors, require_kubernetes
+
+__all__ = ["ClusterApi", "Wire", "WireList"]
+
+Wire = dict[str, Any]
+WireList = list[Wire]
+
+
+class ClusterApi:
+    """One connection's calls; ``kind`` is ``job`` or a key of ``CRD_INFO``."""
+
+    def __init__(self, conn: KubeConnection) -> None:
+        self.conn = conn
+
+    def errors(self, action: str, obj: str, namespace: str | None = None) -> Any:
+        """Translate what the block raises (see ``_errors``), naming ``obj``."""
+        return api_errors(action=action, obj=obj, namespace=namespace or self.conn.namespace, host=self.conn.host)
+
+    def client(self) -> Any:
+        return require_kubernetes().client
+
+    def read(self, fn: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """Call a read API and return the wire JSON (no model building: lists can be large)."""
+        resp = fn(*args, _preload_content=False, **kwargs)
+        try:
+            return dict(json.loads(resp.data))
+        finally:
+            resp.release_conn()
+
+    # -- main object per kind -------------------------------------------------------
+    def create_main(self, kind: str, obj: Any, ns: str) -> dict[str, Any]:
+        c = self.client()
+        if kind == "job":  # a V1Job: the client serialises it once
+            return self.read(c.BatchV1Api(self.conn.api).create_namespaced_job, ns, obj)
+        body = to_dict(obj)
+        info = CRD_INFO[kind]
+        return dict(
+            c.CustomObjectsApi(self.conn.api).create_namespaced_custom_object(
+                info.group, info.version, ns, info.plural, body
+            )
+        )
+
+    def get_main(self, kind: str, name: str, ns: str) -> dict[str, Any]:
+        c = self.client()
+        if kind == "job":
+            return self.read(c.BatchV1Api(self.conn.api).read_namespaced_job, name, ns)
+        info = CRD_INFO[kind]
+        return dict(
+            c.CustomObjectsApi(self.conn.api).get_namespaced_custom_object(
+                info.group, info.version, ns, info.plural, name
+            )
+        )
+
+    def list_main(self, kind: str, ns: str, selector: str) -> WireList:
+        c = self.client()
+        if kind == "job":
+            data = self.read(c.BatchV1Api(self.conn.api).list_namespaced_job, ns, label_selector=selector)
+        else:
+            info = CRD_INFO[kind]
+            data = c.CustomObjectsApi(self.conn.api).list_namespaced_custom_object(
+                info.group, info.version, ns, info.plural, label_selector=selector
+            )
+        return list(data.get("items") or [])
+
+    def delete_main(self, kind: str, name: str, ns: str) -> None:
+        c = self.client()
+        if kind == "job":
+            c.BatchV1Api(self.conn.api).delete_namespaced_job(name, ns, propagation_policy="Foreground")
+        else:
+            info = CRD_INFO[kind]
+            c.CustomObjectsApi(self.conn.api).delete_namespaced_custom_object(
+                info.group, info.version, ns, info.plural, name, propagation_policy="Foreground"
+            )
+
+    def create_dependent(self, obj: Any, ns: str) -> None:
+        c = self.client()
+        if obj.kind == "Service":
+            self.read(c.CoreV1Api(self.conn.api).create_namespaced_service, ns, obj)
+        else:
+            self.read(c.BatchV1Api(self.conn.api).create_namespaced_job, ns, obj)
+
+    def check_kind(self, kind: str) -> None:
+        """Raise a clear error when the cluster lacks the CRD of ``kind`` (API discovery)."""
+        if kind == "job":
+            return
+        info = CRD_INFO[kind]
+        c = self.client()
+        with self.errors("look up", f"{info.crd_name} (CRD)"):
+            try:
+                c.CustomObjectsApi(self.conn.api).get_api_resources(info.group, info.version)
+            except c.exceptions.ApiException as e:
+                if e.status == 404:
+                    raise BadInputError(
+                        f"the cluster has no {info.kind} CRD ({info.crd_name}) for --kind {kind}",
+                        field="kind",
+                        hint="install its operator, or use --kind job (works on any cluster); "
+                        f"check with `kubectl get crd {info.crd_name}`",
+                    ) from None
+                raise
+
+    def pods(self, ns: str, selector: str) -> tuple[WireList, str]:
+        data = self.read(self.client().CoreV1Api(self.conn.api).list_namespaced_pod, ns, label_selector=selector)
+        return list(data.get("items") or []), str((data.get("metadata") or {}).get("resourceVersion", ""))
+
+    def watch_pods(self, ns: str, selector: str, rv: str, timeout: int) -> Iterator[tuple[str, Wire]]:
+        """Raw watch events from ``rv`` for ``timeout`` seconds; ``("EXPIRED", {})`` on 410 Gone.
+
+        Read directly (not through ``watch.Watch``): its raw mode loses ERROR events.
+        """
+        from kubernetes.watch import watch as kube_watch
+
+        iter_resp_lines: Any = kube_watch.iter_resp_lines  # untyped in the client
+        core = self.client().CoreV1Api(self.conn.api)
+        resp = core.list_namespaced_pod(
+            ns,
+            label_selector=selector,
+            resource_version=rv,
+            watch=True,
+            timeout_seconds=timeout,
+            allow_watch_bookmarks=False,
+            _preload_content=False,
+        )
+        try:
+            for line in iter_resp_lines(resp):
+                event = json.loads(line)
+                obj = event.get("object") or {}
+                if event.get("type") == "ERROR":
+                    if obj.get("code") == 410:
+                        yield "EXPIRED", {}
+                        return
+                    raise BackendUnavailableError(
+                        f"watch failed: {obj.get('message')}", hint=f"retry; `kubectl get pods -n {ns} -l {selector}`"
+                    )
+                if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                    yield event["type"], obj
+        finally:
+            resp.release_conn()
+
+    def pod_log(self, name: str, ns: str, *, follow: bool) -> Iterator[bytes]:
+        """Raw chunks of the trainer container's log (kept open until the pod ends with ``follow``)."""
+        core = self.client().CoreV1Api(self.conn.api)
+        with self.errors("read logs of", f"pod {name!r}", ns):
+            resp = core.read_namespaced_pod_log(name, ns, container="trainer", follow=follow, _preload_content=False)
+        try:
+            yield from resp.stream(64 * 1024)
+        finally:
+            resp.release_conn()

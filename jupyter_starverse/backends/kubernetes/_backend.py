@@ -1,0 +1,437 @@
+"""``KubernetesBackend``: the LaunchBackend contract on a cluster, with the official client.
+
+The cluster is the job's truth (labels and the spec annotation); the run folder keeps the
+code, a small record (``kubernetes.json``) and copies of the pod logs, so a job can be shown
+after its objects are gone. Every call is synchronous: front doors run it in a thread.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from jupyter_starverse._settings import Settings
+from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError
+from jupyter_starverse.experiments import ExperimentPaths, plan_resume, read_json, write_json
+from jupyter_starverse.jobmodel import Job, JobSpec, JobState, LaunchBackend, LogLine
+from jupyter_starverse.kube import KubeConnection, connect, require_kubernetes, resolve_namespace
+
+from ._api import ClusterApi, WireList
+from ._crds import CRD_INFO
+from ._inputs import ANNOTATION_SPEC, LABEL_JOB, LABEL_MANAGED, LABEL_ROLE, MANAGER, ClusterConfig, KubeLaunch
+from ._logs import PodStream, fan_in, saved_logs
+from ._manifests import make_manifests, pool_for, to_dict
+from ._names import is_dns_label, make_job_id
+from ._status import job_state, latest_per_node, parse_time
+from ._watch import watch_job
+
+__all__ = ["RECORD", "KubernetesBackend"]
+
+RECORD = "kubernetes.json"
+
+
+def _budget_stop(run_dir: str) -> str | None:
+    """Why the job stopped itself at its budget cap (``cost.json`` written by the runtime), if it did."""
+    from jupyter_starverse.costs import BUDGET_REASON_PREFIX, read_cost
+
+    try:
+        reason = read_cost(run_dir).reason if run_dir else None
+    except (OSError, BadInputError):
+        return None
+    return reason if reason and reason.startswith(BUDGET_REASON_PREFIX) else None
+
+
+def _kind_of(obj: Any) -> str:
+    """``kind`` of a V1 model or of a CRD dataclass (``info.kind``), without serialising it."""
+    return str(getattr(obj, "kind", None) or obj.info.kind)
+
+
+class KubernetesBackend(LaunchBackend):
+    """Jobs as Kubernetes objects (Indexed Job + Service, JobSet, TrainJob or PyTorchJob).
+
+    Parameters
+    ----------
+    settings
+        Namespace, context, kind, image, Kueue queue, pool table, store and experiments.
+    kind
+        Overrides ``settings.kube_kind`` (``job``, ``jobset``, ``trainjob``, ``pytorchjob``).
+    connection
+        A ready connection (tests); by default loaded once on first use.
+    """
+
+    name = "kubernetes"
+
+    def __init__(
+        self, settings: Settings, *, kind: str | None = None, connection: KubeConnection | None = None
+    ) -> None:
+        self.settings = settings
+        self.kind = kind or settings.kube_kind
+        if self.kind not in ("job", *CRD_INFO):
+            raise BadInputError(
+                f"unknown kind {self.kind!r}", field="kind", hint="use job, jobset, trainjob or pytorchjob"
+            )
+        self._conn = connection
+        self._api: ClusterApi | None = None
+
+    # -- plumbing -------------------------------------------------------------------
+    @property
+    def conn(self) -> KubeConnection:
+        if self._conn is None:
+            self._conn = connect(self.settings)
+        return self._conn
+
+    @property
+    def api(self) -> ClusterApi:
+        """The API calls, on the connection loaded once."""
+        if self._api is None:
+            self._api = ClusterApi(self.conn)
+        return self._api
+
+    def _cluster(self, namespace: str | None = None, kind: str | None = None) -> ClusterConfig:
+        s = self.settings
+        return ClusterConfig(
+            namespace=namespace or (self._conn.namespace if self._conn else resolve_namespace(s)),
+            store=s.store,
+            experiments=str(s.experiments),
+            image=s.image,
+            cpu_image=s.cpu_image,
+            kind=kind or self.kind,
+            kueue_queue=s.kueue_queue,
+            store_claim=s.store_claim or "starverse-store",
+            experiments_claim=s.experiments_claim or "starverse-experiments",
+        )
+
+    # -- planning -------------------------------------------------------------------
+    def _resolve_mounts(self, spec: JobSpec) -> tuple[dict[str, str], tuple[str, ...], str]:
+        """(paths of pulled mounts, names to warm up, HF cache dir)."""
+        from jupyter_starverse.catalog import Catalog
+
+        catalog = Catalog(self.settings)
+        hf_cache = catalog.job_env().get("HF_HUB_CACHE", f"{self.settings.store}/hub")
+        paths: dict[str, str] = {}
+        warm: list[str] = []
+        for name in spec.mounts:
+            try:
+                paths[name] = str(catalog.mount(name))
+            except ConflictError:
+                warm.append(name)  # registered but not pulled: the warm-up job fills the store once
+            except (NotFoundError, BadInputError) as e:
+                raise BadInputError(f"mount {name!r}: {e.message}", field="mounts", hint=e.hint) from e
+        return paths, tuple(warm), hf_cache
+
+    def _script(self, spec: JobSpec, run_dir: Path) -> str | None:
+        if spec.script is None:
+            return None
+        path = Path(spec.script).expanduser().absolute()
+        if not path.is_file():
+            raise BadInputError(
+                f"script {str(path)!r} does not exist", field="script", hint="give the path of a Python file"
+            )
+        shared = [Path(self.settings.experiments)] + (
+            [Path(self.settings.store)] if "://" not in self.settings.store else []
+        )
+        if any(path.is_relative_to(root) for root in shared):
+            return str(path)
+        return str(run_dir / "train.py")  # copied at submit: pods see only the shared volumes
+
+    def plan(
+        self, spec: JobSpec, *, job_id: str | None = None, namespace: str | None = None
+    ) -> tuple[KubeLaunch, list[Any]]:
+        """The resolved launch and its manifests, without any API call."""
+        from jupyter_starverse.kube import load_pools
+
+        require_kubernetes()  # the builders use its models: fail here with the install hint
+
+        pools = load_pools(self.settings)
+        pool = pool_for(spec, pools)
+        job_id = job_id or make_job_id(spec.name)
+        exp = ExperimentPaths.of(self.settings.experiments, spec.experiment_name)
+        run = exp.run(job_id)
+        mounts, warm, hf_cache = self._resolve_mounts(spec)
+        resume = plan_resume(exp, new_world_size=spec.world_size) if spec.resume else None
+        cost_env: dict[str, str] = {}
+        if spec.budget is not None:  # costs: no supervisor beside a pod, so the job enforces its own cap
+            from jupyter_starverse.costs import cap_env, load_price_table
+
+            cost_env = cap_env(spec, load_price_table(self.settings), user=self.settings.user)
+        launch = KubeLaunch(
+            job_id=job_id,
+            spec=spec,
+            run_dir=str(run.root),
+            pool=pool,
+            cpu_pool=pools.get("cpu"),
+            script=self._script(spec, run.root),
+            mounts=mounts,
+            warmup=warm,
+            hf_cache=hf_cache,
+            resume_from=str(resume.checkpoint.path) if resume and resume.checkpoint else None,
+            user=self.settings.user,
+            cost_env=cost_env,
+        )
+        return launch, make_manifests(launch, self._cluster(namespace))
+
+    def render(self, spec: JobSpec, *, output: str = "yaml") -> str:
+        _, objects = self.plan(spec)
+        docs = [to_dict(o) for o in objects]
+        if output == "json":
+            return json.dumps(docs if len(docs) > 1 else docs[0], indent=2)
+        if output != "yaml":
+            raise BadInputError(f"unknown output {output!r}", field="output", hint="use yaml or json")
+        import yaml
+
+        return "---\n".join(yaml.safe_dump(d, sort_keys=False, width=200) for d in docs)
+
+    # -- submit ---------------------------------------------------------------------
+    def submit(self, spec: JobSpec, *, dry_run: bool = False) -> Job:
+        launch, objects = self.plan(spec, namespace=None if dry_run else self.conn.namespace)
+        now = time.time()
+        if dry_run:
+            return Job(launch.job_id, self.name, spec, JobState.PENDING, launch.run_dir, now, reason="dry run")
+        self.api.check_kind(self.kind)
+        ns, run_dir = self.conn.namespace, Path(launch.run_dir)
+        self._write_run(launch, run_dir, ns, now)
+        created: dict[str, Any] | None = None
+        main, *dependents = objects
+        try:
+            with self.api.errors("create", f"{_kind_of(main).lower()} {launch.job_id!r}", ns):
+                created = self.api.create_main(self.kind, main, ns)
+            owner = self.api.client().V1OwnerReference(
+                api_version=created["apiVersion"],
+                kind=created["kind"],
+                name=created["metadata"]["name"],
+                uid=created["metadata"]["uid"],
+                controller=True,
+                block_owner_deletion=True,
+            )
+            for dep in dependents:
+                dep.metadata.owner_references = [owner]
+                with self.api.errors("create", f"{dep.kind.lower()} {dep.metadata.name!r}", ns):
+                    self.api.create_dependent(dep, ns)
+        except BaseException:
+            self._undo(created, ns, run_dir)
+            raise
+        return self._job_from(created, [])  # just created: no pods yet, no need to ask again
+
+    def _write_run(self, launch: KubeLaunch, run_dir: Path, ns: str, now: float) -> None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        spec = launch.spec
+        if spec.code is not None:
+            (run_dir / "train.py").write_text(spec.code)
+        elif spec.script and launch.script == str(run_dir / "train.py"):
+            shutil.copyfile(Path(spec.script).expanduser(), run_dir / "train.py")
+        from jupyter_starverse.backends.templates import write_framework_files
+
+        write_framework_files(spec, run_dir)
+        write_json(
+            run_dir / RECORD,
+            {
+                "job_id": launch.job_id,
+                "kind": self.kind,
+                "namespace": ns,
+                "created": now,
+                "spec": spec.to_json(),
+                "final": None,
+            },
+        )
+
+    def _undo(self, created: dict[str, Any] | None, ns: str, run_dir: Path) -> None:
+        """A failed submit removes what it created: the main object (cascading) and the run folder."""
+        if created is not None:
+            try:
+                self.api.delete_main(self.kind, created["metadata"]["name"], ns)
+            except Exception:  # noqa: S110 - the original error is the one to report
+                pass
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+    # -- reading --------------------------------------------------------------------
+    def _record(self, job_id: str) -> tuple[Path | None, dict[str, Any]]:
+        if not is_dns_label(job_id):  # every id we make is one; anything else (paths, globs) is unknown
+            raise NotFoundError(f"no Kubernetes job {job_id!r}", hint="list jobs with `starverse jobs ls`")
+        root = Path(self.settings.experiments)
+        for path in root.glob(f"*/runs/{job_id}/{RECORD}") if root.is_dir() else []:
+            return path.parent, dict(read_json(path) or {})
+        return None, {}
+
+    def _job_from(self, obj: dict[str, Any], pods: WireList) -> Job:
+        meta = obj.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        spec = JobSpec.from_json(json.loads(annotations[ANNOTATION_SPEC]))
+        nodes = latest_per_node(pods)
+        st = job_state(obj, nodes)
+        run_dir = annotations.get("starverse.io/run-dir", "")
+        return Job(
+            id=meta["name"],
+            backend=self.name,
+            spec=spec,
+            state=st.state,
+            experiment_dir=run_dir,
+            created=parse_time(meta.get("creationTimestamp")) or 0.0,
+            started=st.started,
+            finished=st.finished,
+            reason=st.reason or (_budget_stop(run_dir) if st.state.finished and spec.budget is not None else None),
+            nodes=nodes,
+        )
+
+    def _selector(self, job_id: str | None = None) -> str:
+        sel = f"{LABEL_MANAGED}={MANAGER},{LABEL_ROLE}=node"
+        return f"{sel},{LABEL_JOB}={job_id}" if job_id else sel
+
+    def get(self, job_id: str) -> Job:
+        run_dir, record = self._record(job_id)
+        kind, ns = record.get("kind", self.kind), record.get("namespace") or self.conn.namespace
+        try:
+            with self.api.errors("read", f"job {job_id!r}", ns):
+                obj = self.api.get_main(kind, job_id, ns)
+                pods, _ = self.api.pods(ns, self._selector(job_id))
+        except NotFoundError:
+            if run_dir is None:
+                raise NotFoundError(
+                    f"no Kubernetes job {job_id!r} in namespace {ns!r}",
+                    hint=f"list jobs with `starverse jobs ls`; `kubectl get jobs -n {ns}`",
+                ) from None
+            return self._gone(job_id, run_dir, record)
+        job = self._job_from(obj, pods)
+        if run_dir is not None and not job.state.finished and (run_dir / "cancel.json").is_file():
+            return self._gone(job_id, run_dir, record)  # foreground deletion still removing pods
+        if job.state.finished and run_dir is not None and not record.get("final"):
+            record["final"] = job.to_json()
+            write_json(run_dir / RECORD, record)
+        return job
+
+    def _gone(self, job_id: str, run_dir: Path, record: dict[str, Any]) -> Job:
+        """A job whose objects are gone (cancelled, or removed after its TTL): from the record."""
+        spec = JobSpec.from_json(record["spec"])
+        cancel = read_json(run_dir / "cancel.json")
+        final = record.get("final") or {}
+        if cancel:
+            state, reason, finished = JobState.CANCELLED, cancel.get("reason"), cancel.get("time")
+        elif final:
+            state, reason, finished = JobState(final["state"]), final.get("reason"), final.get("finished")
+        else:
+            state, reason, finished = JobState.FAILED, "its Kubernetes objects were deleted", None
+        return Job(
+            job_id,
+            self.name,
+            spec,
+            state,
+            str(run_dir),
+            float(record.get("created", 0.0)),
+            started=final.get("started"),
+            finished=finished,
+            reason=reason,
+        )
+
+    def list(self) -> list[Job]:
+        ns = self.conn.namespace
+        with self.api.errors("list", "jobs", ns):
+            objs = self.api.list_main(self.kind, ns, f"{LABEL_MANAGED}={MANAGER},{LABEL_ROLE}=node")
+            pods, _ = self.api.pods(ns, self._selector())
+        by_job: dict[str, WireList] = {}
+        for pod in pods:
+            by_job.setdefault((pod["metadata"].get("labels") or {}).get(LABEL_JOB, ""), []).append(pod)
+        jobs = [
+            self._job_from(o, by_job.get(o["metadata"]["name"], []))
+            for o in objs
+            if ANNOTATION_SPEC in (o["metadata"].get("annotations") or {})
+        ]
+        return sorted(jobs, key=lambda j: (j.created, j.id), reverse=True)
+
+    # -- watching -------------------------------------------------------------------
+    def watch_job(self, job_id: str, *, timeout: float | None = None) -> Iterator[Job]:
+        """The job now, then again on every change of its pods, until it finished or ``timeout``."""
+        return watch_job(
+            self.api, self.get, job_id, namespace=self.conn.namespace, selector=self._selector(job_id), timeout=timeout
+        )
+
+    def wait(self, job_id: str, *, timeout: float | None = None) -> Job:
+        last = None
+        for job in self.watch_job(job_id, timeout=timeout):
+            last = job
+        assert last is not None
+        return last
+
+    # -- logs -----------------------------------------------------------------------
+    def logs(self, job_id: str, *, follow: bool = False, rank: int | None = None) -> Iterator[LogLine]:
+        job = self.get(job_id)
+        run_dir = Path(job.experiment_dir)
+        ns, ppn = self.conn.namespace, job.spec.procs_per_node
+        if follow:  # pods must have started before their logs can be followed
+            told: set[tuple[int, str]] = set()
+            for job in self.watch_job(job_id):
+                for node in job.nodes:  # say why nothing prints yet (Unschedulable, ImagePullBackOff)
+                    if node.state is JobState.PENDING and node.reason and (node.index, node.reason) not in told:
+                        told.add((node.index, node.reason))
+                        yield LogLine(node.index, None, f"pending: {node.reason}")
+                if job.state.finished or (
+                    job.nodes
+                    and all(n.state is not JobState.PENDING for n in job.nodes)
+                    and len(job.nodes) >= job.spec.nodes
+                ):
+                    break
+        if not job.nodes or all(n.state is JobState.PENDING for n in job.nodes):
+            yield from saved_logs(run_dir, procs_per_node=ppn, rank=rank)  # pods gone (or not started)
+            yield from self._rank_files(job, False, rank, finished=lambda: True) or ()
+            return
+        streams = [
+            PodStream(n.name, n.index, run_dir / "logs" / "pods" / f"{n.name}.node{n.index}.log")
+            for n in job.nodes
+            if n.state is not JobState.PENDING
+        ]
+
+        def open_stream(pod: PodStream) -> Iterator[bytes]:
+            return self.api.pod_log(pod.name, ns, follow=follow)
+
+        pods_done = threading.Event()
+        extra = self._rank_files(job, follow, rank, finished=pods_done.is_set)
+        yield from fan_in(streams, open_stream, procs_per_node=ppn, rank=rank, extra=extra, pods_done=pods_done)
+
+    def _rank_files(
+        self, job: Job, follow: bool, rank: int | None, *, finished: Callable[[], bool]
+    ) -> Iterator[LogLine] | None:
+        """The rank logs the workers write into the run folder, when this machine sees it."""
+        from jupyter_starverse.experiments import RunPaths
+        from jupyter_starverse.watch import follow_logs
+
+        run = RunPaths(Path(job.experiment_dir))
+        if not run.logs.is_dir() or job.spec.command:
+            return None
+        lines = follow_logs(
+            run,
+            world_size=job.spec.world_size,
+            nodes=job.spec.nodes,
+            rank=rank,
+            follow=follow,
+            finished=finished,
+        )
+        return (line for line in lines if line.rank is not None)  # node lines come from the pods
+
+    # -- cancel ---------------------------------------------------------------------
+    def cancel(self, job_id: str) -> Job:
+        job = self.get(job_id)
+        if job.state.finished:
+            return job
+        run_dir, record = self._record(job_id)
+        ns = record.get("namespace") or self.conn.namespace
+        if run_dir is not None:
+            write_json(run_dir / "cancel.json", {"time": time.time(), "reason": "cancelled by user"})
+        with self.api.errors("delete", f"job {job_id!r}", ns):
+            self.api.delete_main(record.get("kind", self.kind), job_id, ns)
+        if run_dir is None:
+            return Job(
+                job.id,
+                self.name,
+                job.spec,
+                JobState.CANCELLED,
+                job.experiment_dir,
+                job.created,
+                started=job.started,
+                finished=time.time(),
+                reason="cancelled by user",
+                nodes=job.nodes,
+            )
+        return self.get(job_id)

@@ -1,0 +1,94 @@
+"""What the manifest builders take: the cluster side, the resolved launch, and the names of
+the labels and annotations every object carries."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from jupyter_starverse.jobmodel import JobSpec
+
+if TYPE_CHECKING:
+    from kubernetes.client import V1ResourceRequirements, V1Toleration
+
+    from jupyter_starverse.kube import NodePool
+
+__all__ = [
+    "ANNOTATION_SPEC",
+    "CONTAINER",
+    "LABEL_EXPERIMENT",
+    "LABEL_JOB",
+    "LABEL_KUEUE",
+    "LABEL_MANAGED",
+    "LABEL_ROLE",
+    "MANAGER",
+    "PORT",
+    "ClusterConfig",
+    "KubeLaunch",
+    "ModeTranslation",
+]
+
+LABEL_MANAGED = "app.kubernetes.io/managed-by"
+LABEL_JOB = "starverse.io/job-id"
+LABEL_EXPERIMENT = "starverse.io/experiment"
+LABEL_ROLE = "starverse.io/role"
+LABEL_KUEUE = "kueue.x-k8s.io/queue-name"
+ANNOTATION_SPEC = "starverse.io/spec"
+MANAGER = "jupyter-starverse"
+CONTAINER = "trainer"
+PORT = 29500
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """What the cluster side looks like (from Settings and the resolved namespace)."""
+
+    namespace: str
+    store: str
+    experiments: str
+    image: str = "pytorch/pytorch:latest"
+    cpu_image: str | None = None
+    kind: str = "job"
+    kueue_queue: str | None = None
+    store_claim: str = "starverse-store"
+    experiments_claim: str = "starverse-experiments"
+    ttl_seconds: int = 7 * 24 * 3600
+    runtime: str = "torch-distributed"
+    python: str = "python"
+
+    @property
+    def store_path(self) -> str | None:
+        """The store's mount path (the notebook's path), or None for an object-store URL."""
+        return None if "://" in self.store or self.store.startswith("memory:") else self.store
+
+
+@dataclass(frozen=True)
+class KubeLaunch:
+    """One job as the backend resolved it, ready to become manifests."""
+
+    job_id: str
+    spec: JobSpec
+    run_dir: str
+    pool: NodePool
+    cpu_pool: NodePool
+    script: str | None = None
+    mounts: Mapping[str, str] = field(default_factory=dict)
+    warmup: tuple[str, ...] = ()
+    hf_cache: str = ""
+    resume_from: str | None = None
+    user: str = "user"
+    #: ``costs.cap_env``: lets a job with a budget stop itself (no supervisor runs beside it)
+    cost_env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModeTranslation:
+    """The CPU or GPU side of one spec: image, backend, resources and placement."""
+
+    image: str
+    dist_backend: str
+    device: str
+    resources: V1ResourceRequirements
+    node_selector: dict[str, str]
+    tolerations: tuple[V1Toleration, ...]

@@ -1,0 +1,533 @@
+"""Every Kubernetes object a job becomes, built only here, by pure ``make_*`` functions.
+
+Input: a :class:`KubeLaunch` (the JobSpec plus what the backend resolved: job id, run
+folder, node pool, mount paths) and a :class:`ClusterConfig`. Output: ``kubernetes.client``
+``V1*`` models, or the typed CRD dataclasses of ``_crds``. Nothing here talks to a cluster.
+
+One spec, two translations (:func:`make_mode`): ``accelerator == "cpu"`` runs gloo with no
+GPU request on the CPU pool (CPU image variant when configured); a GPU type runs nccl and
+requests ``procs_per_node`` GPUs of the pool's resource, with its selector and tolerations.
+
+Default kind: an Indexed Job (completions = parallelism = nodes) plus a headless Service;
+``torchrun`` in every pod with a static rendezvous whose node rank is the completion
+index and whose master is ``<job>-0.<service>``. Alternatives: JobSet, Kubeflow TrainJob
+and PyTorchJob (their operators set torchrun's ``PET_*`` variables).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from jupyter_starverse.backends._torchrun import WORKER_MODULE, job_env
+from jupyter_starverse.jobmodel import JobSpec
+
+from ._crds import (
+    JobSet,
+    JobSetReplicatedJob,
+    PyTorchJob,
+    PyTorchReplicaSpec,
+    RuntimePatch,
+    TrainJob,
+    TrainJobTrainer,
+)
+
+if TYPE_CHECKING:
+    from kubernetes.client import (
+        V1Container,
+        V1EnvVar,
+        V1Job,
+        V1JobSpec,
+        V1OwnerReference,
+        V1PodTemplateSpec,
+        V1Service,
+        V1Toleration,
+        V1Volume,
+        V1VolumeMount,
+    )
+
+    from jupyter_starverse.kube import NodePool, PoolTable, Toleration
+
+__all__ = [
+    "LABEL_JOB",
+    "LABEL_MANAGED",
+    "ClusterConfig",
+    "KubeLaunch",
+    "ModeTranslation",
+    "make_container",
+    "make_env",
+    "make_job",
+    "make_jobset",
+    "make_labels",
+    "make_manifests",
+    "make_mode",
+    "make_pod_template",
+    "make_pytorchjob",
+    "make_service",
+    "make_trainjob",
+    "make_warmup_job",
+    "owner_reference",
+    "pool_for",
+    "to_dict",
+]
+
+from ._inputs import (
+    ANNOTATION_SPEC,
+    CONTAINER,
+    LABEL_EXPERIMENT,
+    LABEL_JOB,
+    LABEL_KUEUE,
+    LABEL_MANAGED,
+    LABEL_ROLE,
+    MANAGER,
+    PORT,
+    ClusterConfig,
+    KubeLaunch,
+    ModeTranslation,
+)
+
+
+def make_mode(launch: KubeLaunch, cluster: ClusterConfig) -> ModeTranslation:
+    """Translate the spec for its accelerator (see the module docstring)."""
+    from kubernetes import client as c
+
+    spec, pool = launch.spec, launch.pool
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = {}
+    if spec.cpu:
+        requests["cpu"] = spec.cpu
+    if spec.memory:
+        requests["memory"] = limits["memory"] = spec.memory
+    if spec.is_gpu:
+        limits[pool.resource or "nvidia.com/gpu"] = str(spec.procs_per_node)
+        image, backend, device = spec.image or cluster.image, "nccl", "cuda"
+    else:
+        requests.setdefault("cpu", str(spec.procs_per_node))
+        image, backend, device = spec.image or cluster.cpu_image or cluster.image, "gloo", "cpu"
+    tolerations = tuple(_toleration(t) for t in pool.tolerations)
+    return ModeTranslation(
+        image=image,
+        dist_backend=backend,
+        device=device,
+        resources=c.V1ResourceRequirements(requests=requests or None, limits=limits or None),
+        node_selector=dict(pool.node_selector),
+        tolerations=tolerations,
+    )
+
+
+def _toleration(t: Toleration) -> V1Toleration:
+    from kubernetes import client as c
+
+    return c.V1Toleration(key=t.key, operator=t.operator, value=t.value, effect=t.effect)
+
+
+def make_labels(
+    launch: KubeLaunch, cluster: ClusterConfig, *, role: str = "node", queue: bool = False
+) -> dict[str, str]:
+    """Labels of every object and pod of the job (the cluster is the job's truth).
+
+    The Kueue queue label goes only on top-level workloads (``queue=True``): on pods it would
+    make Kueue's pod integration queue them a second time.
+    """
+    from ._names import label_value
+
+    labels = {
+        LABEL_MANAGED: MANAGER,
+        LABEL_JOB: launch.job_id,
+        LABEL_EXPERIMENT: label_value(launch.spec.experiment_name),
+        LABEL_ROLE: role,
+    }
+    if queue and cluster.kueue_queue:
+        labels[LABEL_KUEUE] = cluster.kueue_queue
+    return labels
+
+
+def _annotations(launch: KubeLaunch) -> dict[str, str]:
+    import json
+
+    spec = launch.spec.to_json()
+    if spec.get("code") and len(spec["code"]) > 64 * 1024:  # annotations are capped at 256 KiB in all
+        spec["code"] = f"# {len(launch.spec.code or '')} characters: see {launch.run_dir}/train.py\n"
+    return {
+        ANNOTATION_SPEC: json.dumps(spec, sort_keys=True, separators=(",", ":")),
+        "starverse.io/run-dir": launch.run_dir,
+        "starverse.io/user": launch.user,
+    }
+
+
+def make_env(launch: KubeLaunch, cluster: ClusterConfig, mode: ModeTranslation) -> list[V1EnvVar]:
+    """Environment of the trainer container: the local backend's job env + mode + secrets."""
+    from kubernetes import client as c
+
+    spec = launch.spec
+    base = {
+        "STARVERSE_MODE": mode.device if mode.device == "cpu" else "gpu",
+        "STARVERSE_DIST_BACKEND": mode.dist_backend,
+        "STARVERSE_DEVICE": mode.device,
+    }
+    env = job_env(
+        spec,
+        job_id=launch.job_id,
+        run_dir=launch.run_dir,
+        checkpoint_dir=f"{launch.run_dir}/checkpoints",
+        store=cluster.store,
+        hf_cache=launch.hf_cache or f"{cluster.store}/hf",
+        mounts=launch.mounts,
+        resume_from=launch.resume_from,
+    )
+    out = [c.V1EnvVar(name=k, value=v) for k, v in {**base, **env, **launch.cost_env}.items()]
+    for name, ref in sorted(spec.secrets.items()):
+        secret, key = ref.split("/", 1)
+        source = c.V1EnvVarSource(secret_key_ref=c.V1SecretKeySelector(name=secret, key=key))
+        out.append(c.V1EnvVar(name=name, value_from=source))
+    return out
+
+
+def _entry(launch: KubeLaunch) -> tuple[list[str], bool]:
+    from jupyter_starverse.backends.templates import framework_args
+
+    spec = launch.spec
+    extra = framework_args(spec, run_dir=launch.run_dir)
+    if spec.command:
+        return [_literal(a) for a in (*spec.command, *extra)], True
+    script = launch.script or f"{launch.run_dir}/train.py"
+    return ["-m", WORKER_MODULE, *(_literal(a) for a in (script, *spec.args, *extra))], False
+
+
+def _literal(arg: str) -> str:
+    """``arg`` as the container sees it: the kubelet expands ``$(VAR)`` in commands, so user text
+    is escaped (``$$(``) and cannot read the pod's environment (secrets included) into argv."""
+    return arg.replace("$(", "$$(")
+
+
+def make_command(launch: KubeLaunch, cluster: ClusterConfig, *, master: str | None) -> list[str]:
+    """``torchrun`` for one pod. With ``master`` a static rendezvous whose node rank is the
+    completion index; without, torchrun takes its ``PET_*`` variables from an operator."""
+    entry, no_python = _entry(launch)
+    spec = launch.spec
+    argv = [cluster.python, "-m", "torch.distributed.run"]
+    if master is not None:
+        argv += [
+            f"--nnodes={spec.nodes}",
+            f"--nproc-per-node={spec.procs_per_node}",
+            "--node-rank=$(JOB_COMPLETION_INDEX)",
+            f"--master-addr={master}",
+            f"--master-port={PORT}",
+        ]
+    argv.append(f"--max-restarts={spec.max_restarts}")
+    if no_python:
+        argv += ["--no-python", "--tee=3"]
+    return argv + entry
+
+
+def _volumes(
+    launch: KubeLaunch, cluster: ClusterConfig
+) -> tuple[list[V1Volume], list[V1VolumeMount], list[V1VolumeMount]]:
+    """Volumes, trainer mounts, and warm-up mounts (store read-write there)."""
+    from kubernetes import client as c
+
+    volumes = [c.V1Volume(name="dshm", empty_dir=c.V1EmptyDirVolumeSource(medium="Memory"))]
+    shm = "/dev/shm"  # noqa: S108 - shared memory for NCCL and data loaders, not a temp file
+    mounts = [c.V1VolumeMount(name="dshm", mount_path=shm)]
+    warm = []
+    if cluster.store_path:
+        claim = c.V1PersistentVolumeClaimVolumeSource(claim_name=cluster.store_claim)
+        volumes.append(c.V1Volume(name="store", persistent_volume_claim=claim))
+        mounts.append(c.V1VolumeMount(name="store", mount_path=cluster.store_path, read_only=True))
+        warm.append(c.V1VolumeMount(name="store", mount_path=cluster.store_path))
+    claim = c.V1PersistentVolumeClaimVolumeSource(claim_name=cluster.experiments_claim)
+    volumes.append(c.V1Volume(name="experiments", persistent_volume_claim=claim))
+    mounts.append(c.V1VolumeMount(name="experiments", mount_path=cluster.experiments))
+    return volumes, mounts, warm
+
+
+def _pull_argv(launch: KubeLaunch, cluster: ClusterConfig) -> list[str]:
+    return [cluster.python, "-m", "jupyter_starverse.cli", "store", "pull", *launch.warmup]
+
+
+def make_container(
+    launch: KubeLaunch, cluster: ClusterConfig, *, master: str | None, name: str = CONTAINER
+) -> V1Container:
+    """The trainer container of every node pod."""
+    from kubernetes import client as c
+
+    mode = make_mode(launch, cluster)
+    _, mounts, _ = _volumes(launch, cluster)
+    return c.V1Container(
+        name=name,
+        image=mode.image,
+        command=make_command(launch, cluster, master=master),
+        env=make_env(launch, cluster, mode),
+        resources=mode.resources,
+        volume_mounts=mounts,
+        ports=[c.V1ContainerPort(container_port=PORT, name="rendezvous")] if master else None,
+        working_dir=launch.run_dir,
+    )
+
+
+def make_pod_template(
+    launch: KubeLaunch,
+    cluster: ClusterConfig,
+    *,
+    master: str | None,
+    subdomain: str | None,
+    wait_for_store: bool,
+    container_name: str = CONTAINER,
+) -> V1PodTemplateSpec:
+    """Pod template of a node: trainer, optional store init container, volumes, placement."""
+    from kubernetes import client as c
+
+    mode = make_mode(launch, cluster)
+    volumes, _, warm_mounts = _volumes(launch, cluster)
+    init = None
+    if wait_for_store and launch.warmup:
+        # Single-flight pulls: a no-op once the warm-up job filled the store, a wait while it runs.
+        init = [
+            c.V1Container(
+                name="store-pull",
+                image=mode.image,
+                command=_pull_argv(launch, cluster),
+                volume_mounts=warm_mounts,
+                env=[c.V1EnvVar(name="STARVERSE_STORE", value=cluster.store)],
+            )
+        ]
+    return c.V1PodTemplateSpec(
+        metadata=c.V1ObjectMeta(labels=make_labels(launch, cluster)),
+        spec=c.V1PodSpec(
+            restart_policy="Never",
+            subdomain=subdomain,
+            init_containers=init,
+            containers=[make_container(launch, cluster, master=master, name=container_name)],
+            volumes=volumes,
+            node_selector=mode.node_selector or None,
+            tolerations=list(mode.tolerations) or None,
+            enable_service_links=False,
+            termination_grace_period_seconds=60,  # time for a checkpoint on SIGTERM
+        ),
+    )
+
+
+def _meta(launch: KubeLaunch, cluster: ClusterConfig, name: str, *, role: str = "node", owner: Any = None) -> Any:
+    from kubernetes import client as c
+
+    return c.V1ObjectMeta(
+        name=name,
+        namespace=cluster.namespace,
+        labels=make_labels(launch, cluster, role=role, queue=role != "service"),
+        annotations=_annotations(launch) if role == "node" else None,
+        owner_references=[owner] if owner is not None else None,
+    )
+
+
+def _indexed_job_spec(launch: KubeLaunch, template: Any, *, ttl: int | None) -> Any:
+    from kubernetes import client as c
+
+    spec = launch.spec
+    rules = [
+        # Preemption and eviction are not the job's fault: the index is retried for free.
+        c.V1PodFailurePolicyRule(
+            action="Ignore",
+            on_pod_conditions=[c.V1PodFailurePolicyOnPodConditionsPattern(type="DisruptionTarget", status="True")],
+        ),
+        # Exit code 2 is a usage error (bad arguments): retrying cannot help.
+        c.V1PodFailurePolicyRule(
+            action="FailJob",
+            on_exit_codes=c.V1PodFailurePolicyOnExitCodesRequirement(
+                container_name=CONTAINER, operator="In", values=[2]
+            ),
+        ),
+    ]
+    return c.V1JobSpec(
+        completion_mode="Indexed",
+        completions=spec.nodes,
+        parallelism=spec.nodes,
+        backoff_limit_per_index=spec.max_restarts,
+        max_failed_indexes=0,
+        pod_failure_policy=c.V1PodFailurePolicy(rules=rules),
+        ttl_seconds_after_finished=ttl,
+        template=template,
+    )
+
+
+def make_job(launch: KubeLaunch, cluster: ClusterConfig) -> V1Job:
+    """The default kind: an Indexed Job, one pod per node, rank from the completion index."""
+    from kubernetes import client as c
+
+    name = launch.job_id
+    template = make_pod_template(launch, cluster, master=f"{name}-0.{name}", subdomain=name, wait_for_store=True)
+    return c.V1Job(
+        api_version="batch/v1",
+        kind="Job",
+        metadata=_meta(launch, cluster, name),
+        spec=_indexed_job_spec(launch, template, ttl=cluster.ttl_seconds),
+    )
+
+
+def owner_reference(obj: Any) -> V1OwnerReference:
+    """An owner reference to a created object, so deleting it deletes its dependents."""
+    from kubernetes import client as c
+
+    return c.V1OwnerReference(
+        api_version=obj.api_version,
+        kind=obj.kind,
+        name=obj.metadata.name,
+        uid=obj.metadata.uid,
+        controller=True,
+        block_owner_deletion=True,
+    )
+
+
+def make_service(launch: KubeLaunch, cluster: ClusterConfig, *, owner: V1OwnerReference | None = None) -> V1Service:
+    """Headless Service giving every pod the DNS name ``<job>-<index>.<job>``."""
+    from kubernetes import client as c
+
+    return c.V1Service(
+        api_version="v1",
+        kind="Service",
+        metadata=_meta(launch, cluster, launch.job_id, role="service", owner=owner),
+        spec=c.V1ServiceSpec(
+            cluster_ip="None",
+            selector={LABEL_JOB: launch.job_id, LABEL_ROLE: "node"},
+            publish_not_ready_addresses=True,  # rendezvous starts before any pod is ready
+            ports=[c.V1ServicePort(name="rendezvous", port=PORT, target_port=PORT)],
+        ),
+    )
+
+
+def _warmup_job_spec(launch: KubeLaunch, cluster: ClusterConfig, *, ttl: int | None) -> V1JobSpec:
+    from kubernetes import client as c
+
+    volumes, _, warm_mounts = _volumes(launch, cluster)
+    env = [c.V1EnvVar(name="STARVERSE_STORE", value=cluster.store)]
+    pod = c.V1PodTemplateSpec(
+        metadata=c.V1ObjectMeta(labels=make_labels(launch, cluster, role="warmup")),
+        spec=c.V1PodSpec(
+            restart_policy="Never",
+            containers=[
+                c.V1Container(
+                    name="store-pull",
+                    image=cluster.cpu_image or cluster.image,
+                    command=_pull_argv(launch, cluster),
+                    env=env,
+                    volume_mounts=warm_mounts,
+                )
+            ],
+            volumes=[v for v in volumes if v.name == "store"] or None,
+            node_selector=dict(launch.cpu_pool.node_selector) or None,
+            tolerations=[_toleration(t) for t in launch.cpu_pool.tolerations] or None,
+            enable_service_links=False,
+        ),
+    )
+    return c.V1JobSpec(backoff_limit=2, ttl_seconds_after_finished=ttl, template=pod)
+
+
+def make_warmup_job(launch: KubeLaunch, cluster: ClusterConfig, *, owner: V1OwnerReference | None = None) -> V1Job:
+    """One CPU pod that pulls the job's mounts into the shared store before training."""
+    from kubernetes import client as c
+
+    return c.V1Job(
+        api_version="batch/v1",
+        kind="Job",
+        metadata=_meta(launch, cluster, f"{launch.job_id}-warmup", role="warmup", owner=owner),
+        spec=_warmup_job_spec(launch, cluster, ttl=cluster.ttl_seconds),
+    )
+
+
+def make_jobset(launch: KubeLaunch, cluster: ClusterConfig) -> JobSet:
+    """JobSet: a ``node`` replicated Indexed Job, after a ``warmup`` one when mounts need a pull."""
+    from kubernetes import client as c
+
+    name = launch.job_id
+    template = make_pod_template(
+        launch, cluster, master=f"{name}-node-0-0.{name}", subdomain=None, wait_for_store=False
+    )
+    node_job = c.V1JobTemplateSpec(
+        metadata=c.V1ObjectMeta(labels=make_labels(launch, cluster)), spec=_indexed_job_spec(launch, template, ttl=None)
+    )
+    jobs = []
+    if launch.warmup:
+        warm = c.V1JobTemplateSpec(
+            metadata=c.V1ObjectMeta(labels=make_labels(launch, cluster, role="warmup")),
+            spec=_warmup_job_spec(launch, cluster, ttl=None),
+        )
+        jobs.append(JobSetReplicatedJob("warmup", warm))
+    depends = (("warmup", "Complete"),) if launch.warmup else ()
+    jobs.append(JobSetReplicatedJob("node", node_job, depends_on=depends))
+    return JobSet(
+        metadata=_meta(launch, cluster, name),
+        replicated_jobs=tuple(jobs),
+        subdomain=name,
+        ttl_seconds_after_finished=cluster.ttl_seconds,
+    )
+
+
+def make_trainjob(launch: KubeLaunch, cluster: ClusterConfig) -> TrainJob:
+    """Kubeflow Trainer TrainJob on the ``torch-distributed`` ClusterTrainingRuntime."""
+    mode = make_mode(launch, cluster)
+    volumes, mounts, _ = _volumes(launch, cluster)
+    trainer = TrainJobTrainer(
+        image=mode.image,
+        command=tuple(make_command(launch, cluster, master=None)),
+        num_nodes=launch.spec.nodes,
+        num_proc_per_node=launch.spec.procs_per_node,
+        env=tuple(make_env(launch, cluster, mode)),
+        resources=mode.resources,
+    )
+    patch = RuntimePatch(
+        manager="starverse.io/launcher",
+        replicated_job="node",
+        labels=make_labels(launch, cluster),
+        node_selector=mode.node_selector,
+        tolerations=mode.tolerations,
+        volumes=tuple(volumes),
+        volume_mounts=tuple(mounts),
+    )
+    return TrainJob(
+        metadata=_meta(launch, cluster, launch.job_id), runtime=cluster.runtime, trainer=trainer, patches=(patch,)
+    )
+
+
+def make_pytorchjob(launch: KubeLaunch, cluster: ClusterConfig) -> PyTorchJob:
+    """Kubeflow training-operator PyTorchJob: one Master and ``nodes - 1`` Workers."""
+    # The operator finds the trainer by the container name "pytorch".
+    template = make_pod_template(
+        launch, cluster, master=None, subdomain=None, wait_for_store=True, container_name="pytorch"
+    )
+    workers = launch.spec.nodes - 1
+    return PyTorchJob(
+        metadata=_meta(launch, cluster, launch.job_id),
+        master=PyTorchReplicaSpec(1, template),
+        worker=PyTorchReplicaSpec(workers, template) if workers else None,
+        nproc_per_node=launch.spec.procs_per_node,
+        backoff_limit=launch.spec.max_restarts,
+        ttl_seconds_after_finished=cluster.ttl_seconds,
+        queue=cluster.kueue_queue,
+    )
+
+
+def make_manifests(launch: KubeLaunch, cluster: ClusterConfig) -> list[Any]:
+    """Everything ``submit`` creates for ``cluster.kind``, in creation order."""
+    if cluster.kind == "jobset":
+        return [make_jobset(launch, cluster)]
+    if cluster.kind == "trainjob":
+        out: list[Any] = [make_trainjob(launch, cluster)]
+    elif cluster.kind == "pytorchjob":
+        out = [make_pytorchjob(launch, cluster)]
+    else:
+        out = [make_job(launch, cluster), make_service(launch, cluster)]
+    if launch.warmup:
+        out.append(make_warmup_job(launch, cluster))
+    return out
+
+
+def pool_for(spec: JobSpec, pools: PoolTable) -> NodePool:
+    """The node pool of the spec's accelerator; unknown GPU types are bad input."""
+    return pools.get("cpu" if not spec.is_gpu else spec.accelerator)
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    """The wire form of a built object (V1 model or CRD dataclass)."""
+    from ._crds import serialize
+
+    if isinstance(obj, (JobSet, TrainJob, PyTorchJob)):
+        return obj.to_dict()
+    return dict(serialize(obj))

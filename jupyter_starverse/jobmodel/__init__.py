@@ -1,0 +1,24 @@
+"""The floor of the job model: what a job is, whatever runs it.
+
+:class:`JobSpec` (what to run), :class:`Job` and :class:`NodeStatus` (what a backend
+reports), :class:`JobState`, :class:`LogLine`, and the :class:`LaunchBackend` contract.
+Every core package may import this one; it imports only ``errors``.
+"""
+
+from __future__ import annotations
+
+from ._model import Job, JobState, LaunchBackend, LogLine, NodeStatus, group_tail
+from ._spec import BILLING_MODES, FRAMEWORKS, TEMPLATES, JobSpec
+
+__all__ = [
+    "BILLING_MODES",
+    "FRAMEWORKS",
+    "TEMPLATES",
+    "Job",
+    "JobSpec",
+    "JobState",
+    "LaunchBackend",
+    "LogLine",
+    "NodeStatus",
+    "group_tail",
+]

@@ -1,0 +1,26 @@
+"""Kubernetes plumbing shared by the launch backend and the workspace switcher.
+
+Configuration loaded once (in-cluster, then kubeconfig), the node-pool table per GPU type,
+and the one translation of API failures into :mod:`jupyter_starverse.errors`.
+Imports only the floor (settings, errors); the ``kubernetes`` client is imported lazily.
+"""
+
+from __future__ import annotations
+
+from ._config import KubeConnection, connect, require_kubernetes, resolve_namespace
+from ._errors import api_errors, status_of, translate
+from ._pools import NodePool, PoolTable, Toleration, load_pools
+
+__all__ = [
+    "KubeConnection",
+    "NodePool",
+    "PoolTable",
+    "Toleration",
+    "api_errors",
+    "connect",
+    "load_pools",
+    "require_kubernetes",
+    "resolve_namespace",
+    "status_of",
+    "translate",
+]

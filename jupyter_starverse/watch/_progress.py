@@ -1,0 +1,246 @@
+"""What a monitor shows about a job, computed from the job record, its metrics and prices.
+
+Pure functions: the REST handler of the jobs endpoint, the CLI and the notebook widget use
+the same summary, and the same progress line (:meth:`JobProgress.line_fields`), so the side
+panel, the terminal and the widget always agree.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from jupyter_starverse.experiments import MetricPoint, progress
+from jupyter_starverse.jobmodel import Job, JobState
+
+if TYPE_CHECKING:
+    from jupyter_starverse.costs import Cost
+
+__all__ = ["JobProgress", "RankRecord", "RankView", "format_duration", "summarize"]
+
+_NOT_VALUES = {"step", "time", "rank", "node", "world_size", "epoch"}
+
+
+@dataclass(frozen=True)
+class RankRecord:
+    """What a rank's worker recorded about itself (``pids/rankN.json``, ``errors/rankN.json``)."""
+
+    rank: int
+    node: int
+    local_rank: int
+    pid: int | None = None
+    attempt: int = 0
+    error: str | None = None
+    error_attempt: int | None = None
+
+
+@dataclass(frozen=True)
+class RankView:
+    """One rank of a job as the monitor shows it."""
+
+    rank: int
+    node: int
+    local_rank: int
+    state: JobState
+    last_step: int | None
+    pid: int | None = None
+    restarts: int = 0
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "node": self.node,
+            "local_rank": self.local_rank,
+            "state": self.state.value,
+            "last_step": self.last_step,
+            "pid": self.pid,
+            "restarts": self.restarts,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    """Progress of one job: step, ETA, throughput, the chosen metric series, cost so far."""
+
+    job_id: str
+    state: JobState
+    step: int | None
+    total_steps: int | None
+    metric: str | None
+    value: float | None
+    points: tuple[tuple[int, float], ...]
+    steps_per_s: float | None
+    eta_s: float | None
+    elapsed_s: float
+    cost: Decimal | None
+    currency: str | None
+    cost_text: str | None
+    ranks: tuple[RankView, ...]
+
+    @property
+    def fraction(self) -> float | None:
+        """Share of the steps done (0..1), None when the total is unknown."""
+        if not self.total_steps or self.step is None:
+            return None
+        return max(0.0, min(1.0, (self.step + 1) / self.total_steps))
+
+    def to_json(self, *, points: bool = True) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "state": self.state.value,
+            "step": self.step,
+            "total_steps": self.total_steps,
+            "fraction": self.fraction,
+            "metric": self.metric,
+            "value": self.value,
+            "points": [list(p) for p in self.points] if points else [],
+            "steps_per_s": self.steps_per_s,
+            "eta_s": self.eta_s,
+            "elapsed_s": self.elapsed_s,
+            "cost": str(self.cost) if self.cost is not None else None,
+            "currency": self.currency,
+            "cost_text": self.cost_text,
+            "ranks": [r.to_json() for r in self.ranks],
+            "line": self.line(),
+            "line_fields": [{"key": key, "text": text} for key, text in self.line_fields()],
+        }
+
+    def line_fields(self) -> list[tuple[str, str]]:
+        """The progress line as ``(key, text)`` fields, in order; the one definition of the line.
+
+        Keys: ``state``, ``step``, ``metric``, ``speed``, ``eta``, ``elapsed``, ``cost``.
+        REST serves them (``line_fields``) so the side panel shows exactly what Python prints.
+        """
+        fields = [("state", self.state.value)]
+        if self.step is not None:
+            total = f"/{self.total_steps}" if self.total_steps else ""
+            pct = f" ({self.fraction:.0%})" if self.fraction is not None else ""
+            fields.append(("step", f"step {self.step + 1}{total}{pct}"))
+        if self.value is not None and self.metric:
+            fields.append(("metric", f"{self.metric} {self.value:.4g}"))
+        if self.steps_per_s is not None:
+            fields.append(("speed", f"{self.steps_per_s:.2f} steps/s"))
+        if self.eta_s is not None and not self.state.finished:
+            fields.append(("eta", f"ETA {format_duration(self.eta_s)}"))
+        fields.append(("elapsed", f"elapsed {format_duration(self.elapsed_s)}"))
+        if self.cost_text is not None:
+            fields.append(("cost", f"cost {self.cost_text}"))
+        return fields
+
+    def line(self) -> str:
+        """One line of text: ``step 40/100 (40%)  loss 1.23  4.10 steps/s  ETA 15s  cost 0.01 USD``."""
+        return "  ".join(text for _, text in self.line_fields())
+
+
+def format_duration(seconds: float) -> str:
+    """``75`` -> ``1m15s``; ``3700`` -> ``1h01m``."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def _rank_view(job: Job, rank: int, records: Sequence[RankRecord], last_step_of: dict[int, int]) -> RankView:
+    spec = job.spec
+    rec = next((r for r in records if r.rank == rank), None)
+    node = rec.node if rec else rank // spec.procs_per_node
+    local = rec.local_rank if rec else rank % spec.procs_per_node
+    node_state = next((n.state for n in job.nodes if n.index == node), job.state)
+    state = node_state
+    failed_now = rec is not None and rec.error is not None and (rec.error_attempt or 0) >= rec.attempt
+    if failed_now:
+        state = JobState.FAILED  # until torchrun restarts it (a newer attempt clears this)
+    elif rec is None and job.state is JobState.RUNNING:
+        state = JobState.PENDING  # its worker has not started yet
+    return RankView(
+        rank, node, local, state, last_step_of.get(rank),
+        pid=rec.pid if rec else None, restarts=rec.attempt if rec else 0,
+        error=rec.error if failed_now and rec else None,
+    )
+
+
+def _pick_metric(records: Sequence[MetricPoint]) -> str | None:
+    for rec in records:
+        if "loss" in rec.values:
+            return "loss"
+    for rec in records:
+        for key in rec.values:
+            if key not in _NOT_VALUES:
+                return key
+    return None
+
+
+def summarize(
+    job: Job,
+    records: Sequence[MetricPoint],
+    *,
+    now: float | None = None,
+    cost: Cost | str | None = None,
+    ranks: Sequence[RankRecord] = (),
+) -> JobProgress:
+    """Build the :class:`JobProgress` of ``job`` from its metric records.
+
+    Parameters
+    ----------
+    job
+        The job as the backend sees it now.
+    records
+        Its metric records in file order (any rank).
+    now
+        Current time (``time.time()`` when omitted); used for elapsed time of running jobs.
+    cost
+        What the job cost so far (the costs meter), or why it could not be metered.
+    ranks
+        What each rank's worker recorded (pid, node, restarts, error); ranks without a
+        record are placed by the launch order ``node x procs_per_node + local rank``.
+    """
+    now = time.time() if now is None else now
+    spec = job.spec
+    metric = _pick_metric(records)
+    # the chart follows the lowest rank that logs (rank 0 usually); one value per step
+    lead = min((r.rank for r in records), default=0)
+    series: dict[int, float] = {}
+    last_step_of: dict[int, int] = {}
+    for rec in records:
+        last_step_of[rec.rank] = max(rec.step, last_step_of.get(rec.rank, rec.step))
+        value = rec.values.get(metric) if metric else None
+        if rec.rank == lead and value is not None and math.isfinite(value):
+            series[rec.step] = float(value)
+    points = tuple(sorted(series.items()))
+    lead_records = [r for r in records if r.rank == lead]
+    where = progress(lead_records, total=spec.steps)
+    start = job.started or job.created
+    end = job.finished if job.finished is not None else now
+    elapsed = max(0.0, end - start) if job.state is not JobState.PENDING else 0.0
+    amount: Decimal | None = None
+    currency: str | None = None
+    cost_text: str | None = cost if isinstance(cost, str) else None
+    if cost is not None and not isinstance(cost, str):
+        amount, currency, cost_text = cost.amount, cost.currency, cost.figure
+        if cost.budget is not None:
+            cost_text += f" of {cost.budget} {cost.currency} budget" + (" (reached)" if cost.over_budget else "")
+    views = [_rank_view(job, r, ranks, last_step_of) for r in range(spec.world_size)]
+    return JobProgress(
+        job_id=job.id,
+        state=job.state,
+        step=where.step,
+        total_steps=spec.steps,
+        metric=metric,
+        value=points[-1][1] if points else None,
+        points=points,
+        steps_per_s=where.steps_per_s,
+        eta_s=where.eta_s,
+        elapsed_s=elapsed,
+        cost=amount,
+        currency=currency,
+        cost_text=cost_text,
+        ranks=tuple(views),
+    )

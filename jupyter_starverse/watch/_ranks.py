@@ -1,0 +1,45 @@
+"""What each rank's worker recorded about itself, read from the run folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jupyter_starverse.experiments import MetricPoint, RunPaths, read_json, read_metrics
+from jupyter_starverse.jobmodel import Job
+
+from ._progress import RankRecord
+
+__all__ = ["read_job_metrics", "read_rank_records"]
+
+
+def read_job_metrics(job: Job) -> list[MetricPoint]:
+    """The metric records of ``job`` from its run folder (empty before the first step)."""
+    return read_metrics(Path(job.experiment_dir))
+
+
+def _int(value: object, default: int = 0) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def read_rank_records(job: Job) -> list[RankRecord]:
+    """Pid, node, restart count and last error of each rank, as its worker recorded them."""
+    run = RunPaths(Path(job.experiment_dir))
+    out = []
+    for rank in range(job.spec.world_size):
+        info = read_json(run.pids / f"rank{rank}.json")
+        err = read_json(run.errors / f"rank{rank}.json")
+        if not isinstance(info, dict) and not isinstance(err, dict):
+            continue
+        base = info if isinstance(info, dict) else err
+        out.append(
+            RankRecord(
+                rank=rank,
+                node=_int(base.get("node"), rank // job.spec.procs_per_node),
+                local_rank=_int(base.get("local_rank"), rank % job.spec.procs_per_node),
+                pid=_int(base.get("pid")) or None,
+                attempt=_int(base.get("attempt")),
+                error=str(err.get("error")) if isinstance(err, dict) else None,
+                error_attempt=_int(err.get("attempt")) if isinstance(err, dict) else None,
+            )
+        )
+    return out

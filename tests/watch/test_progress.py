@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from jupyter_starverse.experiments._metrics import MetricPoint
+from jupyter_starverse.jobmodel import Job, JobSpec, JobState, NodeStatus
+from jupyter_starverse.watch._progress import format_duration, summarize
+
+
+def _job(state: JobState = JobState.RUNNING, *, steps: int | None = 10, finished: float | None = None) -> Job:
+    spec = JobSpec(name="t", code="print(1)", nodes=2, procs_per_node=2, steps=steps)
+    nodes = tuple(NodeStatus(index=i, state=state, pid=100 + i) for i in range(2))
+    return Job(
+        id="t-1", backend="local", spec=spec, state=state, experiment_dir="/x", created=1000.0,
+        started=1010.0, finished=finished, nodes=nodes,
+    )
+
+
+def _records() -> list[MetricPoint]:
+    out = []
+    for step in range(5):
+        for rank in (0, 1):
+            # rank 1 logs a different loss: the chart must follow rank 0 only
+            loss = 3.0 - step * 0.5 if rank == 0 else 100.0
+            out.append(MetricPoint(step, {"loss": loss, "lr": 0.1}, 2000.0 + step * 0.5, rank))
+    return out
+
+
+def test_summary_of_a_running_job() -> None:
+    p = summarize(_job(), _records(), now=1030.0)
+    assert p.step == 4
+    assert p.total_steps == 10
+    assert p.fraction == pytest.approx(0.5)
+    assert p.metric == "loss"
+    assert p.points == ((0, 3.0), (1, 2.5), (2, 2.0), (3, 1.5), (4, 1.0))
+    assert p.value == 1.0
+    assert p.steps_per_s == pytest.approx(2.0)
+    assert p.eta_s == pytest.approx(2.5)  # 5 steps left at 2 steps/s
+    assert p.elapsed_s == pytest.approx(20.0)
+    assert [r.rank for r in p.ranks] == [0, 1, 2, 3]
+    assert [r.last_step for r in p.ranks] == [4, 4, None, None]
+    assert "step 5/10 (50%)" in p.line()
+    assert "ETA 2s" in p.line()
+
+
+def test_finished_job_uses_its_end_time_and_no_eta_in_line() -> None:
+    p = summarize(_job(JobState.SUCCEEDED, finished=1070.0), _records(), now=99999.0)
+    assert p.elapsed_s == pytest.approx(60.0)
+    assert "ETA" not in p.line()
+    assert p.to_json()["state"] == "succeeded"
+
+
+def test_no_metrics_yet_and_unknown_total() -> None:
+    p = summarize(_job(JobState.PENDING, steps=None), [], now=1030.0)
+    assert p.step is None and p.fraction is None and p.eta_s is None and p.points == ()
+    assert p.elapsed_s == 0.0
+    assert p.metric is None
+
+
+def test_metric_other_than_loss_is_charted() -> None:
+    recs = [MetricPoint(s, {"accuracy": s / 10}, 1.0 + s, 0) for s in range(3)]
+    p = summarize(_job(), recs, now=1030.0)
+    assert p.metric == "accuracy"
+    assert p.points[-1] == (2, 0.2)
+
+
+def test_cost_text_passed_through() -> None:
+    p = summarize(_job(), [], now=1030.0, cost="not priced: no price for GPU type 'x'")
+    assert p.cost is None
+    assert p.cost_text is not None and p.cost_text.startswith("not priced")
+    assert p.to_json()["cost"] is None
+
+
+def test_cost_from_the_meter(settings) -> None:
+    import dataclasses
+
+    from jupyter_starverse.costs import CostService, intervals_of
+
+    job = _job(JobState.SUCCEEDED, finished=1010.0 + 3600)
+    nodes = tuple(dataclasses.replace(n, started=1010.0, finished=1010.0 + 3600) for n in job.nodes)
+    job = dataclasses.replace(job, nodes=nodes)
+    service = CostService(settings)
+    cost = service.meter(job, now=job.finished)
+    p = summarize(job, [], cost=cost)
+    assert p.cost == cost.amount
+    assert p.cost > Decimal(0)
+    assert p.currency == cost.currency
+    assert intervals_of(job)
+
+
+@pytest.mark.parametrize(("secs", "text"), [(0, "0s"), (59.4, "59s"), (75, "1m15s"), (3700, "1h01m"), (-3, "0s")])
+def test_format_duration(secs: float, text: str) -> None:
+    assert format_duration(secs) == text
+
+
+def test_rank_records_place_ranks_and_mark_failures() -> None:
+    from jupyter_starverse.watch._progress import RankRecord
+
+    records = [
+        # torchrun put rank 0 on node 1: the record wins over the launch order
+        RankRecord(rank=0, node=1, local_rank=0, pid=11, attempt=0),
+        RankRecord(rank=1, node=1, local_rank=1, pid=12, attempt=1, error="RuntimeError: boom", error_attempt=0),
+        RankRecord(rank=2, node=0, local_rank=0, pid=13, attempt=0, error="ValueError: bad", error_attempt=0),
+    ]
+    p = summarize(_job(), [], now=1030.0, ranks=records)
+    by_rank = {r.rank: r for r in p.ranks}
+    assert by_rank[0].node == 1 and by_rank[0].pid == 11
+    # rank 1 failed on attempt 0 but was restarted (attempt 1): running again, no error shown
+    assert by_rank[1].state is JobState.RUNNING and by_rank[1].error is None and by_rank[1].restarts == 1
+    assert by_rank[2].state is JobState.FAILED and by_rank[2].error == "ValueError: bad"
+    # rank 3 has no worker yet
+    assert by_rank[3].state is JobState.PENDING and by_rank[3].pid is None
+
+
+def test_cost_text_names_the_budget(settings) -> None:
+    import dataclasses
+
+    from jupyter_starverse.costs import CostService
+
+    job = _job(JobState.RUNNING)
+    job = dataclasses.replace(job, spec=job.spec.replace(budget="0.5"))
+    nodes = tuple(dataclasses.replace(n, started=1010.0) for n in job.nodes)
+    job = dataclasses.replace(job, nodes=nodes)
+    service = CostService(settings)
+    early = summarize(job, [], now=1011.0, cost=service.meter(job, now=1011.0))
+    assert early.cost_text is not None and early.cost_text.endswith(f"of 0.5 {early.currency} budget")
+    late = summarize(job, [], now=10**6, cost=service.meter(job, now=10**6))
+    assert late.cost_text is not None and late.cost_text.endswith("budget (reached)")
