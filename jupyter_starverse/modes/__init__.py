@@ -18,10 +18,12 @@ from ._kernelstate import (
     restore_namespace,
     save_namespace,
 )
+from ._mode import Mode
 from ._notebook import ServerSwitch, restore_here, switch_here, switch_via_server
 from ._plan import KernelSwitchReport, ModeStatus, PriceChange, SwitchPlan, SwitchResult
-from ._state import Mode, ModeService
-from ._switch import LocalSwitcher, SwitchOutcome, WorkspaceSwitcher, kernel_env, make_switcher
+from ._state import ModeService
+from ._switch import LocalSwitcher, SwitchOutcome, WorkspaceSwitcher, kernel_env
+from ._switchers import detect_workspace, make_switcher
 
 __all__ = [
     "SMOKE_STEPS",
@@ -42,6 +44,7 @@ __all__ = [
     "SwitchResult",
     "Toleration",
     "WorkspaceSwitcher",
+    "detect_workspace",
     "discard_state",
     "kernel_env",
     "list_states",

@@ -38,7 +38,7 @@ from ._switch import SwitchOutcome, WorkspaceSwitcher
 if TYPE_CHECKING:
     from jupyter_starverse._settings import Settings
 
-    from ._state import Mode
+    from ._mode import Mode
 
 __all__ = ["HubSwitcher", "parse_profiles"]
 

@@ -19,7 +19,7 @@ from jupyter_starverse.errors import BadInputError, ConflictError
 if TYPE_CHECKING:
     from jupyter_starverse.jobmodel import Job, JobSpec, LaunchBackend
 
-    from ._state import Mode
+    from ._mode import Mode
 
 __all__ = ["JOB_ENV", "SmokeResult", "make_smoke_spec", "smoke_then_submit", "translate_spec"]
 
@@ -66,7 +66,7 @@ def make_smoke_spec(spec: JobSpec, *, steps: int = SMOKE_STEPS, cpu_image: str |
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise BadInputError(f"smoke steps must be a whole number >= 1, got {steps!r}", field="steps")
-    from ._state import Mode
+    from ._mode import Mode
 
     model_parallel = spec.tensor_parallel * spec.pipeline_parallel
     # Two data-parallel ranks exercise the gradient all-reduce; one if the real job has one.

@@ -27,7 +27,7 @@ from ._switch import SwitchOutcome, WorkspaceSwitcher
 if TYPE_CHECKING:
     from jupyter_starverse._settings import Settings
 
-    from ._state import Mode
+    from ._mode import Mode
 
 __all__ = ["GPU_ANNOTATION", "MODE_ANNOTATION", "KubernetesSwitcher", "make_workspace_patch"]
 

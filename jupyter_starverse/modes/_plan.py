@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._kernelstate import RestoreReport, SavedState
-    from ._state import Mode
+    from ._mode import Mode
     from ._switch import SwitchOutcome
 
 __all__ = ["KernelSwitchReport", "ModeStatus", "PriceChange", "SwitchPlan", "SwitchResult"]

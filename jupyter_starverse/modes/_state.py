@@ -7,12 +7,13 @@ import os
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jupyter_starverse._settings import MODES, Settings
 from jupyter_starverse.errors import BadInputError, ConflictError, StoreError
+
+from ._mode import Mode
 
 if TYPE_CHECKING:
     from jupyter_starverse.jobmodel import JobSpec
@@ -22,48 +23,6 @@ if TYPE_CHECKING:
     from ._switch import SwitchOutcome, WorkspaceSwitcher
 
 __all__ = ["Mode", "ModeService"]
-
-
-@dataclass(frozen=True)
-class Mode:
-    """``gpu`` (with a GPU type and count) or ``cpu``."""
-
-    kind: str
-    gpu_type: str | None = None
-    gpus: int = 0
-
-    def __post_init__(self) -> None:
-        if self.kind not in MODES:
-            raise BadInputError(f"mode {self.kind!r} is not one of {', '.join(MODES)}", field="mode")
-        if self.kind == "cpu" and (self.gpu_type or self.gpus):
-            object.__setattr__(self, "gpu_type", None)
-            object.__setattr__(self, "gpus", 0)
-        if self.kind == "gpu":
-            if not self.gpu_type:
-                raise BadInputError("gpu mode needs a GPU type", field="gpu_type", hint="for example --gpu a100-80g")
-            if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
-                raise BadInputError(f"gpu mode needs at least one GPU, got {self.gpus!r}", field="gpus")
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "gpu_type": self.gpu_type, "gpus": self.gpus}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Mode:
-        try:
-            gpus = int(data.get("gpus") or 0)
-        except (TypeError, ValueError):
-            raise BadInputError(f"gpus must be a whole number, got {data.get('gpus')!r}", field="gpus") from None
-        gpu_type = data.get("gpu_type")
-        kind = str(data.get("kind", "")).lower()
-        return cls(kind=kind, gpu_type=str(gpu_type).lower() if gpu_type else None, gpus=gpus)
-
-    @property
-    def accelerator(self) -> str:
-        """``cpu`` or the GPU type: the key of the price and pool tables."""
-        return self.gpu_type if self.kind == "gpu" and self.gpu_type else "cpu"
-
-    def __str__(self) -> str:
-        return f"gpu ({self.gpus} x {self.gpu_type})" if self.kind == "gpu" else "cpu"
 
 
 class ModeService:
@@ -128,7 +87,7 @@ class ModeService:
     def switcher(self) -> WorkspaceSwitcher:
         """The switcher for where this workspace runs (built once)."""
         if self._switcher is None:
-            from ._switch import make_switcher
+            from ._switchers import make_switcher
 
             self._switcher = make_switcher(self.settings, environ=self.environ)
         return self._switcher
@@ -254,7 +213,7 @@ class ModeService:
         )
 
     def _detected(self) -> str:
-        from ._switch import detect_workspace
+        from ._switchers import detect_workspace
 
         return detect_workspace(self.environ)
 

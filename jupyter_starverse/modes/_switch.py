@@ -9,20 +9,16 @@ A switcher never touches running jobs; it only moves the workspace.
 
 from __future__ import annotations
 
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from jupyter_starverse.errors import BadInputError
-
 if TYPE_CHECKING:
-    from jupyter_starverse._settings import Settings
 
-    from ._state import Mode
+    from ._mode import Mode
 
-__all__ = ["LocalSwitcher", "SwitchOutcome", "WorkspaceSwitcher", "detect_workspace", "kernel_env", "make_switcher"]
+__all__ = ["LocalSwitcher", "SwitchOutcome", "WorkspaceSwitcher", "kernel_env"]
 
 #: Where ``CUDA_VISIBLE_DEVICES`` was before CPU mode hid the GPUs (restored in GPU mode).
 PREVIOUS_CUDA_ENV = "STARVERSE_PREVIOUS_CUDA_VISIBLE_DEVICES"
@@ -91,31 +87,3 @@ class LocalSwitcher(WorkspaceSwitcher):
     def apply(self, target: Mode) -> SwitchOutcome:
         hidden = "hidden from" if target.kind == "cpu" else "visible to"
         return SwitchOutcome("local", f"GPUs {hidden} kernels after their restart", restarts_workspace=False)
-
-
-def detect_workspace(environ: Mapping[str, str]) -> str:
-    """``jupyterhub`` when a Hub spawned us, ``kubernetes`` inside a pod, else ``local``."""
-    if all(environ.get(k) for k in ("JUPYTERHUB_API_TOKEN", "JUPYTERHUB_API_URL", "JUPYTERHUB_USER")):
-        return "jupyterhub"
-    if environ.get("KUBERNETES_SERVICE_HOST"):
-        return "kubernetes"
-    return "local"
-
-
-def make_switcher(settings: Settings, *, environ: Mapping[str, str] | None = None) -> WorkspaceSwitcher:
-    """The switcher for where this workspace runs (``Settings.workspace`` or detected)."""
-    env = os.environ if environ is None else environ
-    where = settings.workspace if settings.workspace != "auto" else detect_workspace(env)
-    if where == "local":
-        return LocalSwitcher()
-    if where == "kubernetes":
-        from ._k8s import KubernetesSwitcher
-
-        return KubernetesSwitcher(settings, environ=env)
-    if where == "jupyterhub":
-        from ._hub import HubSwitcher
-
-        return HubSwitcher(settings, environ=env)
-    raise BadInputError(
-        f"unknown workspace kind {where!r}", field="workspace", hint="use local, kubernetes or jupyterhub"
-    )

@@ -8,6 +8,7 @@
 | POST   | jobs/ID/cancel              | same as DELETE                                     |
 | GET    | jobs/ID/logs?tail=&rank=    | ``LogTail``; ``follow=1`` streams NDJSON lines     |
 | GET    | jobs/ID/tensorboard         | ``TensorBoardInfo``                                |
+| POST   | jobs/preview                | body ``{"spec", "backend"?, "output"?}``: ``LaunchPreview`` (dry run, resume plan, price) |
 
 A job's truth is its backend (experiment folder or cluster), so after a server restart
 every route answers as before.
@@ -28,8 +29,8 @@ from tornado.iostream import StreamClosedError
 
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.experiments import RunPaths
-from jupyter_starverse.jobmodel import Job, LaunchBackend, LogLine
-from jupyter_starverse.watch._progress import JobProgress
+from jupyter_starverse.jobmodel import Job, JobSpec, LaunchBackend, LogLine
+from jupyter_starverse.watch import JobProgress
 
 from ._base import StarverseHandler
 
@@ -159,8 +160,12 @@ class LogsHandler(_JobsBase):
             await self._follow(backend, job_id, rank)
             return
 
-        def last() -> LogTail:  # read from the ends of the logs, not through them
-            return LogTail(job_id, tuple(backend.tail(job_id, lines=tail or 200, rank=rank)))
+        def last() -> LogTail:
+            # Read from the ends of the logs, not through them; `tail` lines shared among the
+            # ranks (plus each node agent's last 2), or exactly the last `tail` of one rank.
+            count = tail or 200
+            lines = backend.tail(job_id, lines=count, rank=rank)
+            return LogTail(job_id, tuple(lines[-count:] if rank is not None else lines))
 
         self.finish_json(await self.run(last))
 
@@ -206,8 +211,32 @@ class TensorBoardHandler(_JobsBase):
         self.finish_json(await self.run(lambda: tensorboard_info(backend.get(job_id))))
 
 
+class PreviewHandler(StarverseHandler):
+    """What launching a spec would start, its resume plan and its price: the CLI's ``--dry-run``."""
+
+    @web.authenticated
+    async def post(self) -> None:
+        body = self.json_body()
+        unknown = sorted(set(body) - {"spec", "backend", "output"})
+        if unknown or not isinstance(body.get("spec"), dict):
+            raise BadInputError(
+                "expected a JSON object with 'spec' (a JobSpec) and optionally 'backend' and 'output'",
+                field=unknown[0] if unknown else "spec",
+                hint='e.g. {"spec": {"name": "run", "script": "train.py", "nodes": 2}, "output": "yaml"}',
+            )
+        output = body.get("output", "yaml")
+        if output not in ("yaml", "json"):
+            raise BadInputError(f"output must be 'yaml' or 'json', got {output!r}", field="output")
+        backend = body.get("backend")
+        if backend is not None and not isinstance(backend, str):
+            raise BadInputError("backend must be a name such as 'local' or 'kubernetes'", field="backend")
+        spec = JobSpec.from_json(body["spec"])
+        self.finish_json(await self.run(lambda: self.client.preview(spec, backend=backend, output=output)))
+
+
 routes: list[tuple[str, type[StarverseHandler]]] = [
     (r"jobs", JobsHandler),
+    (r"jobs/preview", PreviewHandler),
     (rf"jobs/{_ID}", JobHandler),
     (rf"jobs/{_ID}/cancel", CancelHandler),
     (rf"jobs/{_ID}/logs", LogsHandler),

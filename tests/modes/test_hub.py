@@ -13,9 +13,8 @@ import pytest
 
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.errors import BadInputError, PermissionDeniedError
-from jupyter_starverse.modes import Mode, ModeService
+from jupyter_starverse.modes import Mode, ModeService, detect_workspace
 from jupyter_starverse.modes._hub import HubSwitcher, parse_profiles
-from jupyter_starverse.modes._switch import detect_workspace
 
 TOKEN = "secret-token"
 

@@ -12,9 +12,8 @@ from jupyter_starverse.catalog import Catalog
 from jupyter_starverse.catalog._progress import ProgressTracker
 from jupyter_starverse.client import Starverse
 from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError, StoreError
-from jupyter_starverse.modes import Mode, ModeService, kernel_env, restore_namespace, save_namespace
+from jupyter_starverse.modes import Mode, ModeService, detect_workspace, kernel_env, restore_namespace, save_namespace
 from jupyter_starverse.modes._kernelstate import discard_state, list_states
-from jupyter_starverse.modes._switch import detect_workspace
 
 
 def test_mode_round_trips_and_rejects_nonsense(settings: Settings) -> None:

@@ -34,6 +34,11 @@ async def test_list_get_logs_tensorboard_of_a_finished_job(jp_fetch: Any, settin
     assert row["progress"]["step"] == 4 and row["progress"]["fraction"] == 1.0
     assert row["progress"]["points"] == []  # the list stays small
     assert row["progress"]["cost_text"]
+    # the progress line is computed once, in Python, and served field by field to the panel
+    fields = row["progress"]["line_fields"]
+    assert fields[0] == {"key": "state", "text": "succeeded"}
+    assert {"key": "step", "text": "step 5/5 (100%)"} in fields
+    assert "  ".join(f["text"] for f in fields) == row["progress"]["line"]
     assert [n["state"] for n in row["nodes"]] == ["succeeded"]
 
     one = json.loads((await jp_fetch("jupyter-starverse", "jobs", handle.id)).body)
@@ -64,6 +69,35 @@ async def test_list_get_logs_tensorboard_of_a_finished_job(jp_fetch: Any, settin
         (await jp_fetch("jupyter-starverse", "jobs", handle.id, "cancel", method="POST", body="{}")).body
     )
     assert cancelled["state"] == "succeeded"
+
+
+async def test_preview_is_the_cli_dry_run_over_rest(jp_fetch: Any, settings: Settings) -> None:
+    from jupyter_starverse.cli import parse
+    from jupyter_starverse.client import Starverse
+
+    spec = {"name": "prev", "code": "print(1)\n", "nodes": 2, "procs_per_node": 2, "steps": 10, "resume": True}
+    reply = await jp_fetch("jupyter-starverse", "jobs", "preview", method="POST",
+                           body=json.dumps({"spec": spec, "output": "json"}))
+    data = json.loads(reply.body)
+    assert data["output"] == "json"
+    plan = json.loads(data["rendered"])
+    assert len(plan["nodes"]) == 2  # the local backend's plan: one torchrun agent per node
+    assert data["resume"]["new_world_size"] == 4 and data["resume"]["checkpoint"] is None
+    assert data["cost"]  # the price shown before launch (or why it cannot be priced)
+    # the same facade call as `starverse launch --dry-run`: same plan, nothing started
+    args = parse(["train", "--name", "prev", "--nodes", "2", "--procs", "2", "--steps", "10", "--resume",
+                  "--dry-run", "-o", "json"], cell="print(1)\n", notebook=True)
+    cli = args.run(Starverse(settings), args)
+    assert json.loads(cli.rendered).keys() == plan.keys()
+    assert json.loads((await jp_fetch("jupyter-starverse", "jobs")).body) == []
+
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("jupyter-starverse", "jobs", "preview", method="POST", body=json.dumps({"spec": "x"}))
+    assert err.value.code == 400
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("jupyter-starverse", "jobs", "preview", method="POST",
+                       body=json.dumps({"spec": spec, "output": "toml"}))
+    assert err.value.code == 400
 
 
 async def test_bad_requests(jp_fetch: Any) -> None:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from jupyter_starverse.watch import follow_logs
-
 from jupyter_starverse.experiments import RunPaths
+from jupyter_starverse.watch import follow_logs
 
 
 def test_a_rank_is_attributed_to_the_node_its_worker_recorded(tmp_path: Path) -> None:
