@@ -8,7 +8,7 @@
 | POST   | jobs/ID/cancel              | same as DELETE                                     |
 | GET    | jobs/ID/logs?tail=&rank=    | ``LogTail``; ``follow=1`` streams NDJSON lines     |
 | GET    | jobs/ID/tensorboard         | ``TensorBoardInfo``                                |
-| POST   | jobs/preview                | body ``{"spec", "backend"?, "output"?}``: ``LaunchPreview`` (dry run, resume plan, price) |
+| POST   | jobs/preview                | ``LaunchPreview`` of body ``{"spec", "backend"?, "output"?}`` |
 
 A job's truth is its backend (experiment folder or cluster), so after a server restart
 every route answers as before.
