@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 import shutil
 import time
@@ -10,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_starverse._settings import Settings
-from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError
+from jupyter_starverse.errors import BadInputError, ConflictError, InvalidNameError, NotFoundError, StoreError
 
 from ._fetch import LeaseLostError, SourceFile, fetch_file, list_source, open_source, store_full
 from ._layout import Layout, Manifest, dir_bytes, store_root
@@ -23,6 +25,8 @@ from ._types import Entry, EntryStatus, FileRecord, PullProgress
 __all__ = ["Catalog"]
 
 _POLL = 0.1
+_RUNNING = ("downloading", "verifying")
+log = logging.getLogger(__name__)
 
 
 class Catalog:
@@ -75,14 +79,12 @@ class Catalog:
             raise NotFoundError(f"source {source!r} does not exist", hint="check the path or URL")
         ref = DatasetRef(name, version)
         entry = Entry("dataset", name, version, source, str(ref), description, license)
-        try:
-            old = self.layout.read_entry(ref)
-        except NotFoundError:
-            self.layout.write_entry(ref, entry)
+        old = self.layout.create_entry(ref, entry)  # atomic: of racing adds exactly one writes
+        if old is None:
             return entry
         if old.source != source:
             raise ConflictError(
-                f"{ref} already exists with source {old.source!r}",
+                f"{ref} already exists with source {old.source!r}; not adding source {source!r}",
                 hint=f"use another --version, or `starverse store rm {ref}` first",
             )
         return old
@@ -96,11 +98,21 @@ class Catalog:
         return self._status(self.layout.resolve(parse_ref(ref)))
 
     def ls(self) -> list[EntryStatus]:
-        """Every entry with state, size and last use."""
-        return [self._status(r) for r in self.layout.all_refs()]
+        """Every entry with state, size and last use; a corrupt record is logged and skipped."""
+        out = []
+        for ref in self.layout.all_refs():
+            try:
+                out.append(self._status(ref))
+            except (StoreError, NotFoundError) as e:  # corrupt, or removed while we listed
+                if isinstance(e, StoreError):
+                    log.warning("skipping %s in the listing: %s", ref, e)
+        return out
 
     def pulls(self, *, recent_s: float = 120.0) -> list[PullProgress]:
-        """Pulls running anywhere (persisted by their owners), plus those that ended recently."""
+        """Pulls running anywhere (persisted by their owners), plus those that ended recently.
+
+        A pull whose owner is gone (killed) shows as ``failed`` with an "interrupted" error.
+        """
         out = []
         now = time.time()
         for p in sorted((self.root / ".progress").glob("*.json")):
@@ -108,19 +120,40 @@ class Catalog:
             if prog is None:
                 continue
             age = now - prog.updated_at
-            running = prog.phase in ("downloading", "verifying") and age < 3 * self.settings.lock_ttl
-            if running or (prog.phase in ("done", "failed") and age < recent_s):
+            if prog.phase in _RUNNING:
+                try:
+                    ref: Ref | None = parse_ref(prog.ref)
+                except InvalidNameError:
+                    ref = None
+                if ref is not None and self.layout.progress_path(self.layout.key(ref)) == p:
+                    if self._owner_alive(ref):
+                        out.append(prog)
+                    elif age < recent_s:
+                        out.append(self._interrupted(prog))
+                elif age < 3 * self.settings.lock_ttl:
+                    out.append(prog)
+            elif prog.phase in ("done", "failed") and age < recent_s:
                 out.append(prog)
         return out
+
+    def _owner_alive(self, ref: Ref) -> bool:
+        """True if the lease of ``ref``'s pull is held by a live owner (dead local pids count at once)."""
+        holder = Lease(self.layout.lease_path(self.layout.lease_key(ref)), ttl=self.settings.lock_ttl).holder()
+        return holder is not None and not holder.is_stale()
+
+    @staticmethod
+    def _interrupted(prog: PullProgress) -> PullProgress:
+        error = "the pull was interrupted: its process ended; pull again to resume"
+        return dataclasses.replace(prog, phase="failed", rate=0.0, eta_s=None, error=error)
 
     def _status(self, ref: Ref) -> EntryStatus:
         entry = self.layout.read_entry(ref)
         key = self.layout.key(ref)
         manifest = self.layout.read_manifest(ref)
         prog = read_progress(self.layout.progress_path(key))
-        pulling = prog if prog is not None and prog.phase in ("downloading", "verifying") else None
-        if pulling is not None and time.time() - pulling.updated_at > 3 * self.settings.lock_ttl:
-            pulling = None  # its owner died; the lease will be taken over
+        pulling = prog if prog is not None and prog.phase in _RUNNING else None
+        if pulling is not None and not self._owner_alive(ref):
+            pulling = None  # its owner died or ended (checked at once: pid on this host, lease expiry elsewhere)
         last = self.layout.last_used(key)
         if manifest is not None:
             path = self._path(ref, manifest)

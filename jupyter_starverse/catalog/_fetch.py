@@ -98,15 +98,52 @@ def _etag(info: dict[str, Any]) -> str | None:
     return None if mtime is None else f"mtime:{mtime}"
 
 
-def _walk(fs: Any, path: str, depth: int) -> Iterator[dict[str, Any]]:
+def _is_local(fs: Any) -> bool:
+    return _protocol(fs) in ("file", "local")
+
+
+def _link_target(fs: Any, info: dict[str, Any], real_root: str) -> dict[str, Any]:
+    """A local symlink's target, stat'ed through the link: refused when dangling or outside the source.
+
+    Links are followed so that listing and the after-copy check both see the target (size,
+    mtime); a link leaving the source would copy files its owner never meant to share.
+    """
+    link = str(info["name"])
+    hint = "remove the link, or replace it with the file (or a link to a file inside the source folder)"
+    try:
+        target = os.path.realpath(link, strict=True)
+    except OSError as e:  # dangling, or a loop of links
+        raise BadInputError(
+            f"the symbolic link {link} in the source points to {info.get('destination', '?')!r}, "
+            f"which does not exist ({e.strerror or e})",
+            field="source",
+            hint=hint,
+        ) from e
+    if target != real_root and not target.startswith(real_root.rstrip(os.sep) + os.sep):
+        raise BadInputError(
+            f"the symbolic link {link} in the source points outside the source folder, to {target}",
+            field="source",
+            hint=hint + "; links leaving the source are not copied into the shared store",
+        )
+    out = dict(fs.info(target))
+    out["name"] = link
+    out["target"] = target
+    return out
+
+
+def _walk(fs: Any, path: str, depth: int, real_root: str | None = None) -> Iterator[dict[str, Any]]:
     # Our own walk: fsspec's http find() does not descend into sub-folders.
     if depth > 64:
-        raise BadInputError(f"{path} is nested too deeply", field="source")
+        raise BadInputError(
+            f"{path} is nested too deeply", field="source", hint="a symbolic link to a parent folder makes a loop"
+        )
     for info in fs.ls(path, detail=True):
         name = str(info["name"])
+        if real_root is not None and info.get("islink"):
+            info = _link_target(fs, info, real_root)
         if info.get("type") == "directory":
             if name.rstrip("/") != path.rstrip("/"):
-                yield from _walk(fs, name, depth + 1)
+                yield from _walk(fs, name, depth + 1, real_root)
         else:
             yield info
 
@@ -126,7 +163,8 @@ def list_source(fs: Any, root: str, source: str) -> list[SourceFile]:
     is_dir = root.endswith("/") if _protocol(fs) in ("http", "https") else fs.isdir(root)
     if is_dir:
         base = fs._strip_protocol(root).rstrip("/")
-        for info in sorted(_walk(fs, root, 0), key=lambda i: str(i["name"])):
+        real_root = os.path.realpath(base) if _is_local(fs) else None
+        for info in sorted(_walk(fs, root, 0, real_root), key=lambda i: str(i["name"])):
             path = str(info["name"])
             stripped = fs._strip_protocol(path)
             rel = stripped[len(base) :].lstrip("/") if stripped.startswith(base) else stripped.rsplit("/", 1)[-1]
@@ -134,7 +172,9 @@ def list_source(fs: Any, root: str, source: str) -> list[SourceFile]:
             if size is None:
                 info = fs.info(path)
                 size = info.get("size")
-            out.append(SourceFile(rel, path, None if size is None else int(size), _etag(info)))
+            # A link is read through its checked target: the same file its size and ETag came from.
+            read = str(info.get("target", path))
+            out.append(SourceFile(rel, read, None if size is None else int(size), _etag(info)))
     else:
         info = fs.info(root)
         name = fs._strip_protocol(root).rstrip("/").rsplit("/", 1)[-1]

@@ -14,23 +14,30 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 import os
+import re
 import shutil
 import stat
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jupyter_starverse.errors import BadInputError, NotFoundError
+from jupyter_starverse.errors import BadInputError, InvalidNameError, NotFoundError, StoreError
 
-from ._names import DatasetRef, ModelRef, Ref
+from ._names import DatasetRef, ModelRef, Ref, check_name, parse_hf
 from ._progress import write_json_atomic
 from ._types import Entry, FileRecord
 
 __all__ = ["Layout", "Manifest", "store_root"]
+
+log = logging.getLogger(__name__)
+_COMMIT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 def store_root(store: str) -> Path:
@@ -70,8 +77,31 @@ class Manifest:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Manifest:
-        files = tuple(FileRecord(**f) for f in data["files"])
-        return cls(str(data["ref"]), files, float(data["completed_at"]), data.get("commit"))
+        """Parse a manifest; ``ValueError`` for anything malformed (the store is shared: untrusted)."""
+        if not isinstance(data, dict) or not isinstance(data.get("files"), list):
+            raise ValueError("not a manifest (no list of files)")
+        files = []
+        for f in data["files"]:
+            if not isinstance(f, dict) or not isinstance(f.get("path"), str) or not _is_int(f.get("size")):
+                raise ValueError(f"bad file record {f!r}")
+            if not all(f.get(k) is None or isinstance(f.get(k), str) for k in ("sha256", "etag")):
+                raise ValueError(f"bad file record {f!r}")
+            files.append(FileRecord(f["path"], int(f["size"]), f.get("sha256"), f.get("etag")))
+        commit = data.get("commit")
+        if commit is not None and (not isinstance(commit, str) or not _COMMIT_RE.match(commit) or ".." in commit):
+            raise ValueError(f"bad commit {commit!r}")
+        completed = data.get("completed_at")
+        if (
+            not isinstance(data.get("ref"), str)
+            or not isinstance(completed, int | float)
+            or isinstance(completed, bool)
+        ):
+            raise ValueError("no ref or completion time")
+        return cls(str(data["ref"]), tuple(files), float(completed), commit)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _read_json(path: Path) -> Any:
@@ -79,8 +109,30 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text())
     except FileNotFoundError:
         return None
-    except ValueError:
+    except (ValueError, OSError):  # half-written, binary junk, or a folder where a file should be
         return None
+
+
+def _entry_from(data: Any, ref: Ref) -> Entry:
+    """The entry record of ``ref``; ``ValueError`` when malformed or recorded for another entry."""
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    for key in ("kind", "name", "version", "source", "ref"):
+        if not isinstance(data.get(key), str):
+            raise ValueError(f"field {key!r} missing or not text")
+    for key in ("description", "license"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise ValueError(f"field {key!r} is not text")
+    added = data.get("added_at", 0.0)
+    if not isinstance(added, int | float) or isinstance(added, bool):
+        raise ValueError("field 'added_at' is not a number")
+    entry = Entry.from_json(data)
+    expected = (
+        (ref.kind, ref.name, ref.version) if isinstance(ref, DatasetRef) else ("model", ref.repo_id, ref.revision)
+    )
+    if (entry.kind, entry.name, entry.version) != expected:
+        raise ValueError(f"it describes {entry.kind} {entry.name}@{entry.version}, not {ref}")
+    return entry
 
 
 def _writable_rmtree(path: Path) -> None:
@@ -151,14 +203,22 @@ class Layout:
                 raise NotFoundError(f"{ref} is not in the catalog", hint=hint)
             return ref
         newest: tuple[float, str] | None = None
+        corrupt: str | None = None
         folder = self.dataset_folder(ref.name)
         if folder.is_dir():
             for p in folder.glob("*.json"):
                 if p.name.endswith(".manifest.json") or p.name.startswith("."):
                     continue
                 data = _read_json(p)
-                if data is not None and (newest is None or data.get("added_at", 0) > newest[0]):
-                    newest = (float(data.get("added_at", 0)), p.name[: -len(".json")])
+                added = data.get("added_at", 0) if isinstance(data, dict) else None
+                if not isinstance(added, int | float) or isinstance(added, bool):
+                    with contextlib.suppress(InvalidNameError):  # read_entry will name what is wrong
+                        corrupt = check_name(p.name[: -len(".json")], what="version")
+                    continue
+                if newest is None or added > newest[0]:
+                    newest = (float(added), p.name[: -len(".json")])
+        if newest is None and corrupt is not None:
+            return DatasetRef(ref.name, corrupt)
         if newest is None:
             raise NotFoundError(
                 f"no dataset named {ref.name!r} in the catalog",
@@ -167,32 +227,92 @@ class Layout:
         return DatasetRef(ref.name, newest[1])
 
     def read_entry(self, ref: Ref) -> Entry:
-        data = _read_json(self.record_path(ref))
-        if data is None:
+        """The record of ``ref``: NotFoundError when absent, StoreError when corrupt or foreign."""
+        path = self.record_path(ref)
+        data = _read_json(path)
+        if data is None and not path.exists():
             raise NotFoundError(f"{ref} is not in the catalog", hint="run `starverse store ls` to see entries")
-        return Entry.from_json(data)
+        try:
+            return _entry_from(data, ref)
+        except ValueError as e:
+            raise StoreError(
+                f"the catalog record of {ref} ({path}) is corrupt: {e}",
+                hint=f"remove it with `starverse store rm {ref}` and add it again",
+            ) from e
 
     def write_entry(self, ref: Ref, entry: Entry) -> None:
         write_json_atomic(self.record_path(ref), entry.to_json())
 
+    def create_entry(self, ref: Ref, entry: Entry) -> Entry | None:
+        """Write the record of ``ref`` only if there is none (atomic across processes and NFS).
+
+        Returns None when ours was written, else the record that was there first.
+        """
+        path = self.record_path(ref)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            with open(tmp, "w") as f:
+                json.dump(entry.to_json(), f)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, path)  # fails if the record exists: never overwrites a complete one
+                return None
+            except FileExistsError:
+                pass
+            except OSError:
+                if tmp.stat().st_nlink == 2:  # NFS: the reply was lost but the link was made
+                    return None
+                raise
+        finally:
+            tmp.unlink(missing_ok=True)
+        return self.read_entry(ref)
+
     def read_manifest(self, ref: Ref) -> Manifest | None:
-        data = _read_json(self.manifest_path(ref))
-        return None if data is None else Manifest.from_json(data)
+        """The manifest of ``ref``; None when absent, or corrupt or foreign (logged; a pull rewrites it)."""
+        path = self.manifest_path(ref)
+        data = _read_json(path)
+        if data is None:
+            if path.exists():
+                log.warning("ignoring unreadable manifest %s of %s", path, ref)
+            return None
+        try:
+            manifest = Manifest.from_json(data)
+        except ValueError as e:
+            log.warning("ignoring corrupt manifest %s of %s: %s", path, ref, e)
+            return None
+        if manifest.ref != str(ref):
+            log.warning("ignoring manifest %s: it is the manifest of %s, not of %s", path, manifest.ref, ref)
+            return None
+        return manifest
 
     def write_manifest(self, ref: Ref, manifest: Manifest) -> None:
         write_json_atomic(self.manifest_path(ref), manifest.to_json())
 
     def all_refs(self) -> list[Ref]:
+        """Every entry whose record file is where its name says; anything else is logged and skipped."""
         out: list[Ref] = []
         for p in sorted((self.root / "catalog" / "datasets").glob("*/*.json")):
             if not p.name.endswith(".manifest.json") and not p.name.startswith("."):
-                out.append(DatasetRef(p.parent.name, p.name[: -len(".json")]))
+                try:
+                    out.append(
+                        DatasetRef(check_name(p.parent.name), check_name(p.name[: -len(".json")], what="version"))
+                    )
+                except InvalidNameError:
+                    log.warning("ignoring foreign file %s in the catalog", p)
         for p in sorted((self.root / "catalog" / "models").glob("*/*.json")):
             if not p.name.endswith(".manifest.json") and not p.name.startswith("."):
                 data = _read_json(p)
-                if data is not None:
-                    org, _, repo = str(data["name"]).partition("/")
-                    out.append(ModelRef(org, repo, str(data["version"])))
+                name, version = (data.get("name"), data.get("version")) if isinstance(data, dict) else (None, None)
+                try:
+                    ref = parse_hf(f"hf:{name}@{version}")
+                except InvalidNameError:
+                    ref = None
+                if ref is None or ref.folder != p.parent.name or f"{ref.revision_key}.json" != p.name:
+                    log.warning("ignoring corrupt or foreign model record %s", p)
+                    continue
+                out.append(ref)
         return out
 
     # -- usage and removal -----------------------------------------------------

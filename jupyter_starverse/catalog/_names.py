@@ -20,13 +20,31 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _HF_PART_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _REV_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
 _NAME_HINT = "use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit (no '/', no '..')"
+# Endings of the store's own files (``VERSION.manifest.json``, part, temp, lease files): a name,
+# version or revision ending so could overwrite another entry's manifest or the store's state.
+RESERVED_SUFFIXES = (".manifest", ".part", ".tmp", ".lease", ".stale")
+
+
+def check_reserved(value: str, *, what: str) -> str:
+    """Raise :class:`InvalidNameError` if ``value`` ends with a suffix the store uses for its own files."""
+    lowered = value.lower()  # case-insensitive file systems (macOS, SMB) collide too
+    for suffix in RESERVED_SUFFIXES:
+        if lowered.endswith(suffix):
+            stem = value[: -len(suffix)] or "1"
+            raise InvalidNameError(
+                f"{what} {value!r} ends with {value[-len(suffix) :]!r}, which the store reserves for its own files",
+                field=what,
+                hint=f"use another {what}, e.g. {stem + '-' + suffix[1:]!r}; "
+                f"reserved endings: {', '.join(RESERVED_SUFFIXES)}",
+            )
+    return value
 
 
 def check_name(value: object, *, what: str = "name") -> str:
     """Return ``value`` if it is a valid entry name or version, else raise :class:`InvalidNameError`."""
     if not isinstance(value, str) or not _NAME_RE.match(value) or ".." in value:
         raise InvalidNameError(f"{what} {value!r} is not allowed", field=what, hint=_NAME_HINT)
-    return value
+    return check_reserved(value, what=what)
 
 
 @dataclass(frozen=True)
@@ -100,6 +118,7 @@ def parse_hf(text: str) -> ModelRef:
     revision = rev or "main"
     if not _REV_RE.match(revision) or ".." in revision or "//" in revision or revision.endswith("/"):
         raise _bad_hf(text, f"{revision!r} is not a valid revision")
+    check_reserved(revision, what="revision")
     return ModelRef(parts[0], parts[1], revision)
 
 

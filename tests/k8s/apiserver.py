@@ -59,6 +59,7 @@ class KubeServer:
         for name in crds:
             self.install_crd(name)
         self.calls: list[Call] = []
+        self.lock = threading.Lock()  # guards calls (one handler thread per request)
         self.forbidden: set[tuple[str, str]] = set()  # (verb, plural)
         self.quotas: dict[str, int] = {}  # plural -> max objects per namespace
         self.user = "system:serviceaccount:default:workspace"
@@ -205,6 +206,11 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         start = time.perf_counter()
+        # Logged before the answer goes out (a client may count calls as soon as it has its
+        # answer); the duration is filled in once the handler is done.
+        with self.kube.lock:
+            slot = len(self.kube.calls)
+            self.kube.calls.append(Call(method, url.path, url.query, 0.0))
         try:
             body = self._body() if method in ("POST", "PUT", "PATCH", "DELETE") else None
             self._route(method, url.path, query, body)
@@ -213,7 +219,7 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass
         finally:
-            self.kube.calls.append(Call(method, url.path, url.query, time.perf_counter() - start))
+            self.kube.calls[slot] = Call(method, url.path, url.query, time.perf_counter() - start)
 
     def _route(self, method: str, path: str, query: dict[str, str], body: Any) -> None:
         parts = [p for p in path.split("/") if p]
