@@ -15,7 +15,7 @@ from ._layout import RunPaths
 __all__ = ["MetricPoint", "Progress", "parse_log_metrics", "progress", "read_metrics"]
 
 _LOSS_RE = re.compile(r"\bloss\b\s*[:=]?\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)", re.IGNORECASE)
-_STEP_RE = re.compile(r"\b(?:step|iter(?:ation)?)\b\s*[:=]?\s*(\d+)", re.IGNORECASE)
+_STEP_RE = re.compile(r"\b(?:step|iter(?:ation)?)\b\s*[:=]?\s*(\d+)", re.IGNORECASE | re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -31,18 +31,44 @@ class MetricPoint:
         return {"step": self.step, "time": self.time, "rank": self.rank, "values": dict(self.values)}
 
 
-def metric_point(data: Any) -> MetricPoint | None:
-    if not isinstance(data, dict) or not isinstance(data.get("step"), int):
+#: Largest step, rank and epoch time a record may carry; anything beyond is a corrupt record.
+MAX_STEP = 10**15
+_MAX_RANK = 1 << 20
+_MAX_DIGITS = 20  # a step in a log line: more digits than any real run reaches
+
+
+def _sane_int(value: Any, high: int) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
         return None
-    values = {
-        k: float(v)
-        for k, v in data.items()
-        if k not in ("step", "time", "rank") and isinstance(v, (int, float)) and not isinstance(v, bool)
-    }
-    t = data.get("time")
-    return MetricPoint(
-        int(data["step"]), values, float(t) if isinstance(t, (int, float)) else None, int(data.get("rank", 0))
-    )
+    return value
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        out = float(value)
+    except OverflowError:  # an int too large for a float
+        return None
+    return out if math.isfinite(out) else None
+
+
+def metric_point(data: Any) -> MetricPoint | None:
+    """One ``metrics.jsonl`` record, or None when it is not a sane record (skipped, never fatal)."""
+    if not isinstance(data, dict):
+        return None
+    step = _sane_int(data.get("step"), MAX_STEP)
+    rank = _sane_int(data.get("rank", 0), _MAX_RANK)
+    if step is None or rank is None:
+        return None
+    values: dict[str, float] = {}
+    for k, v in data.items():
+        if k in ("step", "time", "rank") or not isinstance(k, str):
+            continue
+        number = _finite(v)
+        if number is not None:
+            values[k] = number
+    return MetricPoint(step, values, _finite(data.get("time")), rank)
 
 
 def parse_log_metrics(text: str) -> list[MetricPoint]:
@@ -59,7 +85,12 @@ def parse_log_metrics(text: str) -> list[MetricPoint]:
         if not math.isfinite(value):
             continue
         step = _STEP_RE.search(line)
-        out.append(MetricPoint(int(step.group(1)) if step else len(out), {"loss": value}))
+        if step and len(step.group(1)) > _MAX_DIGITS:
+            continue  # a corrupt line: skip it rather than fail the whole run
+        number = int(step.group(1)) if step else len(out)
+        if number > MAX_STEP:
+            continue
+        out.append(MetricPoint(number, {"loss": value}))
     return out
 
 
@@ -78,7 +109,7 @@ def read_metrics(run_dir: Path | RunPaths, *, from_logs: bool = True) -> list[Me
             for line in f:
                 try:
                     p = metric_point(json.loads(line))
-                except ValueError:
+                except (ValueError, RecursionError):
                     continue
                 if p is not None:
                     points.append(p)

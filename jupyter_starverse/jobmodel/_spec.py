@@ -229,6 +229,12 @@ class JobSpec:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> JobSpec:
         """Build from a dict, rejecting unknown keys with the list of known ones."""
+        if not isinstance(data, Mapping):
+            raise BadInputError(
+                f"JobSpec: expected a JSON object, got {type(data).__name__}",
+                field="spec",
+                hint='e.g. {"name": "run", "script": "train.py"}',
+            )
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -237,8 +243,91 @@ class JobSpec:
                 field=unknown[0],
                 hint=f"known fields: {', '.join(sorted(known))}",
             )
+        if "name" not in data:
+            raise _bad("name", "is required", 'give the job a name, e.g. {"name": "run", "script": "train.py"}')
+        for key, value in data.items():
+            _check_type(key, value)
         kwargs = dict(data)
         for key in ("command", "args", "mounts"):
             if isinstance(kwargs.get(key), Sequence) and not isinstance(kwargs.get(key), str):
                 kwargs[key] = tuple(kwargs[key])
         return cls(**kwargs)
+
+
+# JSON types each field accepts in ``from_json`` (numbers are checked by range in __post_init__).
+_TEXT_FIELDS = ("name", "script", "code", "accelerator", "template", "framework", "billing", "experiment",
+                "image", "cpu", "memory")  # fmt: skip
+_OPTIONAL = ("script", "code", "command", "steps", "checkpoint_every", "budget", "experiment", "image", "cpu",
+             "memory")  # fmt: skip
+_LIST_FIELDS = ("command", "args", "mounts")
+_MAP_FIELDS = ("env", "secrets")
+_INT_FIELDS = ("nodes", "procs_per_node", "tensor_parallel", "pipeline_parallel", "steps", "max_restarts",
+               "checkpoint_every")  # fmt: skip
+_MAX_TEXT = 4096  # a path, an image, a name; ``code`` may be a whole cell
+_MAX_CODE = 10_000_000
+_MAX_ITEMS = 10_000
+
+
+def _expected(key: str) -> str:
+    if key in _TEXT_FIELDS:
+        return 'a string, e.g. "train.py"' if key in ("script", "code") else "a string"
+    if key in _LIST_FIELDS:
+        return 'a list of strings, e.g. ["--lr", "0.1"]'
+    if key in _MAP_FIELDS:
+        return 'an object of names to strings, e.g. {"LR": "0.1"}'
+    if key in _INT_FIELDS:
+        return "a whole number, e.g. 2"
+    if key == "budget":
+        return 'an amount of money, e.g. 25 or "25.50"'
+    return "true or false"
+
+
+def _check_type(key: str, value: object) -> None:
+    """Raise BadInputError (with a hint) when ``value`` has the wrong JSON type for field ``key``."""
+    try:
+        _check_type_of(key, value)
+    except BadInputError as e:
+        if e.hint is None:
+            e.hint = f"{key} takes {_expected(key)}" + (" or null" if key in _OPTIONAL else "")
+        raise
+
+
+def _check_type_of(key: str, value: object) -> None:
+    if value is None:
+        if key in _OPTIONAL:
+            return
+        raise _bad(key, "must not be null")
+    if key in _TEXT_FIELDS:
+        if not isinstance(value, str):
+            raise _bad(key, f"must be a string, got {type(value).__name__}")
+        if len(value) > (_MAX_CODE if key == "code" else _MAX_TEXT):
+            raise _bad(key, f"is too long ({len(value)} characters)")
+    elif key in _LIST_FIELDS:
+        if isinstance(value, str) or not isinstance(value, Sequence):
+            raise _bad(key, f"must be a list of strings, got {type(value).__name__}", 'e.g. ["--lr", "0.1"]')
+        if len(value) > _MAX_ITEMS:
+            raise _bad(key, f"has too many items ({len(value)})")
+        for item in value:
+            ok = isinstance(item, str) or (
+                key != "mounts" and isinstance(item, (int, float)) and not isinstance(item, bool)
+            )
+            if not ok or len(str(item)) > _MAX_TEXT:
+                raise _bad(key, f"items must be strings, got {type(item).__name__}", 'e.g. ["--lr", "0.1"]')
+    elif key in _MAP_FIELDS:
+        if not isinstance(value, Mapping):
+            raise _bad(key, f"must be an object of names to strings, got {type(value).__name__}",
+                       'e.g. {"LR": "0.1"}')  # fmt: skip
+        if len(value) > _MAX_ITEMS:
+            raise _bad(key, f"has too many items ({len(value)})")
+        for name, item in value.items():
+            if not isinstance(item, (str, int, float)) or len(str(item)) > _MAX_TEXT:
+                raise _bad(key, f"{str(name)[:64]}: values must be strings, got {type(item).__name__}",
+                           'e.g. {"LR": "0.1"}')  # fmt: skip
+    elif key in _INT_FIELDS:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _bad(key, f"must be a whole number, got {type(value).__name__}")
+    elif key == "budget":
+        if isinstance(value, bool) or not isinstance(value, (int, float, str, Decimal)) or len(str(value)) > 64:
+            raise _bad(key, 'must be an amount of money such as 25 or "25.50"')
+    elif key == "resume" and not isinstance(value, bool):
+        raise _bad(key, f"must be true or false, got {type(value).__name__}")

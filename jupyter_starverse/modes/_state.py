@@ -101,6 +101,9 @@ class ModeService:
             if gpu_type:
                 raise BadInputError("--gpu only goes with gpu mode", field="gpu_type", hint="use `mode gpu --gpu TYPE`")
             return Mode("cpu")
+        if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus > 64):  # <1: Mode
+            raise BadInputError(f"gpus must be a whole number between 1 and 64, got {gpus!r}"[:120], field="gpus",
+                                hint="for example `mode gpu --gpus 2`")  # fmt: skip
         current = self.current()
         last = current if current.kind == "gpu" else None
         return Mode(

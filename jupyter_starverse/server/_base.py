@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -15,9 +16,51 @@ from .._json import to_jsonable
 from ..client import Starverse
 from ..errors import BadInputError, StarverseError, error_kind
 
-__all__ = ["StarverseHandler", "status_for"]
+__all__ = ["MAX_DEPTH", "StarverseHandler", "parse_int", "status_for"]
 
 T = TypeVar("T")
+
+#: Deepest nesting a request body may have; our bodies need 3 (spec -> env -> value).
+MAX_DEPTH = 32
+_ASCII_INT = re.compile(r"[+-]?[0-9]{1,18}")
+
+
+def _no_constant(name: str) -> Any:
+    raise BadInputError(f"{name} is not a JSON value", hint="send finite numbers; NaN and Infinity are not JSON")
+
+
+def _depth_ok(value: Any, limit: int) -> bool:
+    """True when ``value`` nests at most ``limit`` containers (iterative: no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return False
+        stack.extend((child, depth + 1) for child in children)
+    return True
+
+
+def parse_int(value: str | None, name: str, *, default: int | None, low: int, high: int) -> int | None:
+    """A query argument as a whole number in ``[low, high]``: ASCII digits only, else a 400."""
+    if value is None or value == "":
+        return default
+    hint = f"give a whole number between {low} and {high} (ASCII digits), for example ?{name}={max(low, 1)}"
+    if not _ASCII_INT.fullmatch(value.strip()):
+        shown = value if len(value) <= 40 else value[:40] + "..."
+        raise BadInputError(f"?{name}={shown!r} is not a whole number", field=name, hint=hint)
+    number = int(value.strip())
+    if not low <= number <= high:
+        raise BadInputError(
+            f"?{name} must be a whole number between {low} and {high}, got {number}", field=name, hint=hint
+        )
+    return number
+
 
 # The one mapping from our error families (errors.error_kind) to HTTP.
 _STATUS = {"bad_input": 400, "forbidden": 403, "not_found": 404, "conflict": 409, "unavailable": 503}
@@ -49,12 +92,21 @@ class StarverseHandler(ExtensionHandlerMixin, APIHandler):
         """The request body as a JSON object; bad JSON is a 400, never a 500."""
         if not self.request.body:
             return {}
+        hint = 'send a JSON object such as {"spec": {...}}'
         try:
-            body = json.loads(self.request.body)
-        except ValueError as e:
-            raise BadInputError(f"request body is not valid JSON: {e}") from None
+            body = json.loads(self.request.body, parse_constant=_no_constant)
+        except BadInputError:
+            raise
+        except RecursionError:
+            raise BadInputError(
+                f"request body is nested too deeply (more than {MAX_DEPTH} levels)", hint=hint
+            ) from None
+        except ValueError as e:  # includes bad UTF-8 and integers over Python's digit limit
+            raise BadInputError(f"request body is not valid JSON: {str(e)[:200]}", hint=hint) from None
         if not isinstance(body, dict):
-            raise BadInputError("request body must be a JSON object")
+            raise BadInputError("request body must be a JSON object", hint=hint)
+        if not _depth_ok(body, MAX_DEPTH):
+            raise BadInputError(f"request body is nested too deeply (more than {MAX_DEPTH} levels)", hint=hint)
         return body
 
     def query(self, name: str, default: str | None = None) -> str | None:

@@ -19,26 +19,40 @@ from decimal import Decimal, InvalidOperation
 
 from tornado import web
 
-from jupyter_starverse.costs import Cost, Resources, parse_duration
+from jupyter_starverse.costs import MAX_SECONDS, Cost, Resources, parse_duration
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.jobmodel import JobSpec
 
-from ._base import StarverseHandler
+from ._base import StarverseHandler, parse_int
 
 __all__ = ["routes"]
 
+_MAX_CARDS = 4096 * 64  # nodes x cards per node of the largest JobSpec
 _ID = r"(?P<job_id>[A-Za-z0-9][A-Za-z0-9._-]{0,127})"
 
 
+_SECONDS_PER_HOUR = 3600
+_MAX_HOURS = MAX_SECONDS // _SECONDS_PER_HOUR
+_HOURS_HINT = f"give hours as a plain number between 0 and {_MAX_HOURS}, for example hours=4"
+
+
 def _hours(value: object) -> Decimal:
-    """Seconds in ``value`` hours; anything but a finite number is a 400."""
+    """Seconds in ``value`` hours; anything but a sane, finite, positive number is a 400."""
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+    if isinstance(value, bool) or not isinstance(value, (str, int, float, Decimal)):
+        raise BadInputError(f"hours={shown} is not a number", field="duration", hint=_HOURS_HINT)
+    text = str(value).strip()
+    if not text.isascii() or len(text) > 40:
+        raise BadInputError(f"hours={shown} is not a number", field="duration", hint=_HOURS_HINT)
     try:
-        hours = Decimal(str(value).strip())
+        hours = Decimal(text)
     except InvalidOperation:
-        hours = Decimal("NaN")
-    if isinstance(value, bool) or not hours.is_finite():
-        raise BadInputError(f"hours={value!r} is not a number", field="duration", hint="for example hours=4")
-    return hours * 3600
+        raise BadInputError(f"hours={shown} is not a number", field="duration", hint=_HOURS_HINT) from None
+    # Compare before any arithmetic: 1e9999999 * 3600 overflows the decimal context.
+    if not hours.is_finite() or not 0 < hours <= _MAX_HOURS:
+        raise BadInputError(f"hours={shown} must be more than 0 and at most {_MAX_HOURS}", field="duration",
+                            hint=_HOURS_HINT)  # fmt: skip
+    return hours * _SECONDS_PER_HOUR
 
 
 class _CostHandler(StarverseHandler):
@@ -49,11 +63,8 @@ class _CostHandler(StarverseHandler):
         if not gpu:
             mode = await self.run(lambda: self.client.mode)  # reads the mode file: off the loop
             gpu = mode.gpu_type if mode.kind == "gpu" and mode.gpu_type else "cpu"
-        raw = self.query("cards", "1") or "1"
-        try:
-            cards = int(raw)
-        except ValueError:
-            raise BadInputError(f"cards={raw!r} is not a whole number", field="cards") from None
+        cards = parse_int(self.query("cards"), "cards", default=1, low=1, high=_MAX_CARDS)
+        assert cards is not None
         return Resources(gpu, cards)
 
     def seconds(self) -> Decimal:

@@ -32,7 +32,7 @@ from jupyter_starverse.experiments import RunPaths
 from jupyter_starverse.jobmodel import Job, JobSpec, LaunchBackend, LogLine
 from jupyter_starverse.watch import JobProgress
 
-from ._base import StarverseHandler
+from ._base import StarverseHandler, parse_int
 
 __all__ = ["JobView", "LogTail", "TensorBoardInfo", "routes", "tensorboard_info"]
 
@@ -97,15 +97,7 @@ def tensorboard_info(job: Job) -> TensorBoardInfo:
 
 
 def _int_arg(value: str | None, name: str, *, default: int | None, low: int, high: int) -> int | None:
-    if value is None or value == "":
-        return default
-    try:
-        number = int(value)
-    except ValueError:
-        raise BadInputError(f"?{name}={value!r} is not a whole number", field=name) from None
-    if not low <= number <= high:
-        raise BadInputError(f"?{name} must be between {low} and {high}, got {number}", field=name)
-    return number
+    return parse_int(value, name, default=default, low=low, high=high)
 
 
 class _JobsBase(StarverseHandler):

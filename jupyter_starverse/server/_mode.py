@@ -21,7 +21,7 @@ from jupyter_starverse.errors import BadInputError, NotFoundError
 from jupyter_starverse.modes import discard_state, read_state
 from jupyter_starverse.server._kernels import restart_kernel, restore_kernel, switch_with_kernels
 
-from ._base import StarverseHandler
+from ._base import StarverseHandler, parse_int
 
 if TYPE_CHECKING:
     from jupyter_client.manager import AsyncKernelManager
@@ -29,20 +29,25 @@ if TYPE_CHECKING:
 __all__ = ["routes"]
 
 _IDLE_WAIT_S = 30.0
+MAX_GPUS = 64  # cards of one workspace (one node)
 _background: set[asyncio.Task[Any]] = set()
 
 
 def _switch_args(body: dict[str, Any]) -> dict[str, Any]:
     kind = body.get("kind")
     if not isinstance(kind, str):
-        raise BadInputError("'kind' must be 'cpu' or 'gpu'", field="kind")
+        raise BadInputError("'kind' must be 'cpu' or 'gpu'", field="kind", hint='e.g. {"kind": "gpu", "gpus": 1}')
     gpu_type = body.get("gpu_type")
-    if gpu_type is not None and not isinstance(gpu_type, str):
-        raise BadInputError("'gpu_type' must be a string", field="gpu_type")
+    if gpu_type is not None and (not isinstance(gpu_type, str) or len(gpu_type) > 64):
+        raise BadInputError("'gpu_type' must be a GPU type name", field="gpu_type", hint="e.g. a100-80g")
+    force = body.get("force", False)
+    if not isinstance(force, bool):
+        raise BadInputError("'force' must be true or false", field="force")
     gpus = body.get("gpus")
-    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
-        raise BadInputError("'gpus' must be a whole number >= 1", field="gpus")
-    return {"kind": kind, "gpu_type": gpu_type or None, "gpus": gpus, "force": bool(body.get("force", False))}
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= MAX_GPUS):
+        raise BadInputError(f"'gpus' must be a whole number between 1 and {MAX_GPUS}", field="gpus",
+                            hint="for example 1, 2 or 8")  # fmt: skip
+    return {"kind": kind, "gpu_type": gpu_type or None, "gpus": gpus, "force": force}
 
 
 class ModeHandler(StarverseHandler):
@@ -63,11 +68,15 @@ class ModeHandler(StarverseHandler):
 class PlanHandler(StarverseHandler):
     @web.authenticated
     async def get(self) -> None:
-        gpus = self.query("gpus")
-        if gpus is not None and not gpus.isdigit():
-            raise BadInputError("'gpus' must be a whole number", field="gpus")
-        args = _switch_args({"kind": self.query("kind"), "gpu_type": self.query("gpu_type"),
-                             "gpus": int(gpus) if gpus else None, "force": self.query("force") == "true"})
+        gpus = parse_int(self.query("gpus"), "gpus", default=None, low=1, high=MAX_GPUS)
+        args = _switch_args(
+            {
+                "kind": self.query("kind"),
+                "gpu_type": self.query("gpu_type"),
+                "gpus": gpus,
+                "force": self.query("force") == "true",
+            }
+        )
         self.finish_json(await self.run(self.client.modes.plan, args.pop("kind"), **args))
 
 

@@ -65,7 +65,7 @@ class MetricsFollower:
             for line in lines:
                 try:
                     point = metric_point(json.loads(line))
-                except ValueError:
+                except (ValueError, RecursionError):  # a foreign or broken line, never a failed poll
                     continue
                 if point is not None:
                     self._points.append(point)
