@@ -49,8 +49,10 @@ def _hours(value: object) -> Decimal:
     except InvalidOperation:
         raise BadInputError(f"hours={shown} is not a number", field="duration", hint=_HOURS_HINT) from None
     # Compare before any arithmetic: 1e9999999 * 3600 overflows the decimal context.
-    if not hours.is_finite() or not 0 < hours <= _MAX_HOURS:
-        raise BadInputError(f"hours={shown} must be more than 0 and at most {_MAX_HOURS}", field="duration",
+    if hours.is_finite() and hours <= 0:
+        raise BadInputError(f"hours={shown} must be positive", field="duration", hint=_HOURS_HINT)
+    if not hours.is_finite() or hours > _MAX_HOURS:
+        raise BadInputError(f"hours={shown} must be at most {_MAX_HOURS} (one year)", field="duration",
                             hint=_HOURS_HINT)  # fmt: skip
     return hours * _SECONDS_PER_HOUR
 
