@@ -7,6 +7,12 @@ per variable and a ``manifest.json``; it is published with a rename (never half 
 and deleted only once every saved name was restored, so a kernel that dies during restore
 loses nothing.
 
+Saved variables are private: the states root and every state folder are ``0700``, every file
+``0600``, created with those modes (never widened by the umask, never chmod-ed after the data
+is in). A state is found only from its id (checked against the id format) under the states
+root, never from a path stored in its manifest; restore refuses a folder or file that another
+uid owns or that others may write, so it never unpickles what another identity wrote.
+
 Tensors are written with ``torch.save`` and read back with ``map_location="cpu"``, so a
 tensor or model that lived on a GPU comes back on the CPU of any node.
 """
@@ -15,19 +21,21 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import pickle
 import re
 import shutil
+import stat
 import sys
 import time
 import types
 import uuid
 from collections.abc import MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from jupyter_starverse.errors import BadInputError, NotFoundError, StoreError
+from jupyter_starverse.errors import BadInputError, NotFoundError, PermissionDeniedError, StoreError
 
 __all__ = [
     "RestoreReport",
@@ -48,6 +56,11 @@ _MAX_REASON = 200
 _SMALL = 256 * 1024  # values smaller than this share one file
 _SMALL_FILE = "small.bin"
 _ID_RE = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{8}$")
+_VAR_FILE_RE = re.compile(r"^(?:small|[0-9]{1,9})\.bin$")  # the only names save_namespace writes
+_DIR_MODE = 0o700
+_FILE_MODE = 0o600
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 @dataclass(frozen=True)
@@ -222,6 +235,134 @@ def _state_root(home: Path) -> Path:
     return home / "modes" / "saved"
 
 
+def _check_id(state_id: object) -> str:
+    """``state_id`` if it has the id format (no separators, no dots); BadInputError otherwise."""
+    if not isinstance(state_id, str) or not _ID_RE.match(state_id):
+        shown = repr(state_id)[:80]
+        raise BadInputError(
+            f"{shown} is not a valid state id",
+            field="state_id",
+            hint="a state id looks like 20260101-120000-0123abcd; `starverse mode --json` lists them",
+        )
+    return state_id
+
+
+def _state_dir(home: Path | str, state_id: object) -> Path:
+    """The folder of state ``state_id``: computed from the id alone, never from stored data.
+
+    Raises BadInputError for a malformed id and NotFoundError when there is no such state
+    folder (a symlink or a plain file in its place is not one).
+    """
+    folder = _state_root(Path(home)) / _check_id(state_id)
+    try:
+        info = folder.lstat()
+    except FileNotFoundError:
+        info = None
+    except OSError as e:
+        raise StoreError(
+            f"cannot look at saved state {state_id}: {e}", hint="check the permissions of STARVERSE_HOME"
+        ) from e
+    if info is None or not stat.S_ISDIR(info.st_mode):
+        what = "no" if info is None else "a link or file, not a"
+        raise NotFoundError(
+            f"saved state {state_id!r}: {what} saved state folder under {folder.parent}",
+            hint="`starverse mode --json` lists the saved states",
+        )
+    return folder
+
+
+def _make_private_dir(path: Path, *, exist_ok: bool = False) -> None:
+    """Create ``path`` as a 0700 folder of this uid (an existing one must be ours and not a link)."""
+    try:
+        path.mkdir(mode=_DIR_MODE)
+    except FileExistsError:
+        if not exist_ok:
+            raise
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+        raise PermissionDeniedError(
+            f"{path} is not a folder of this user; saved variables are not written there",
+            hint="remove it, or point STARVERSE_HOME at a folder of your own",
+        )
+    path.chmod(_DIR_MODE)  # mkdir's mode went through the umask; set it exactly
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Write a new file readable and writable only by this uid (0600 from its creation)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, _FILE_MODE)
+    try:
+        os.fchmod(fd, _FILE_MODE)  # before any byte goes in, whatever the umask
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+def _unsafe(info: os.stat_result) -> str | None:
+    """Why a saved file or folder with this stat must not be trusted, or None."""
+    if info.st_uid != os.geteuid():
+        return f"it belongs to uid {info.st_uid}, not to this user (uid {os.geteuid()})"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"other users may write to it (mode {stat.S_IMODE(info.st_mode):04o})"
+    return None
+
+
+def _refuse(state_id: str, path: Path, why: str) -> PermissionDeniedError:
+    return PermissionDeniedError(
+        f"saved state {state_id} is not restored: {path}: {why}",
+        hint=f"only states this user wrote are loaded; delete it with `starverse mode discard {state_id}` "
+        "if you do not trust it",
+    )
+
+
+def _check_private_dir(state_id: str, path: Path) -> None:
+    try:
+        info = path.lstat()
+    except OSError as e:
+        raise StoreError(f"saved state {state_id} cannot be read: {e}", hint=f"it stays at {path}") from e
+    if not stat.S_ISDIR(info.st_mode):
+        raise _refuse(state_id, path, "not a folder (a link or a file)")
+    why = _unsafe(info)
+    if why:
+        raise _refuse(state_id, path, why)
+
+
+def _check_var_files(state_id: str, vars_dir: Path, files: dict[str, Any], skip: tuple[str, ...]) -> None:
+    """Refuse the whole state when any file it would load is not this user's own (checked again on read)."""
+    for name, meta in files.items():
+        filename = meta.get("file") if isinstance(meta, dict) else None
+        if name in skip or not isinstance(filename, str) or not _VAR_FILE_RE.match(filename):
+            continue
+        try:
+            info = (vars_dir / filename).lstat()
+        except OSError:
+            continue  # reported for that name when it is read
+        if not stat.S_ISREG(info.st_mode):
+            raise _refuse(state_id, vars_dir / filename, "not a regular file (a link?)")
+        why = _unsafe(info)
+        if why:
+            raise _refuse(state_id, vars_dir / filename, why)
+
+
+def _read_private(state_id: str, path: Path) -> bytes:
+    """The bytes of a saved file: no link followed, owned by this uid, writable by no one else."""
+    fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _refuse(state_id, path, "not a regular file")
+        why = _unsafe(info)
+        if why:
+            raise _refuse(state_id, path, why)
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def save_namespace(
     namespace: MutableMapping[str, Any],
     *,
@@ -251,9 +392,7 @@ def save_namespace(
     """
     torch = _torch()
     root = _state_root(Path(home))
-    state_id = state_id or new_state_id()
-    if not _ID_RE.match(state_id):
-        raise BadInputError(f"{state_id!r} is not a valid state id", field="state_id")
+    state_id = _check_id(state_id or new_state_id())
     tmp = root / f".{state_id}.tmp"
     final = root / state_id
     names: list[str] = []
@@ -261,8 +400,13 @@ def save_namespace(
     small: dict[str, bytes] = {}
     not_kept: dict[str, str] = {}
     notes: dict[str, str] = {}
+    made_tmp = False
     try:
-        (tmp / "vars").mkdir(parents=True)
+        root.parent.mkdir(parents=True, exist_ok=True)
+        _make_private_dir(root, exist_ok=True)  # an older, 0755 root is made private too
+        _make_private_dir(tmp)
+        made_tmp = True
+        _make_private_dir(tmp / "vars")
         for index, (name, value) in enumerate(list(namespace.items())):
             if _skip(name):
                 continue
@@ -295,7 +439,7 @@ def save_namespace(
                 files[target] = {"file": _SMALL_FILE, "format": fmt, "type": kind}
             else:
                 filename = f"{index}.bin"
-                (tmp / "vars" / filename).write_bytes(data)
+                _write_private(tmp / "vars" / filename, data)
                 files[target] = {"file": filename, "format": fmt, "type": kind}
             names.append(target)
         state = SavedState(
@@ -310,8 +454,8 @@ def save_namespace(
             kernel_id=kernel_id,
         )
         manifest = state.to_json() | {"files": files}
-        (tmp / "vars" / _SMALL_FILE).write_bytes(pickle.dumps(small, protocol=pickle.HIGHEST_PROTOCOL))
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        _write_private(tmp / "vars" / _SMALL_FILE, pickle.dumps(small, protocol=pickle.HIGHEST_PROTOCOL))
+        _write_private(tmp / MANIFEST, json.dumps(manifest, indent=1).encode())
         tmp.replace(final)
     except OSError as e:
         raise StoreError(
@@ -319,7 +463,8 @@ def save_namespace(
             hint="free disk space or fix permissions on STARVERSE_HOME; nothing was switched",
         ) from e
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if made_tmp:  # never remove a folder this call did not create
+            shutil.rmtree(tmp, ignore_errors=True)
     return state
 
 
@@ -330,17 +475,28 @@ def list_states(home: Path | str) -> list[SavedState]:
     if not root.is_dir():
         return out
     for entry in root.iterdir():
-        if entry.name.startswith("."):
+        # Only real folders named like a state id; a link or a stray name is not a state.
+        if not _ID_RE.match(entry.name) or entry.is_symlink() or not entry.is_dir():
             continue
         try:
-            out.append(SavedState.from_json(json.loads((entry / MANIFEST).read_text())))
-        except (OSError, ValueError, KeyError):
+            fd = os.open(entry / MANIFEST, os.O_RDONLY | _NOFOLLOW | _CLOEXEC)
+            with os.fdopen(fd, "rb") as fh:
+                data = json.loads(fh.read())
+            state = SavedState.from_json(data)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
+        # Where a state lives follows from its id, never from what its manifest says.
+        out.append(replace(state, id=entry.name, path=str(entry)))
     return sorted(out, key=lambda s: s.created, reverse=True)
 
 
 def read_state(home: Path | str, state_id: str | None = None, *, kernel_id: str | None = None) -> SavedState:
-    """One saved state by id, or the newest one (of ``kernel_id`` when given)."""
+    """One saved state by id, or the newest one (of ``kernel_id`` when given).
+
+    A malformed ``state_id`` (separators, dots, anything but the id format) is a BadInputError.
+    """
+    if state_id is not None:
+        _check_id(state_id)
     states = list_states(home)
     if state_id is not None:
         states = [s for s in states if s.id == state_id]
@@ -353,9 +509,19 @@ def read_state(home: Path | str, state_id: str | None = None, *, kernel_id: str 
 
 
 def discard_state(home: Path | str, state_id: str) -> None:
-    """Delete a saved state (after a switch that did not happen, or on the user's request)."""
-    state = read_state(home, state_id)
-    shutil.rmtree(state.path, ignore_errors=True)
+    """Delete a saved state (after a switch that did not happen, or on the user's request).
+
+    Only the folder ``<home>/modes/saved/<state_id>`` is removed: it is found from the id
+    alone (BadInputError for a malformed id, NotFoundError when it is missing or a link);
+    a ``path`` written in its manifest is ignored.
+    """
+    folder = _state_dir(home, state_id)
+    try:
+        shutil.rmtree(folder)  # does not follow links inside the folder
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise StoreError(f"could not delete saved state {state_id}: {e}", hint=f"remove {folder} by hand") from e
 
 
 def last_report(home: Path | str) -> RestoreReport | None:
@@ -384,31 +550,43 @@ def restore_namespace(
     are reported in ``failed`` as skipped.
     """
     state = read_state(home, state_id, kernel_id=kernel_id)
-    folder = Path(state.path)
+    folder = _state_dir(home, state.id)  # from the id, never from a path stored in the manifest
+    vars_dir = folder / "vars"
+    _check_private_dir(state.id, folder)
+    _check_private_dir(state.id, vars_dir)
     try:
-        manifest = json.loads((folder / MANIFEST).read_text())
-    except (OSError, ValueError) as e:
+        manifest = json.loads(_read_private(state.id, folder / MANIFEST))
+        files = manifest.get("files", {})
+        if not isinstance(files, dict):
+            raise ValueError("'files' is not a mapping")
+    except (OSError, ValueError, AttributeError) as e:
         raise StoreError(f"saved state {state.id} cannot be read: {e}", hint=f"it stays at {folder}") from e
+    _check_var_files(state.id, vars_dir, files, skip)  # before anything is unpickled
     restored: list[str] = []
     failed: dict[str, str] = {}
     packed: dict[str, bytes] | None = None
-    for name, meta in manifest.get("files", {}).items():
+    for name, meta in files.items():
         if name in skip:
             failed[name] = "skipped on request"
             continue
         try:
-            if meta["file"] == _SMALL_FILE:
+            filename = meta["file"]
+            if not isinstance(filename, str) or not _VAR_FILE_RE.match(filename):
+                raise BadInputError(f"the manifest names the file {str(filename)[:80]!r}, not one a save writes")
+            if filename == _SMALL_FILE:
                 if packed is None:
-                    packed = pickle.loads((folder / "vars" / _SMALL_FILE).read_bytes())  # noqa: S301 - our own file
+                    packed = pickle.loads(_read_private(state.id, vars_dir / _SMALL_FILE))  # noqa: S301 - checked ours
                 data = packed[name]
             else:
-                data = (folder / "vars" / meta["file"]).read_bytes()
+                data = _read_private(state.id, vars_dir / filename)
             if meta.get("format") == "torch":
                 import torch  # saved with torch: the new kernel has it too
 
                 value = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
             else:
                 value = pickle.loads(data)  # noqa: S301 - our own file, written by save_namespace
+        except PermissionDeniedError:
+            raise  # a file another identity could have written: load nothing more from this state
         except Exception as e:  # one bad variable must not stop the others
             failed[name] = _short(f"{type(e).__name__}: {e}")
             continue

@@ -16,6 +16,7 @@ the workspace is switched, and then:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import urllib.error
@@ -74,7 +75,8 @@ def switch_here(
     try:
         outcome = service.apply(plan)
     except BaseException:
-        discard_state(home, saved.id)  # nothing switched: the kernel still has everything
+        with contextlib.suppress(StarverseError):  # the switch's own error is the one to show
+            discard_state(home, saved.id)  # nothing switched: the kernel still has everything
         raise
     if outcome is None or outcome.restarts_workspace:
         message = "the workspace moves now; when it is back, run `%sv mode restore` to get the variables back"

@@ -9,13 +9,14 @@ or one a test starts). The code run inside the kernel is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import queue
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jupyter_starverse.errors import ConflictError
+from jupyter_starverse.errors import ConflictError, StarverseError
 from jupyter_starverse.modes import KernelSwitchReport, RestoreReport, SavedState, kernel_env, new_state_id, read_state
 
 if TYPE_CHECKING:
@@ -192,7 +193,8 @@ async def switch_with_kernels(
         outcome = await asyncio.to_thread(service.apply, plan)
     except BaseException:
         for state in saved:
-            discard_state(home, state.id)
+            with contextlib.suppress(StarverseError):  # the switch's own error is the one to show
+                discard_state(home, state.id)
         raise
     if outcome is None or outcome.restarts_workspace:
         message = "when the workspace is back, run `%sv mode restore` in each notebook to get its variables"
