@@ -71,6 +71,30 @@ async def test_list_get_logs_tensorboard_of_a_finished_job(jp_fetch: Any, settin
     assert cancelled["state"] == "succeeded"
 
 
+async def test_log_tail_reads_from_the_end_of_a_large_log(
+    jp_fetch: Any, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jupyter_starverse.backends.local import LocalBackend
+    from jupyter_starverse.experiments import RunPaths
+
+    handle = quick_job(settings, name="biglog")
+    log = RunPaths(Path(handle.experiment_dir)).rank_log(0)
+    with log.open("ab") as f:  # 64 MiB of earlier output before the last lines
+        chunk = (b"x" * 1023 + b"\n") * 1024
+        for _ in range(64):
+            f.write(chunk)
+        f.write(b"the end\n")
+
+    def no_full_read(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the tail must not read the logs through")
+
+    monkeypatch.setattr(LocalBackend, "logs", no_full_read)
+    for params in ({"tail": "3", "rank": "0"}, {"tail": "200"}):
+        tail = json.loads((await jp_fetch("jupyter-starverse", "jobs", handle.id, "logs", params=params)).body)
+        texts = [ln["text"] for ln in tail["lines"] if ln["rank"] == 0]
+        assert texts[-1] == "the end" and len(tail["lines"]) <= 200 + 2
+
+
 async def test_preview_is_the_cli_dry_run_over_rest(jp_fetch: Any, settings: Settings) -> None:
     from jupyter_starverse.cli import parse
     from jupyter_starverse.client import Starverse
