@@ -45,7 +45,21 @@ def parse(
 ) -> argparse.Namespace:
     """Parse ``argv``; attach the cell body, the notebook flag and the front door's presenter."""
     parser = build_parser(prog)
-    args = parser.parse_args(list(argv))
+    argv = list(argv)
+    # `--` ends the options anywhere: what follows is the script's own arguments, even
+    # after a positional SCRIPT (argparse alone would refuse `launch train.py -- --lr 1`).
+    rest: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, rest = argv[:cut], argv[cut + 1 :]
+    args = parser.parse_args(argv)
+    if rest:
+        if not hasattr(args, "script_args"):
+            raise UsageError(
+                f"{' '.join(rest)!r} after `--`: this command takes no script arguments",
+                hint=f"usage: {parser.format_usage().strip()[7:]}",
+            )
+        args.script_args = [*args.script_args, *rest]
     if getattr(args, "run", None) is None:
         raise UsageError("no command given", hint=f"usage: {parser.format_usage().strip()[7:]}; try --help")
     args.cell = cell

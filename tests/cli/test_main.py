@@ -52,3 +52,15 @@ def test_bad_environment_is_reported_not_a_traceback(
     monkeypatch.setenv("STARVERSE_BACKEND", "slurm")
     assert main(["info"]) == 2
     assert "STARVERSE_BACKEND" in capsys.readouterr().err
+
+
+def test_double_dash_ends_options_anywhere() -> None:
+    from jupyter_starverse.cli import parse
+    from jupyter_starverse.cli._common import UsageError
+
+    args = parse(["launch", "train.py", "--nodes", "2", "--", "--foo", "1"])
+    assert (args.script, args.script_args, args.nodes) == ("train.py", ["--foo", "1"], 2)
+    args = parse(["train", "--steps", "5", "--", "--lr", "0.1", "--nodes", "9"], cell="x", notebook=True)
+    assert args.script_args == ["--lr", "0.1", "--nodes", "9"] and args.nodes == 1
+    with pytest.raises(UsageError, match="takes no script arguments"):
+        parse(["info", "--", "x"])
