@@ -18,7 +18,7 @@ extension starts from the same object and overrides fields from its traitlets.
 | STARVERSE_NAMESPACE         | Kubernetes namespace                              | from kubeconfig / SA / default  |
 | STARVERSE_KUBE_CONTEXT      | kubeconfig context                                | current context                 |
 | STARVERSE_KUBE_KIND         | manifest kind: ``job``/``jobset``/``trainjob``/``pytorchjob`` | ``job``             |
-| STARVERSE_IMAGE             | default training image                            | ``pytorch/pytorch:latest``      |
+| STARVERSE_IMAGE             | default training image (must contain this package) | ``DEFAULT_IMAGE`` (pinned tag)  |
 | STARVERSE_KUEUE_QUEUE       | Kueue LocalQueue name                             |                                 |
 | STARVERSE_GPU_POOLS         | path of a GPU pool table (JSON)                   | shipped table                   |
 | STARVERSE_USER              | user name recorded on jobs and costs              | login name                      |
@@ -28,6 +28,18 @@ extension starts from the same object and overrides fields from its traitlets.
 | STARVERSE_WORKSPACE_CONTAINER | container of the workspace pod to move           | the first one                   |
 | STARVERSE_STORE_CLAIM       | PVC of the store in job pods (read-only there)    | ``starverse-store``             |
 | STARVERSE_EXPERIMENTS_CLAIM | PVC of the experiments root in job pods           | ``starverse-experiments``       |
+| STARVERSE_SHARED_GROUP      | group (name or gid) sharing the store (docs/sharing.md) | none: single user         |
+| STARVERSE_POD_UID           | uid of job pods (non-root, owns the shared volumes)| ``1000``                        |
+| STARVERSE_POD_GID           | primary gid of job pods                           | ``1000``                        |
+| STARVERSE_POD_FS_GROUP      | fsGroup of job pods (``none``: do not set)        | the gid                         |
+| STARVERSE_AUTOMOUNT_TOKEN   | mount the service-account token in job pods       | ``false``                       |
+| STARVERSE_IMAGE_PULL_SECRETS| pull secrets of job pods, comma separated         |                                 |
+| STARVERSE_SERVICE_ACCOUNT   | service account of job pods                       | the namespace's ``default``     |
+| STARVERSE_PRIORITY_CLASS    | priorityClassName of job pods                     |                                 |
+| STARVERSE_POD_ANNOTATIONS   | pod annotations: ``k=v,k2=v2`` or a JSON object   |                                 |
+| STARVERSE_EXTRA_RESOURCES   | extra device limits of GPU pods: ``rdma/hca=1``   |                                 |
+| STARVERSE_NODE_AFFINITY     | required node affinity of GPU pods (JSON, alternatives) |                           |
+| STARVERSE_SHM_SIZE          | sizeLimit of ``/dev/shm`` in job pods             | a quarter of the pod's memory   |
 """
 
 from __future__ import annotations
@@ -35,18 +47,47 @@ from __future__ import annotations
 import dataclasses
 import getpass
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._version import __version__
 from .errors import BadInputError
 
-__all__ = ["Settings", "BACKENDS", "MODES", "KUBE_KINDS"]
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_IMAGE",
+    "KUBE_KINDS",
+    "MODES",
+    "NodeTerm",
+    "Settings",
+    "check_quantity",
+    "check_resources",
+    "node_affinity_json",
+    "parse_mapping",
+    "parse_node_affinity",
+]
 
 BACKENDS = ("local", "kubernetes")
 MODES = ("cpu", "gpu")
 KUBE_KINDS = ("job", "jobset", "trainjob", "pytorchjob")
 WORKSPACES = ("auto", "local", "kubernetes", "jupyterhub")
+
+
+def _image_tag(version: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", version)[:128]
+
+
+#: The default training image: built from docs/image/Dockerfile for this version of the package
+#: (CUDA torch + jupyter_starverse), pinned to the version, never ``:latest``.
+DEFAULT_IMAGE = f"ghcr.io/jupyter-starverse/starverse-torch:{_image_tag(__version__)}"
+
+#: One nodeSelectorTerm: requirements ``(key, operator, values)``, all of which must hold.
+NodeTerm = tuple[tuple[str, str, tuple[str, ...]], ...]
+_NODE_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+_RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
 def _gpu_visible() -> bool:
@@ -93,6 +134,146 @@ def _optional(env: Mapping[str, str], name: str) -> str | None:
     return value or None
 
 
+def _group(env: Mapping[str, str], name: str) -> str | None:
+    """A group name or numeric gid (resolved where it is used: the group may live in NSS only)."""
+    value = _optional(env, name)
+    if value is None:
+        return None
+    if not re.fullmatch(r"\d{1,10}|[A-Za-z_][A-Za-z0-9_.-]{0,63}\$?", value):
+        raise BadInputError(
+            f"{name}={value!r} is not a group name or gid",
+            field=name,
+            hint="give a group all users of the store belong to, e.g. ml-team (docs/sharing.md)",
+        )
+    return value
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise BadInputError(f"{name}={raw!r} is not a boolean", field=name, hint=f"set {name} to true or false")
+
+
+def _id(env: Mapping[str, str], name: str, default: int | None, *, allow_none: bool = False) -> int | None:
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if allow_none and raw == "none":
+        return None
+    if not raw.isdigit() or int(raw) == 0 or int(raw) > 2**31 - 1:
+        raise BadInputError(
+            f"{name}={raw!r} is not a non-root numeric id",
+            field=name,
+            hint=f"give a number above 0 (Pod Security 'restricted' refuses root), e.g. {name}=1000",
+        )
+    return int(raw)
+
+
+def check_quantity(value: object, where: str) -> str:
+    """A Kubernetes quantity (``8``, ``500m``, ``64Gi``), as a string; bad input otherwise."""
+    text = str(value).strip()
+    if not _QUANTITY.match(text):
+        raise BadInputError(f"{where}: {value!r} is not a Kubernetes quantity", field=where, hint="e.g. 8, 500m, 64Gi")
+    return text
+
+
+def parse_mapping(raw: str, where: str) -> dict[str, str]:
+    """``k=v,k2=v2`` or a JSON object of strings."""
+    import json
+
+    raw = raw.strip()
+    if raw.startswith("{"):
+        try:
+            data = json.loads(raw)
+        except ValueError as e:
+            raise BadInputError(f"{where} is not valid JSON: {e}", field=where) from None
+        if not isinstance(data, dict):
+            raise BadInputError(f"{where} must be a JSON object", field=where)
+        return {str(k): str(v) for k, v in data.items()}
+    out: dict[str, str] = {}
+    for item in filter(None, (i.strip() for i in raw.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise BadInputError(f"{where}: {item!r} is not KEY=VALUE", field=where, hint="e.g. a=1,b=2")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def check_resources(data: Mapping[str, object], where: str) -> dict[str, str]:
+    """Extra extended resources (``{"rdma/hca": "1"}``): valid names and quantities."""
+    out = {}
+    for name, value in data.items():
+        if not _RESOURCE_NAME.match(str(name)) or str(name) in ("cpu", "memory"):
+            raise BadInputError(
+                f"{where}: {name!r} is not an extended resource name", field=where, hint="e.g. rdma/hca=1"
+            )
+        out[str(name)] = check_quantity(value, f"{where}.{name}")
+    return out
+
+
+def parse_node_affinity(data: object, where: str) -> tuple[NodeTerm, ...]:
+    """Alternatives of node requirements (nodeSelectorTerms, any one of which may match).
+
+    ``data`` is a JSON list of terms; a term maps a label to a value, a list of values
+    (``In``), or ``{"operator": "NotIn|Exists|DoesNotExist|Gt|Lt", "values": [...]}``.
+    """
+    if isinstance(data, dict):
+        data = [data]
+    if not isinstance(data, list) or not data:
+        raise BadInputError(
+            f"{where}: expected a list of terms",
+            field=where,
+            hint='e.g. [{"nvidia.com/gpu.product": ["NVIDIA-A100-SXM4-80GB", "NVIDIA-A100-PCIE-80GB"]}]',
+        )
+    terms: list[NodeTerm] = []
+    for i, term in enumerate(data):
+        if not isinstance(term, dict) or not term:
+            raise BadInputError(f"{where}[{i}] must be a non-empty object of label requirements", field=where)
+        reqs = []
+        for key, value in term.items():
+            if isinstance(value, dict):
+                op = str(value.get("operator", "In"))
+                values = value.get("values", [])
+            else:
+                op, values = "In", value if isinstance(value, list) else [value]
+            if op not in _NODE_OPERATORS or not isinstance(values, list):
+                raise BadInputError(
+                    f"{where}[{i}].{key}: operator must be one of {', '.join(_NODE_OPERATORS)}", field=where
+                )
+            if (op in ("Exists", "DoesNotExist")) != (not values):
+                raise BadInputError(f"{where}[{i}].{key}: {op} takes {'no' if values else 'some'} values", field=where)
+            reqs.append((str(key), op, tuple(str(v) for v in values)))
+        terms.append(tuple(reqs))
+    return tuple(terms)
+
+
+def node_affinity_json(terms: tuple[NodeTerm, ...]) -> list[dict[str, object]]:
+    """The JSON form :func:`parse_node_affinity` reads."""
+    return [{k: {"operator": op, "values": list(v)} for k, op, v in term} for term in terms]
+
+
+def _affinity(env: Mapping[str, str], name: str) -> tuple[NodeTerm, ...]:
+    import json
+
+    raw = _optional(env, name)
+    if raw is None:
+        return ()
+    try:
+        data = json.loads(raw)
+    except ValueError as e:
+        raise BadInputError(
+            f"{name} is not valid JSON: {e}",
+            field=name,
+            hint=f'e.g. {name}=\'[{{"nvidia.com/gpu.product": ["NVIDIA-A100-SXM4-80GB", "NVIDIA-A100-PCIE-80GB"]}}]\'',
+        ) from None
+    return parse_node_affinity(data, name)
+
+
 @dataclass(frozen=True)
 class Settings:
     """Resolved configuration. Build with :meth:`from_env`; change with :meth:`replace`."""
@@ -109,7 +290,7 @@ class Settings:
     namespace: str | None = None
     kube_context: str | None = None
     kube_kind: str = "job"
-    image: str = "pytorch/pytorch:latest"
+    image: str = DEFAULT_IMAGE
     kueue_queue: str | None = None
     gpu_pools_file: Path | None = None
     user: str = "user"
@@ -119,6 +300,19 @@ class Settings:
     workspace_container: str | None = None
     store_claim: str | None = None
     experiments_claim: str | None = None
+    shared_group: str | None = None
+    pod_uid: int = 1000
+    pod_gid: int = 1000
+    pod_fs_group: int | None = 1000
+    automount_token: bool = False
+    image_pull_secrets: tuple[str, ...] = ()
+    service_account: str | None = None
+    priority_class: str | None = None
+    #: (key, value) pairs, so that Settings stays hashable
+    pod_annotations: tuple[tuple[str, str], ...] = ()
+    extra_resources: tuple[tuple[str, str], ...] = ()
+    node_affinity: tuple[NodeTerm, ...] = ()
+    shm_size: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -131,6 +325,7 @@ class Settings:
         experiments = _path(env.get("STARVERSE_EXPERIMENTS", "").strip() or str(home / "experiments"))
         prices = _optional(env, "STARVERSE_PRICES")
         pools = _optional(env, "STARVERSE_GPU_POOLS")
+        gid = _id(env, "STARVERSE_POD_GID", 1000) or 1000
         return cls(
             home=home,
             store=store,
@@ -144,7 +339,7 @@ class Settings:
             namespace=_optional(env, "STARVERSE_NAMESPACE"),
             kube_context=_optional(env, "STARVERSE_KUBE_CONTEXT"),
             kube_kind=_choice(env, "STARVERSE_KUBE_KIND", KUBE_KINDS, "job"),
-            image=_optional(env, "STARVERSE_IMAGE") or "pytorch/pytorch:latest",
+            image=_optional(env, "STARVERSE_IMAGE") or DEFAULT_IMAGE,
             kueue_queue=_optional(env, "STARVERSE_KUEUE_QUEUE"),
             gpu_pools_file=_path(pools) if pools else None,
             user=_optional(env, "STARVERSE_USER") or _user(),
@@ -154,6 +349,31 @@ class Settings:
             workspace_container=_optional(env, "STARVERSE_WORKSPACE_CONTAINER"),
             store_claim=_optional(env, "STARVERSE_STORE_CLAIM"),
             experiments_claim=_optional(env, "STARVERSE_EXPERIMENTS_CLAIM"),
+            shared_group=_group(env, "STARVERSE_SHARED_GROUP"),
+            pod_uid=_id(env, "STARVERSE_POD_UID", 1000) or 1000,
+            pod_gid=gid,
+            pod_fs_group=_id(env, "STARVERSE_POD_FS_GROUP", gid, allow_none=True),
+            automount_token=_bool(env, "STARVERSE_AUTOMOUNT_TOKEN", False),
+            image_pull_secrets=tuple(
+                x.strip() for x in (_optional(env, "STARVERSE_IMAGE_PULL_SECRETS") or "").split(",") if x.strip()
+            ),
+            service_account=_optional(env, "STARVERSE_SERVICE_ACCOUNT"),
+            priority_class=_optional(env, "STARVERSE_PRIORITY_CLASS"),
+            pod_annotations=tuple(
+                sorted(parse_mapping(env.get("STARVERSE_POD_ANNOTATIONS", ""), "STARVERSE_POD_ANNOTATIONS").items())
+            ),
+            extra_resources=tuple(
+                sorted(
+                    check_resources(
+                        parse_mapping(env.get("STARVERSE_EXTRA_RESOURCES", ""), "STARVERSE_EXTRA_RESOURCES"),
+                        "STARVERSE_EXTRA_RESOURCES",
+                    ).items()
+                )
+            ),
+            node_affinity=_affinity(env, "STARVERSE_NODE_AFFINITY"),
+            shm_size=check_quantity(shm, "STARVERSE_SHM_SIZE")
+            if (shm := _optional(env, "STARVERSE_SHM_SIZE"))
+            else None,
         )
 
     def replace(self, **changes: object) -> Settings:
@@ -192,6 +412,24 @@ class Settings:
             "STARVERSE_HUB_PROFILES": self.hub_profiles,
             "STARVERSE_STORE_CLAIM": self.store_claim,
             "STARVERSE_EXPERIMENTS_CLAIM": self.experiments_claim,
+            "STARVERSE_SHARED_GROUP": self.shared_group,
+            "STARVERSE_SERVICE_ACCOUNT": self.service_account,
+            "STARVERSE_PRIORITY_CLASS": self.priority_class,
+            "STARVERSE_SHM_SIZE": self.shm_size,
         }
         env.update({k: str(v) for k, v in optional.items() if v is not None})
+        import json
+
+        env["STARVERSE_POD_UID"] = str(self.pod_uid)
+        env["STARVERSE_POD_GID"] = str(self.pod_gid)
+        env["STARVERSE_POD_FS_GROUP"] = "none" if self.pod_fs_group is None else str(self.pod_fs_group)
+        env["STARVERSE_AUTOMOUNT_TOKEN"] = "true" if self.automount_token else "false"
+        if self.image_pull_secrets:
+            env["STARVERSE_IMAGE_PULL_SECRETS"] = ",".join(self.image_pull_secrets)
+        if self.pod_annotations:
+            env["STARVERSE_POD_ANNOTATIONS"] = json.dumps(dict(self.pod_annotations), sort_keys=True)
+        if self.extra_resources:
+            env["STARVERSE_EXTRA_RESOURCES"] = json.dumps(dict(self.extra_resources), sort_keys=True)
+        if self.node_affinity:
+            env["STARVERSE_NODE_AFFINITY"] = json.dumps(node_affinity_json(self.node_affinity))
         return env

@@ -43,3 +43,15 @@ def test_replace_validates(tmp_path: Path) -> None:
     s = Settings.from_env({"STARVERSE_HOME": str(tmp_path)})
     with pytest.raises(BadInputError, match="backend"):
         s.replace(backend="nomad")
+
+
+def test_shared_group_is_a_name_or_gid_and_round_trips(tmp_path: Path) -> None:
+    assert Settings.from_env({"STARVERSE_HOME": str(tmp_path)}).shared_group is None
+    for value in ("ml-team", "60100", "team_1"):
+        s = Settings.from_env({"STARVERSE_HOME": str(tmp_path), "STARVERSE_SHARED_GROUP": f" {value} "})
+        assert s.shared_group == value
+        assert s.to_env()["STARVERSE_SHARED_GROUP"] == value
+        assert Settings.from_env(s.to_env()) == s
+    with pytest.raises(BadInputError, match="STARVERSE_SHARED_GROUP") as info:
+        Settings.from_env({"STARVERSE_SHARED_GROUP": "no such/group"})
+    assert info.value.field == "STARVERSE_SHARED_GROUP" and "docs/sharing.md" in str(info.value.hint)

@@ -7,9 +7,10 @@
 from __future__ import annotations
 
 from ._catalog import Catalog
+from ._holds import Hold
 from ._names import DatasetRef, ModelRef, parse_ref
 from ._progress import ProgressCallback, tqdm_callback
-from ._types import Entry, EntryStatus, FileRecord, PullProgress, StoreListing, format_bytes
+from ._types import Entry, EntryStatus, FileRecord, HoldInfo, PullProgress, StoreListing, VerifyReport, format_bytes
 
 __all__ = [
     "Catalog",
@@ -17,10 +18,13 @@ __all__ = [
     "Entry",
     "EntryStatus",
     "FileRecord",
+    "Hold",
+    "HoldInfo",
     "ModelRef",
     "ProgressCallback",
     "PullProgress",
     "StoreListing",
+    "VerifyReport",
     "format_bytes",
     "parse_ref",
     "tqdm_callback",

@@ -1,8 +1,10 @@
-"""The catalog service: add, pull (single-flight), mount (O(1)), status, evict, remove."""
+"""The catalog service: add, pull (single-flight), mount (O(1)), status, verify, hold, evict, remove."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import logging
 import os
 import shutil
@@ -15,17 +17,34 @@ from jupyter_starverse._settings import Settings
 from jupyter_starverse.errors import BadInputError, ConflictError, InvalidNameError, NotFoundError, StoreError
 
 from ._fetch import LeaseLostError, SourceFile, fetch_file, list_source, open_source, store_full
+from ._holds import Hold, live_holds, new_hold
 from ._layout import Layout, Manifest, dir_bytes, store_root
 from ._lease import Lease
 from ._models import import_model_folder, pull_model, sha256_file
 from ._names import DEFAULT_VERSION, DatasetRef, ModelRef, Ref, check_name, parse_hf, parse_ref, safe_join
-from ._progress import ProgressCallback, ProgressTracker, read_progress
-from ._types import Entry, EntryStatus, FileRecord, PullProgress
+from ._perms import make_dirs, prepare_shared, resolve_group, translate_permissions
+from ._progress import ProgressCallback, ProgressTracker, read_progress, write_json_atomic
+from ._types import Entry, EntryStatus, FileRecord, HoldInfo, PullProgress, VerifyReport
 
 __all__ = ["Catalog"]
 
 _POLL = 0.1
 _RUNNING = ("downloading", "verifying")
+# The folders every user writes; in group mode they are the group's, setgid, 2775 (docs/sharing.md).
+_SHARED = (
+    "catalog",
+    "catalog/datasets",
+    "catalog/models",
+    "data",
+    "hf",
+    "hf/hub",
+    ".leases",
+    ".leases/files",
+    ".progress",
+    ".usage",
+    ".holds",
+    ".verify",
+)
 log = logging.getLogger(__name__)
 
 
@@ -43,6 +62,14 @@ class Catalog:
         self.settings = settings
         self.root = store_root(settings.store)
         self.layout = Layout(self.root)
+        self._prepared = False
+
+    def _prepare(self) -> None:
+        """Group mode (``settings.shared_group``): the store's folders belong to the group, setgid 2775."""
+        if self._prepared or not self.settings.shared_group:
+            return
+        prepare_shared(self.root, resolve_group(self.settings.shared_group), _SHARED)
+        self._prepared = True
 
     # -- paths and environment ---------------------------------------------------
     @property
@@ -55,6 +82,7 @@ class Catalog:
         return {"STARVERSE_STORE": str(self.root), "HF_HUB_CACHE": str(self.hf_cache_dir), "HF_HUB_OFFLINE": "1"}
 
     # -- entries -------------------------------------------------------------------
+    @translate_permissions("add a dataset to the store")
     def add_dataset(
         self,
         name: str,
@@ -67,6 +95,7 @@ class Catalog:
         """Register a dataset (a folder or fsspec URL); nothing is copied until :meth:`pull`."""
         check_name(name)
         version = check_name(version, what="version") if version is not None else DEFAULT_VERSION
+        self._prepare()
         if not isinstance(source, str) or not source.strip():
             raise BadInputError(
                 "source must be a folder or URL", field="source", hint="e.g. ./data, s3://bucket/prefix"
@@ -89,14 +118,17 @@ class Catalog:
             )
         return old
 
+    @translate_permissions("read the catalog")
     def entry(self, ref: str) -> Entry:
         """The catalog record for ``ref``."""
         return self.layout.read_entry(self.layout.resolve(parse_ref(ref)))
 
+    @translate_permissions("read the store")
     def status(self, ref: str) -> EntryStatus:
         """Cache state of one entry; NotFoundError for unknown names."""
         return self._status(self.layout.resolve(parse_ref(ref)))
 
+    @translate_permissions("list the store")
     def ls(self) -> list[EntryStatus]:
         """Every entry with state, size and last use; a corrupt record is logged and skipped."""
         out = []
@@ -108,6 +140,7 @@ class Catalog:
                     log.warning("skipping %s in the listing: %s", ref, e)
         return out
 
+    @translate_permissions("read pull progress")
     def pulls(self, *, recent_s: float = 120.0) -> list[PullProgress]:
         """Pulls running anywhere (persisted by their owners), plus those that ended recently.
 
@@ -159,7 +192,7 @@ class Catalog:
             path = self._path(ref, manifest)
             return EntryStatus(
                 entry,
-                "cached",
+                "corrupt" if self._corrupt(ref, manifest) is not None else "cached",
                 manifest.size,
                 len(manifest.files),
                 manifest.size,
@@ -176,14 +209,38 @@ class Catalog:
         return EntryStatus(entry, "partial" if files else "missing", size, files, expected, last, None, None, pulling)
 
     def _path(self, ref: Ref, manifest: Manifest) -> Path:
-        if isinstance(ref, DatasetRef):
-            return self.layout.data_dir(ref)
-        return self.layout.snapshot_dir(ref, str(manifest.commit))
+        return self.layout.mount_dir(ref, manifest)
+
+    def _corrupt(self, ref: Ref, manifest: Manifest | None) -> VerifyReport | None:
+        """The failed ``verify`` report recorded for this publication of ``ref``, if any."""
+        path = self.layout.verify_path(self.layout.key(ref))
+        try:
+            report = VerifyReport.from_json(json.loads(path.read_text()))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, TypeError, KeyError) as e:
+            log.warning("ignoring unreadable verify record %s: %s", path, e)
+            return None
+        if report.ok or report.ref != str(ref):
+            return None
+        if manifest is not None and report.verified_at < manifest.completed_at:
+            return None  # recorded before the entry was pulled again
+        return report
 
     # -- mount -----------------------------------------------------------------------
+    @translate_permissions("mount a store entry")
     def mount(self, ref: str) -> Path:
         """The read-only folder of a pulled entry: O(1), the same path on every node."""
         resolved = self.layout.resolve(parse_ref(ref))
+        self._prepare()
+        if self.layout.verify_path(self.layout.key(resolved)).exists():
+            report = self._corrupt(resolved, self.layout.read_manifest(resolved))
+            if report is not None:
+                raise ConflictError(
+                    f"{resolved} is corrupt: `store verify` found {len(report.tampered)} changed, "
+                    f"{len(report.missing)} missing and {len(report.extra)} extra files",
+                    hint=f"repair it with `starverse store pull {resolved}`",
+                )
         if isinstance(resolved, DatasetRef) and self.layout.manifest_path(resolved).exists():
             self.layout.touch(self.layout.key(resolved))
             return self.layout.data_dir(resolved)  # no need to read the manifest
@@ -208,14 +265,19 @@ class Catalog:
         return SharedCacheFileSystem(catalog=self, ref=str(resolved))
 
     # -- pull --------------------------------------------------------------------------
+    @translate_permissions("pull into the store")
     def pull(self, ref: str, *, progress: ProgressCallback | None = None) -> EntryStatus:
         """Fill the store from the source once; concurrent callers anywhere share one download."""
         parsed = parse_ref(ref)
+        self._prepare()
         if isinstance(parsed, ModelRef):
+            if self.layout.record_path(parsed).exists():
+                self._repair(parsed)
             return self._pull_model(parsed, progress)
         resolved = self.layout.resolve(parsed)
         assert isinstance(resolved, DatasetRef)
         entry = self.layout.read_entry(resolved)
+        self._repair(resolved)
         tracker = self._tracker(resolved, progress)
         self._single_flight(resolved, tracker, lambda lease: self._pull_dataset(resolved, entry, tracker, lease))
         return self._finish(resolved, tracker)
@@ -248,7 +310,7 @@ class Catalog:
                     manifest = work(lease)
                     if not lease.renew():  # fencing: only the holder publishes
                         raise LeaseLostError(str(ref))
-                    self.layout.write_manifest(ref, manifest)
+                    self.layout.publish(ref, manifest)  # read-only (0555/0444), then the manifest
                 return
             except LeaseLostError:
                 tracker.owner = False
@@ -266,7 +328,8 @@ class Catalog:
         data_dir = self.layout.data_dir(ref)
         present = sum(f.size or 0 for f in files if self._present(safe_join(data_dir, f.rel), f))
         total = sum(f.size or 0 for f in files)
-        data_dir.mkdir(parents=True, exist_ok=True)
+        self.layout.unpublish(ref, None)  # folders left read-only by an earlier publication
+        make_dirs(data_dir)
         if shutil.disk_usage(data_dir).free < total - present:
             raise store_full(data_dir, total - present)
         tracker.start(bytes_total=total, files_total=len(files), already=present)
@@ -332,12 +395,14 @@ class Catalog:
             raise
         return self._finish(ref, tracker)
 
+    @translate_permissions("import a model into the store")
     def import_model(
         self, path: str | os.PathLike[str], *, repo: str, progress: ProgressCallback | None = None
     ) -> Entry:
         """Copy a local HF-format folder into the store as model ``repo`` (``ORG/REPO[@REV]``)."""
         ref = parse_hf(repo if repo.startswith("hf:") else f"hf:{repo}")
         source = Path(path).expanduser().absolute()
+        self._prepare()
         if self.layout.read_manifest(ref) is not None:
             raise ConflictError(
                 f"{ref} is already in the store", hint=f"`starverse store rm {ref}` first to replace it"
@@ -354,9 +419,131 @@ class Catalog:
         self._finish(ref, tracker)
         return entry
 
+    # -- verify ------------------------------------------------------------------------------
+    @translate_permissions("verify a store entry")
+    def verify(self, ref: str) -> VerifyReport:
+        """Check every file of a cached entry against the size and sha256 recorded at pull time.
+
+        Reports changed (``tampered``), ``missing`` and ``extra`` files. A mismatch is recorded
+        on the store: the entry's state becomes ``corrupt`` (for every user) until a pull repairs it.
+        """
+        resolved = self.layout.resolve(parse_ref(ref))
+        self._prepare()
+        manifest = self.layout.read_manifest(resolved)
+        if manifest is None:
+            raise ConflictError(
+                f"{resolved} is not pulled, there is nothing to verify",
+                hint=f"run `starverse store pull {resolved}` first",
+            )
+        top = self._path(resolved, manifest)
+        expected = {f.path: f for f in manifest.files}
+        seen: set[str] = set()
+        tampered: list[str] = []
+        extra: list[str] = []
+        unhashed = 0
+        for dirpath, _dirs, names in os.walk(top):
+            for name in names:
+                full = Path(dirpath) / name
+                rel = full.relative_to(top).as_posix()
+                record = expected.get(rel)
+                if record is None:
+                    extra.append(rel)
+                    continue
+                seen.add(rel)
+                if not self._matches(full, record):
+                    tampered.append(rel)
+                elif record.sha256 is None:
+                    unhashed += 1
+        missing = sorted(set(expected) - seen)
+        report = VerifyReport(
+            str(resolved),
+            str(top),
+            len(expected),
+            tuple(sorted(tampered)),
+            tuple(missing),
+            tuple(sorted(extra)),
+            unhashed,
+        )
+        marker = self.layout.verify_path(self.layout.key(resolved))
+        try:
+            if report.ok:
+                marker.unlink(missing_ok=True)
+            else:
+                write_json_atomic(marker, report.to_json())
+        except PermissionError as e:
+            log.warning("cannot record the result of verifying %s: %s", resolved, e)
+        return report
+
+    @staticmethod
+    def _matches(path: Path, record: FileRecord) -> bool:
+        try:
+            st = path.stat()  # through a model snapshot's link to its blob
+        except OSError:
+            return False
+        if not path.is_file() or st.st_size != record.size:
+            return False
+        return record.sha256 is None or sha256_file(path) == record.sha256
+
+    def _repair(self, ref: Ref) -> None:
+        """Before a pull: drop what ``verify`` found wrong, so the pull fetches it again."""
+        manifest = self.layout.read_manifest(ref)
+        report = self._corrupt(ref, manifest)
+        if manifest is None or report is None:
+            return
+        lease = Lease(self.layout.lease_path(self.layout.lease_key(ref)), ttl=self.settings.lock_ttl)
+        self._acquire(lease, ref)
+        try:
+            top = self._path(ref, manifest)
+            self.layout.manifest_path(ref).unlink(missing_ok=True)
+            self.layout.unpublish(ref, manifest)
+            for rel in (*report.tampered, *report.extra):
+                path = safe_join(top, rel)
+                real = path.resolve() if path.is_symlink() else None
+                if real is not None and real.is_relative_to(self.hf_cache_dir):
+                    real.unlink(missing_ok=True)  # a changed blob: the pull downloads it again
+                    if isinstance(ref, ModelRef) and rel in report.extra:
+                        path.unlink(missing_ok=True)
+                else:
+                    path.unlink(missing_ok=True)
+            self.layout.verify_path(self.layout.key(ref)).unlink(missing_ok=True)
+        finally:
+            lease.release()
+
+    # -- holds (usage leases) ------------------------------------------------------------------
+    @translate_permissions("hold a store entry")
+    def hold(self, ref: str, holder: str, *, pid: int | None = None) -> Hold:
+        """Record that ``holder`` (a job id) reads ``ref`` while process ``pid`` (default: this one) runs.
+
+        ``store rm`` and ``evict`` refuse (ConflictError) while a live hold exists, unless forced.
+        Use as a context manager, or call ``release()``; a hold of a dead process on this host
+        is ignored and cleaned up.
+        """
+        resolved = self.layout.resolve(parse_ref(ref))
+        self._prepare()
+        if self.layout.read_manifest(resolved) is None:
+            raise ConflictError(f"{resolved} is not pulled yet", hint=f"run `starverse store pull {resolved}` first")
+        hold = new_hold(self.layout.holds_dir(self.layout.key(resolved)), str(resolved), holder, pid)
+        hold.write()
+        if not self.layout.manifest_path(resolved).exists():  # removed while we wrote: see _holds
+            hold.release()
+            raise ConflictError(
+                f"{resolved} was removed just now", hint=f"pull it again: `starverse store pull {resolved}`"
+            )
+        return hold
+
+    @translate_permissions("read the holds of a store entry")
+    def holders(self, ref: str) -> list[HoldInfo]:
+        """The live holds of ``ref`` (jobs reading it)."""
+        resolved = self.layout.resolve(parse_ref(ref))
+        return live_holds(self.layout.holds_dir(self.layout.key(resolved)))
+
     # -- removal ---------------------------------------------------------------------------
-    def rm(self, name: str) -> list[str]:
-        """Remove an entry (all versions of a dataset given without ``@version``) and its bytes."""
+    @translate_permissions("remove a store entry")
+    def rm(self, name: str, *, force: bool = False) -> list[str]:
+        """Remove an entry (all versions of a dataset given without ``@version``) and its bytes.
+
+        Refuses (ConflictError naming the holders) while a live job holds it, unless ``force``.
+        """
         parsed = parse_ref(name)
         refs: list[Ref]
         if isinstance(parsed, DatasetRef) and parsed.version is None:
@@ -365,29 +552,57 @@ class Catalog:
                 self.layout.resolve(parsed)  # raises NotFoundError with a hint
         else:
             refs = [self.layout.resolve(parsed)]
+        if not force:
+            for ref in refs:
+                self._check_unheld(ref, "remove")
         for ref in refs:
-            self._drop(ref, keep_record=False)
+            self._drop(ref, keep_record=False, force=force)
         return [str(r) for r in refs]
 
-    def evict(self, *, max_bytes: int) -> list[EntryStatus]:
-        """Drop least recently used entries' bytes until the store holds at most ``max_bytes``."""
+    @translate_permissions("evict store entries")
+    def evict(self, *, max_bytes: int, force: bool = False) -> list[EntryStatus]:
+        """Drop least recently used entries' bytes until the store holds at most ``max_bytes``.
+
+        Entries held by live jobs are skipped (unless ``force``); when the budget cannot be met
+        without them, a ConflictError names them after the others were evicted.
+        """
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
             raise BadInputError(f"max_bytes must be a whole number >= 0, got {max_bytes!r}", field="max_bytes")
         entries = [s for s in self.ls() if s.state != "missing"]
         total = sum(s.size for s in entries)
         evicted = []
+        held: dict[str, list[HoldInfo]] = {}
         for status in sorted(entries, key=lambda s: s.last_used or 0.0):
             if total <= max_bytes:
                 break
             if status.pulling is not None:
                 continue
-            self._drop(parse_ref(status.ref), keep_record=True)
+            ref = parse_ref(status.ref)
+            holds = [] if force else live_holds(self.layout.holds_dir(self.layout.key(ref)))
+            if holds:
+                held[status.ref] = holds
+                continue
+            try:
+                self._drop(ref, keep_record=True, force=force)
+            except _HeldError as e:
+                held[status.ref] = e.holds
+                continue
             total -= status.size
             evicted.append(status)
+        if total > max_bytes and held:
+            done = ", ".join(s.ref for s in evicted) or "nothing"
+            raise ConflictError(
+                f"cannot evict down to {max_bytes} bytes: {_held_text(held)} (evicted {done})",
+                hint="wait for those jobs to end, or `starverse store evict --force` to evict under them",
+            )
         return evicted
 
-    def _drop(self, ref: Ref, *, keep_record: bool) -> None:
-        lease = Lease(self.layout.lease_path(self.layout.lease_key(ref)), ttl=self.settings.lock_ttl)
+    def _check_unheld(self, ref: Ref, verb: str) -> None:
+        holds = live_holds(self.layout.holds_dir(self.layout.key(ref)))
+        if holds:
+            raise _HeldError(ref, holds, verb)
+
+    def _acquire(self, lease: Lease, ref: Ref) -> None:
         deadline = time.monotonic() + 2 * self.settings.lock_ttl
         while not lease.try_acquire():
             if time.monotonic() > deadline:
@@ -395,9 +610,43 @@ class Catalog:
                     f"{ref} is being pulled right now", hint="wait for the pull to finish, then try again"
                 )
             time.sleep(_POLL)
+
+    def _drop(self, ref: Ref, *, keep_record: bool, force: bool = False) -> None:
+        lease = Lease(self.layout.lease_path(self.layout.lease_key(ref)), ttl=self.settings.lock_ttl)
+        self._acquire(lease, ref)
         try:
-            self.layout.remove_data(ref, self.layout.read_manifest(ref))
+            if not force:
+                self._check_unheld(ref, "remove")
+            manifest = self.layout.read_manifest(ref)
+            self.layout.manifest_path(ref).unlink(missing_ok=True)  # nobody can take a new hold from here on
+            if not force and manifest is not None:
+                try:
+                    self._check_unheld(ref, "remove")  # a hold taken between the check and the unlink
+                except _HeldError:
+                    self.layout.write_manifest(ref, manifest)
+                    raise
+            self.layout.remove_data(ref, manifest)
             if not keep_record:
                 self.layout.remove_record(ref)
+            if force:
+                with contextlib.suppress(OSError):
+                    for p in self.layout.holds_dir(self.layout.key(ref)).glob("*.json"):
+                        p.unlink(missing_ok=True)
         finally:
             lease.release()
+
+
+def _held_text(held: dict[str, list[HoldInfo]]) -> str:
+    return "; ".join(f"{ref} is held by {', '.join(str(h) for h in holds)}" for ref, holds in held.items())
+
+
+class _HeldError(ConflictError):
+    """A live job holds the entry: removal refused (409)."""
+
+    def __init__(self, ref: Ref, holds: list[HoldInfo], verb: str) -> None:
+        super().__init__(
+            f"cannot {verb} {ref}: {_held_text({str(ref): holds})}",
+            hint=f"wait for the job to end (or cancel it), or `starverse store rm --force {ref}` to remove it "
+            "under the running job (its reads will fail)",
+        )
+        self.holds = holds

@@ -33,6 +33,7 @@ from jupyter_starverse.errors import (
 
 from ._lease import Lease
 from ._names import safe_join
+from ._perms import make_dirs
 from ._progress import ProgressTracker
 from ._types import FileRecord
 
@@ -295,7 +296,7 @@ def fetch_file(
     The caller holds the lease for ``dest`` (one of ``leases``, checked between chunks);
     stale part files of ``dest`` are removed first.
     """
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(dest.parent)
     for stale in dest.parent.glob(f".{dest.name}.*.part"):
         stale.unlink(missing_ok=True)
     tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.part")
@@ -332,8 +333,8 @@ def fetch_file(
             )
         tmp.chmod(0o444)
         tmp.replace(dest)
-    except (StarverseError, LeaseLostError):
-        raise
+    except (StarverseError, LeaseLostError, PermissionError):
+        raise  # a PermissionError is the store's (or source's) modes: the catalog names STARVERSE_SHARED_GROUP
     except OSError as e:
         if e.errno == errno.ENOSPC:
             raise store_full(dest.parent) from e

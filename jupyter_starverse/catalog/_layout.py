@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import stat
 import time
 import uuid
@@ -31,6 +30,7 @@ from typing import Any
 from jupyter_starverse.errors import BadInputError, InvalidNameError, NotFoundError, StoreError
 
 from ._names import DatasetRef, ModelRef, Ref, check_name, parse_hf
+from ._perms import make_dirs, make_read_only, make_writable, rmtree
 from ._progress import write_json_atomic
 from ._types import Entry, FileRecord
 
@@ -136,11 +136,8 @@ def _entry_from(data: Any, ref: Ref) -> Entry:
 
 
 def _writable_rmtree(path: Path) -> None:
-    # Files are read-only (0444) but their folders are not, so unlinking works.
-    if path.is_symlink() or path.is_file():
-        path.unlink(missing_ok=True)
-    elif path.exists():
-        shutil.rmtree(path)
+    # Published folders are read-only (0555): perms.rmtree gives them their write bit back first.
+    rmtree(path)
 
 
 class Layout:
@@ -174,6 +171,12 @@ class Layout:
 
     def usage_path(self, key: str) -> Path:
         return self.root / ".usage" / key
+
+    def holds_dir(self, key: str) -> Path:
+        return self.root / ".holds" / key
+
+    def verify_path(self, key: str) -> Path:
+        return self.root / ".verify" / f"{key}.json"
 
     # -- datasets --------------------------------------------------------------
     def dataset_folder(self, name: str) -> Path:
@@ -249,7 +252,7 @@ class Layout:
         Returns None when ours was written, else the record that was there first.
         """
         path = self.record_path(ref)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(path.parent)
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
         try:
             with open(tmp, "w") as f:
@@ -290,6 +293,32 @@ class Layout:
     def write_manifest(self, ref: Ref, manifest: Manifest) -> None:
         write_json_atomic(self.manifest_path(ref), manifest.to_json())
 
+    def mount_dir(self, ref: Ref, manifest: Manifest) -> Path:
+        """The folder a job reads: the data folder, or the model's snapshot at the manifest's commit."""
+        if isinstance(ref, DatasetRef):
+            return self.data_dir(ref)
+        return self.snapshot_dir(ref, str(manifest.commit))
+
+    def publish(self, ref: Ref, manifest: Manifest) -> None:
+        """Make the entry read-only for everyone (files 0444, folders 0555), then write its manifest."""
+        top = self.mount_dir(ref, manifest)
+        make_read_only(top)
+        if isinstance(ref, ModelRef):
+            for f in manifest.files:  # the blobs behind the snapshot's links
+                real = (top / f.path).resolve()
+                with contextlib.suppress(OSError):
+                    if real.is_file() and stat.S_IMODE(real.stat().st_mode) != 0o444:
+                        real.chmod(0o444)
+        self.verify_path(self.key(ref)).unlink(missing_ok=True)
+        self.write_manifest(ref, manifest)
+
+    def unpublish(self, ref: Ref, manifest: Manifest | None) -> None:
+        """Folders of an entry writable again (before a repair); no-op for what is not ours."""
+        if isinstance(ref, DatasetRef):
+            make_writable(self.data_dir(ref))
+        elif manifest is not None and manifest.commit:
+            make_writable(self.snapshot_dir(ref, manifest.commit))
+
     def all_refs(self) -> list[Ref]:
         """Every entry whose record file is where its name says; anything else is logged and skipped."""
         out: list[Ref] = []
@@ -317,15 +346,33 @@ class Layout:
 
     # -- usage and removal -----------------------------------------------------
     def touch(self, key: str) -> None:
-        """Record a use; at most one write a minute per entry (a stat is cheaper on NFS)."""
+        """Record a use; at most one write a minute per entry (a stat is cheaper on NFS).
+
+        The stamp may belong to another user (utime is refused then): we replace it by our
+        own through a rename, and when even that is refused the use is simply not recorded;
+        a usage stamp never blocks a mount.
+        """
         path = self.usage_path(key)
         try:
             if time.time() - path.stat().st_mtime < 60:
                 return
             os.utime(path)
         except FileNotFoundError:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.touch()
+            try:
+                make_dirs(path.parent)
+                path.touch()
+            except PermissionError as e:
+                log.debug("cannot record the use of %s: %s", key, e)
+        except PermissionError:
+            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+            try:
+                tmp.touch()
+                tmp.replace(path)
+            except OSError as e:
+                log.debug("cannot record the use of %s: %s", key, e)
+            finally:
+                with contextlib.suppress(OSError):
+                    tmp.unlink(missing_ok=True)
 
     def last_used(self, key: str) -> float | None:
         try:
@@ -351,6 +398,7 @@ class Layout:
         self.record_path(ref).unlink(missing_ok=True)
         self.usage_path(self.key(ref)).unlink(missing_ok=True)
         self.progress_path(self.key(ref)).unlink(missing_ok=True)
+        self.verify_path(self.key(ref)).unlink(missing_ok=True)
 
 
 def dir_bytes(path: Path) -> tuple[int, int]:

@@ -25,6 +25,8 @@ from pathlib import Path
 
 from jupyter_starverse._procs import pid_alive
 
+from ._perms import make_dirs
+
 __all__ = ["Lease", "LeaseInfo"]
 
 
@@ -110,7 +112,7 @@ class Lease:
         current = _read(self.path)
         if current is not None and not current.is_stale():
             return False  # the common case for waiters: no write at all
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.path.parent)
         tmp = self._write_temp()
         try:
             for _ in range(3):

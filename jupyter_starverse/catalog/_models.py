@@ -30,6 +30,7 @@ from jupyter_starverse.errors import (
 
 from ._follow import BlobFollower
 from ._names import ModelRef, safe_join
+from ._perms import make_dirs
 from ._progress import ProgressTracker
 from ._types import FileRecord
 
@@ -158,6 +159,8 @@ def pull_model(ref: ModelRef, hf_cache: Path, tracker: ProgressTracker) -> Model
         safe_join(hf_cache, path)
     storage = hf_cache / ref.folder
     blobs = storage / "blobs"
+    for folder in (blobs, storage / "snapshots", storage / "refs", hf_cache / ".locks" / ref.folder):
+        make_dirs(folder)  # ours, not huggingface_hub's: group-writable when the store is shared
     present = _blob_bytes(blobs)
     tracker.start(bytes_total=sum(size for size, _ in expected.values()), files_total=len(expected))
     follower = BlobFollower(blobs, {sha: size for size, sha in expected.values() if sha is not None})
@@ -188,6 +191,8 @@ def _verify(ref: ModelRef, folder: Path, path: str, size: int, sha: str | None, 
     digest = None
     if sha is not None and actual == size:
         digest = follower.digest(sha, real) or sha256_file(real)
+    elif sha is None and actual == size:
+        digest = sha256_file(real)  # small (non-LFS) file: recorded so `store verify` can check it
     if actual != size or (sha is not None and digest != sha):
         target.unlink(missing_ok=True)
         real.unlink(missing_ok=True)
@@ -202,7 +207,7 @@ def _write_ref(storage: Path, revision: str, commit: str) -> None:
     if revision == commit:
         return
     ref_file = safe_join(storage / "refs", revision)
-    ref_file.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(ref_file.parent)
     tmp = ref_file.with_name(f".{ref_file.name}.{uuid.uuid4().hex}.tmp")
     tmp.write_text(commit)
     tmp.replace(ref_file)
@@ -219,7 +224,7 @@ def import_model_folder(source: Path, ref: ModelRef, hf_cache: Path, tracker: Pr
         )
     storage = hf_cache / ref.folder
     blobs = storage / "blobs"
-    blobs.mkdir(parents=True, exist_ok=True)
+    make_dirs(blobs)
     tracker.start(bytes_total=sum(p.stat().st_size for p in paths), files_total=len(paths))
     records: list[tuple[str, FileRecord]] = []
     for p in paths:
@@ -246,7 +251,7 @@ def import_model_folder(source: Path, ref: ModelRef, hf_cache: Path, tracker: Pr
     try:
         for rel, f in records:
             link = safe_join(staging, rel)
-            link.parent.mkdir(parents=True, exist_ok=True)
+            make_dirs(link.parent)
             link.symlink_to(os.path.relpath(blobs / str(f.sha256), link.parent))
         if not snapshot.exists():
             staging.rename(snapshot)

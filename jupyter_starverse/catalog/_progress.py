@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ._perms import make_dirs
 from ._types import PullProgress
 
 __all__ = ["ProgressCallback", "ProgressTracker", "read_progress", "tqdm_callback", "write_json_atomic"]
@@ -27,7 +28,7 @@ def write_json_atomic(path: Path, data: Any, *, durable: bool = True) -> None:
 
     ``durable=False`` skips the fsync: for progress, which is worthless after a crash.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         with open(tmp, "w") as f:

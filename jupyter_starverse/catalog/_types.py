@@ -6,9 +6,19 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["STATES", "Entry", "EntryStatus", "FileRecord", "PullProgress", "StoreListing", "format_bytes"]
+__all__ = [
+    "STATES",
+    "Entry",
+    "EntryStatus",
+    "FileRecord",
+    "HoldInfo",
+    "PullProgress",
+    "StoreListing",
+    "VerifyReport",
+    "format_bytes",
+]
 
-STATES = ("cached", "partial", "missing")
+STATES = ("cached", "partial", "missing", "corrupt")
 
 
 def format_bytes(n: float | None) -> str:
@@ -76,7 +86,11 @@ class Entry:
 
 @dataclass(frozen=True)
 class EntryStatus:
-    """Cache state of one entry on the store: ``cached``, ``partial`` or ``missing``."""
+    """Cache state of one entry on the store: ``cached``, ``partial``, ``missing`` or ``corrupt``.
+
+    ``corrupt``: complete once, but ``store verify`` found files that differ from what the
+    pull recorded (``store pull`` repairs it).
+    """
 
     entry: Entry
     state: str
@@ -186,3 +200,78 @@ class PullProgress:
             f"{self.ref}: {self.phase} {format_bytes(self.bytes_done)}/{format_bytes(self.bytes_total)} "
             f"({self.percent:.0f}%), {format_bytes(self.rate)}/s, ETA {eta}"
         )
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """``starverse store verify REF``: every file of a cached entry against its manifest."""
+
+    ref: str
+    path: str
+    checked: int
+    tampered: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+    extra: tuple[str, ...] = ()
+    unhashed: int = 0
+    verified_at: float = field(default_factory=time.time)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.tampered or self.missing or self.extra)
+
+    @property
+    def state(self) -> str:
+        return "cached" if self.ok else "corrupt"
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["tampered"], out["missing"], out["extra"] = list(self.tampered), list(self.missing), list(self.extra)
+        out["ok"] = self.ok
+        out["state"] = self.state
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> VerifyReport:
+        """Parse a stored report; ``ValueError``/``TypeError``/``KeyError`` when malformed."""
+        lists = {k: tuple(str(p) for p in data.get(k) or ()) for k in ("tampered", "missing", "extra")}
+        return cls(
+            str(data["ref"]),
+            str(data["path"]),
+            int(data["checked"]),
+            unhashed=int(data.get("unhashed", 0)),
+            verified_at=float(data.get("verified_at", 0.0)),
+            **lists,
+        )
+
+    def __str__(self) -> str:
+        if self.ok:
+            note = f" ({self.unhashed} without a recorded sha256: size only)" if self.unhashed else ""
+            return f"{self.ref}: ok, {self.checked} files match their recorded size and sha256{note}"
+        lines = [f"{self.ref}: CORRUPT ({self.path})"]
+        for what, paths in (("tampered", self.tampered), ("missing", self.missing), ("extra", self.extra)):
+            lines.extend(f"  {what}: {p}" for p in paths[:20])
+            if len(paths) > 20:
+                lines.append(f"  ... and {len(paths) - 20} more {what}")
+        lines.append(f"  repair with `starverse store pull {self.ref}`")
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(str(self))
+
+
+@dataclass(frozen=True)
+class HoldInfo:
+    """A usage lease: a job (``holder``) reads an entry; ``store rm`` and ``evict`` refuse meanwhile."""
+
+    ref: str
+    holder: str
+    host: str
+    pid: int
+    uid: int
+    created_at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        return f"{self.holder} (pid {self.pid} on {self.host}, uid {self.uid})"

@@ -7,9 +7,13 @@
 | store pull REF [--json]                      | EntryStatus (progress on stderr or a widget) |
 | store mount REF [--json] / mount REF         | pathlib.Path                    |
 | store status REF [--json]                    | EntryStatus                     |
+| store verify REF [--json]                    | VerifyReport (exit 0 either way)|
 | store import-model PATH --as ORG/REPO        | Entry                           |
-| store rm REF                                 | removed refs                    |
-| store evict --max-bytes N                    | evicted entries                 |
+| store rm REF [--force]                       | removed refs                    |
+| store evict --max-bytes N [--force]          | evicted entries                 |
+
+``rm``/``evict`` refuse (ConflictError, HTTP 409) while a running job holds an entry;
+``--force`` removes it under the job.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from jupyter_starverse.catalog import Entry, EntryStatus, PullProgress, StoreListing
+from jupyter_starverse.catalog import Entry, EntryStatus, PullProgress, StoreListing, VerifyReport
 from jupyter_starverse.client import Starverse
 from jupyter_starverse.errors import BadInputError
 
@@ -78,19 +82,29 @@ def _import(client: Starverse, args: argparse.Namespace) -> Entry:
         close()
 
 
+def _verify(client: Starverse, args: argparse.Namespace) -> VerifyReport:
+    return client.catalog.verify(args.ref)
+
+
 def _rm(client: Starverse, args: argparse.Namespace) -> list[str]:
-    return [f"removed {ref}" for ref in client.catalog.rm(args.ref)]
+    return [f"removed {ref}" for ref in client.catalog.rm(args.ref, force=args.force)]
 
 
 def _evict(client: Starverse, args: argparse.Namespace) -> list[EntryStatus]:
-    return client.catalog.evict(max_bytes=parse_size(args.max_bytes))
+    return client.catalog.evict(max_bytes=parse_size(args.max_bytes), force=args.force)
 
 
-def _ref_parser(sub: Any, name: str, help_: str, run: Callable[[Starverse, argparse.Namespace], object]) -> None:
-    p = sub.add_parser(name, help=help_)
+_FORCE_HELP = "remove even while a running job holds the entry (its reads will fail)"
+
+
+def _ref_parser(
+    sub: Any, name: str, help_: str, run: Callable[[Starverse, argparse.Namespace], object]
+) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(name, help=help_)
     p.add_argument("ref", metavar="REF", help="dataset NAME[@VERSION] or hf:ORG/REPO[@REVISION]")
     add_json_flag(p)
     p.set_defaults(run=run)
+    return p
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -113,7 +127,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _ref_parser(verbs, "pull", "fill the store once (concurrent pulls share one download)", _pull)
     _ref_parser(verbs, "mount", "print the read-only path of a pulled entry", _mount)
     _ref_parser(verbs, "status", "cache state of one entry", _status)
-    _ref_parser(verbs, "rm", "remove an entry and its bytes", _rm)
+    _ref_parser(verbs, "verify", "check every cached file against the size and sha256 recorded at pull", _verify)
+    p = _ref_parser(verbs, "rm", "remove an entry and its bytes", _rm)
+    p.add_argument("--force", action="store_true", help=_FORCE_HELP)
 
     p = verbs.add_parser("import-model", help="copy a local Hugging Face model folder into the store")
     p.add_argument("path", metavar="PATH")
@@ -123,6 +139,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     p = verbs.add_parser("evict", help="drop least recently used entries until the store fits a budget")
     p.add_argument("--max-bytes", required=True, metavar="SIZE", help="budget, e.g. 500G")
+    p.add_argument("--force", action="store_true", help=_FORCE_HELP)
     add_json_flag(p)
     p.set_defaults(run=_evict)
 

@@ -15,9 +15,11 @@ The run folder is the job's truth: any process reading it sees the same job.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
+import stat
 import tempfile
 import time
 from dataclasses import dataclass
@@ -127,7 +129,7 @@ class RunPaths:
 
     def make(self) -> None:
         for d in (self.root, self.logs, self.pids, self.errors):
-            d.mkdir(parents=True, exist_ok=True)
+            _make_dir(d)
 
 
 def new_job_id(name: str) -> str:
@@ -163,12 +165,59 @@ def _created(run: RunPaths) -> float:
         return 0.0
 
 
+def _umask() -> int:
+    """The process umask, read without changing it where Linux allows (threads may be writing)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _shared(folder: Path) -> bool:
+    """True when ``folder`` is setgid: the experiments root is shared by a group (docs/sharing.md)."""
+    try:
+        return bool(folder.stat().st_mode & stat.S_ISGID)
+    except OSError:
+        return False
+
+
+def _make_dir(path: Path) -> None:
+    """``mkdir -p``; folders created in a setgid (group-shared) folder become 2770 + the umask's other bits."""
+    missing = []
+    p = path
+    while not p.is_dir() and p.parent != p:
+        missing.append(p)
+        p = p.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        if _shared(folder.parent):
+            with contextlib.suppress(OSError):
+                folder.chmod(0o2770 | (0o005 & ~_umask()))
+
+
+def _file_mode(folder: Path) -> int:
+    """What ``open()`` would give (0644 under umask 022), and always group-readable in a shared folder."""
+    mode = 0o666 & ~_umask()
+    return mode | 0o040 if _shared(folder) else mode
+
+
 def write_json(path: Path, data: Any) -> None:
-    """Write JSON atomically (temp file + rename): readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write JSON atomically (temp file + rename): readers never see half a file.
+
+    The file gets the mode a plain ``open()`` gives (mkstemp's 0600 would hide a job's spec
+    and status from the other users of a shared experiments folder).
+    """
+    _make_dir(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), _file_mode(path.parent))
             json.dump(data, f, indent=1, sort_keys=True)
         Path(tmp).replace(path)
     except BaseException:

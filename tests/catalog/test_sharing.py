@@ -1,0 +1,390 @@
+"""One store and experiments folder shared by several users: group mode, read-only mounts,
+``store verify`` and usage holds (docs/sharing.md).
+
+The multi-user tests run the second (and first) user as real non-root uids with ``setpriv``
+(root bypasses permission checks, so every write that must fail is tried as a plain uid);
+they are skipped, visibly, when the tests do not run as root.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jupyter_starverse._settings import Settings
+from jupyter_starverse.catalog import Catalog, DatasetRef
+from jupyter_starverse.cli import main
+from jupyter_starverse.errors import ConflictError, PermissionDeniedError
+from jupyter_starverse.experiments import RunPaths, write_json
+
+ROOT = Path(__file__).resolve().parents[2]
+ALICE, BOB, TEAM = 60001, 60002, 60100  # uids and a gid that need no passwd/group entry
+
+as_root = pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("setpriv") is None,
+    reason="multi-user test: needs root and setpriv to run processes as two other uids",
+)
+
+
+def _folder(root: Path, files: dict[str, bytes]) -> Path:
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return root
+
+
+@pytest.fixture
+def shared_tmp() -> Iterator[Path]:
+    """A folder every uid can reach (pytest's tmp_path is 0700 root)."""
+    base = Path(tempfile.mkdtemp(prefix="sv-share-", dir="/tmp"))
+    base.chmod(0o777)
+    yield base
+    for dirpath, dirs, _files in os.walk(base):
+        for d in dirs:
+            (Path(dirpath) / d).chmod(0o755)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def as_user(uid: int, groups: list[int], code: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run Python ``code`` as ``uid`` (supplementary ``groups``) with the project importable."""
+    group_args = [f"--groups={','.join(map(str, groups))}"] if groups else ["--clear-groups"]
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("STARVERSE_", "HF_"))}
+    full_env.update(env)
+    full_env.update(
+        {"HOME": str(cwd), "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1", "STARVERSE_USER": f"u{uid}"}
+    )
+    return subprocess.run(
+        ["setpriv", f"--reuid={uid}", f"--regid={uid}", *group_args, sys.executable, "-c", textwrap.dedent(code)],
+        env=full_env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _env(base: Path, **extra: str) -> dict[str, str]:
+    return {
+        "STARVERSE_HOME": str(base / "home"),
+        "STARVERSE_STORE": str(base / "store"),
+        "STARVERSE_EXPERIMENTS": str(base / "experiments"),
+        "STARVERSE_LOCK_TTL": "5",
+        **extra,
+    }
+
+
+_CLI = "import sys; from jupyter_starverse.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def cli_as(uid: int, groups: list[int], env: dict[str, str], cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    code = f"import sys; sys.argv = ['starverse', *{list(argv)!r}]\n{_CLI}"
+    return as_user(uid, groups, code, env, cwd)
+
+
+def _age_usage_stamps(store: Path) -> None:
+    for p in (store / ".usage").glob("*"):
+        os.utime(p, (time.time() - 600, time.time() - 600))
+
+
+# -- group mode, two real users ----------------------------------------------------------------
+
+
+@as_root
+def test_group_mode_second_user_adds_pulls_and_mounts(shared_tmp: Path) -> None:
+    src = _folder(shared_tmp / "src", {"a.txt": b"alpha", "sub/b.bin": os.urandom(10_000)})
+    for d in (src, src / "sub"):
+        d.chmod(0o755)
+    env = _env(shared_tmp, STARVERSE_SHARED_GROUP=str(TEAM))
+    first = cli_as(ALICE, [TEAM], env, shared_tmp, "store", "add", "toy", str(src))
+    assert first.returncode == 0, first.stderr
+    assert cli_as(ALICE, [TEAM], env, shared_tmp, "store", "pull", "toy").returncode == 0
+    store = shared_tmp / "store"
+    for folder in (store, store / "catalog" / "datasets", store / ".leases", store / ".usage"):
+        st = folder.stat()
+        assert st.st_gid == TEAM and stat.S_IMODE(st.st_mode) == 0o2775, (folder, oct(st.st_mode))
+    assert stat.S_IMODE((store / "catalog" / "datasets" / "toy").stat().st_mode) == 0o2775  # made below: inherited
+    _age_usage_stamps(store)  # Alice's stamp is old: Bob's mount must not try to utime it and crash
+
+    second = cli_as(BOB, [TEAM], env, shared_tmp, "store", "add", "other", str(src))
+    assert second.returncode == 0, second.stderr
+    pulled = cli_as(BOB, [TEAM], env, shared_tmp, "store", "pull", "other", "--json")
+    assert pulled.returncode == 0, pulled.stderr
+    assert json.loads(pulled.stdout)["state"] == "cached"
+    mounted = cli_as(BOB, [TEAM], env, shared_tmp, "store", "mount", "toy")
+    assert mounted.returncode == 0, mounted.stderr
+    assert mounted.stdout.strip() == str(store / "data" / "toy" / "1")
+    ls = cli_as(ALICE, [TEAM], env, shared_tmp, "store", "ls", "--json")
+    assert {e["ref"]: e["state"] for e in json.loads(ls.stdout)} == {"toy@1": "cached", "other@1": "cached"}
+
+
+@as_root
+def test_without_group_mode_a_second_user_gets_a_hint_not_a_traceback(shared_tmp: Path) -> None:
+    src = _folder(shared_tmp / "src", {"a.txt": b"alpha"})
+    env = _env(shared_tmp)
+    assert cli_as(ALICE, [], env, shared_tmp, "store", "add", "toy", str(src)).returncode == 0
+    assert cli_as(ALICE, [], env, shared_tmp, "store", "pull", "toy").returncode == 0
+    _age_usage_stamps(shared_tmp / "store")
+
+    add = cli_as(BOB, [], env, shared_tmp, "store", "add", "mine", str(src))
+    assert add.returncode != 0
+    assert "Traceback" not in add.stderr and "PermissionError" not in add.stderr
+    assert "STARVERSE_SHARED_GROUP" in add.stderr and "docs/sharing.md" in add.stderr
+
+    code = """
+        from jupyter_starverse._settings import Settings
+        from jupyter_starverse.catalog import Catalog, DatasetRef
+        from jupyter_starverse.errors import PermissionDeniedError
+        c = Catalog(Settings.from_env())
+        print(c.mount("toy"))
+        try:
+            c.add_dataset("mine", "{src}")
+        except PermissionDeniedError as e:
+            print("denied", e.hint)
+    """.replace("{src}", str(src))
+    out = as_user(BOB, [], code, env, shared_tmp)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == str(shared_tmp / "store" / "data" / "toy" / "1")  # an old stamp of Alice's: no crash
+    assert lines[1].startswith("denied") and "STARVERSE_SHARED_GROUP" in lines[1]
+
+
+@as_root
+def test_second_user_lists_the_first_users_jobs(shared_tmp: Path) -> None:
+    env = _env(shared_tmp)
+    code = """
+        import time
+        from pathlib import Path
+        from jupyter_starverse.experiments import ExperimentPaths, RunStatus, write_json, write_status
+        from jupyter_starverse.jobmodel import JobSpec
+        run = ExperimentPaths.of(Path("{exp}"), "demo").run("demo-20250101-000000-abcd")
+        run.make()
+        write_json(run.spec, JobSpec(name="demo", script="train.py").to_json())
+        write_status(run, RunStatus(job_id=run.job_id, state="succeeded", created=time.time(), finished=time.time()))
+    """.replace("{exp}", str(shared_tmp / "experiments"))
+    made = as_user(ALICE, [], code, env, shared_tmp)
+    assert made.returncode == 0, made.stderr
+    run = RunPaths(shared_tmp / "experiments" / "demo" / "runs" / "demo-20250101-000000-abcd")
+    assert stat.S_IMODE(run.spec.stat().st_mode) & 0o044 == 0o044  # not mkstemp's 0600
+    assert stat.S_IMODE(run.status.stat().st_mode) & 0o044 == 0o044
+
+    listed = cli_as(BOB, [], env, shared_tmp, "jobs", "ls", "--json")
+    assert listed.returncode == 0, listed.stderr
+    jobs = json.loads(listed.stdout)
+    assert [(j["id"], j["state"]) for j in jobs] == [("demo-20250101-000000-abcd", "succeeded")]
+
+
+@as_root
+def test_published_folders_are_read_only_even_for_their_owner(shared_tmp: Path) -> None:
+    src = _folder(shared_tmp / "src", {"a.txt": b"alpha", "sub/b.txt": b"beta"})
+    for d in (src, src / "sub"):
+        d.chmod(0o755)
+    env = _env(shared_tmp, STARVERSE_SHARED_GROUP=str(TEAM))
+    assert cli_as(ALICE, [TEAM], env, shared_tmp, "store", "add", "toy", str(src)).returncode == 0
+    assert cli_as(ALICE, [TEAM], env, shared_tmp, "store", "pull", "toy").returncode == 0
+    data = shared_tmp / "store" / "data" / "toy" / "1"
+    for folder in (data, data / "sub"):
+        assert stat.S_IMODE(folder.stat().st_mode) & 0o777 == 0o555, oct(folder.stat().st_mode)
+    for f in (data / "a.txt", data / "sub" / "b.txt"):
+        assert stat.S_IMODE(f.stat().st_mode) == 0o444
+    code = f"""
+        import os
+        for uid_try in ("create", "delete", "rename"):
+            try:
+                if uid_try == "create":
+                    open("{data}/sub/new.txt", "w").write("x")
+                elif uid_try == "delete":
+                    os.unlink("{data}/a.txt")
+                else:
+                    os.rename("{data}/sub/b.txt", "{data}/sub/c.txt")
+                print(uid_try, "ALLOWED")
+            except PermissionError:
+                print(uid_try, "refused")
+    """
+    for uid in (ALICE, BOB):  # the owner's job too: only a chmod (rm/evict) reopens it
+        out = as_user(uid, [TEAM], code, env, shared_tmp)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == ["create", "refused", "delete", "refused", "rename", "refused"]
+    st = cli_as(BOB, [TEAM], env, shared_tmp, "store", "status", "toy", "--json")
+    assert json.loads(st.stdout)["state"] == "cached"
+    rm = cli_as(ALICE, [TEAM], env, shared_tmp, "store", "rm", "toy")
+    assert rm.returncode == 0, rm.stderr
+    assert not data.exists()
+
+
+@as_root
+def test_rm_refuses_while_another_users_job_holds_the_entry(shared_tmp: Path) -> None:
+    src = _folder(shared_tmp / "src", {"a.txt": b"alpha"})
+    env = _env(shared_tmp, STARVERSE_SHARED_GROUP=str(TEAM))
+    assert cli_as(ALICE, [TEAM], env, shared_tmp, "store", "add", "toy", str(src)).returncode == 0
+    assert cli_as(ALICE, [TEAM], env, shared_tmp, "store", "pull", "toy").returncode == 0
+    job = subprocess.Popen(["sleep", "60"])  # the job process the hold is tied to
+    try:
+        code = f"""
+            from jupyter_starverse._settings import Settings
+            from jupyter_starverse.catalog import Catalog, DatasetRef
+            Catalog(Settings.from_env()).hold("toy", "job-bob-1", pid={job.pid})
+        """
+        held = as_user(BOB, [TEAM], code, env, shared_tmp)
+        assert held.returncode == 0, held.stderr
+        rm = cli_as(ALICE, [TEAM], env, shared_tmp, "store", "rm", "toy")
+        assert rm.returncode != 0 and "job-bob-1" in rm.stderr and "--force" in rm.stderr
+        assert "Traceback" not in rm.stderr
+        assert (shared_tmp / "store" / "data" / "toy" / "1" / "a.txt").read_bytes() == b"alpha"
+        forced = cli_as(ALICE, [TEAM], env, shared_tmp, "store", "rm", "--force", "toy")
+        assert forced.returncode == 0, forced.stderr
+        assert not (shared_tmp / "store" / "data" / "toy" / "1").exists()
+    finally:
+        job.kill()
+        job.wait()
+
+
+# -- one user (runs everywhere) ----------------------------------------------------------------
+
+
+def test_published_entries_are_read_only_folders_and_files(catalog: Catalog, tmp_path: Path) -> None:
+    src = _folder(tmp_path / "src", {"a.txt": b"alpha", "sub/deep/b.txt": b"beta"})
+    catalog.add_dataset("toy", str(src))
+    catalog.pull("toy")
+    data = catalog.mount("toy")
+    for folder in (data, data / "sub", data / "sub" / "deep"):
+        assert stat.S_IMODE(folder.stat().st_mode) & 0o777 == 0o555
+    assert stat.S_IMODE((data / "sub" / "deep" / "b.txt").stat().st_mode) == 0o444
+    assert catalog.evict(max_bytes=0)[0].ref == "toy@1"  # eviction reopens the folders to delete
+    assert not data.exists()
+    assert catalog.pull("toy").state == "cached"
+    assert catalog.rm("toy") == ["toy@1"]
+    assert not data.exists()
+
+
+def test_verify_finds_a_tampered_byte_and_pull_repairs_it(catalog: Catalog, tmp_path: Path) -> None:
+    src = _folder(tmp_path / "src", {"a.txt": b"alpha" * 100, "b.txt": b"beta"})
+    catalog.add_dataset("toy", str(src))
+    catalog.pull("toy")
+    assert catalog.verify("toy").ok
+    manifest = json.loads(catalog.layout.manifest_path(catalog.layout.resolve(DatasetRef("toy", None))).read_text())
+    assert all(f["sha256"] for f in manifest["files"])  # recorded at pull time
+
+    data = catalog.mount("toy")
+    target = data / "a.txt"
+    target.chmod(0o644)
+    raw = bytearray(target.read_bytes())
+    raw[42] ^= 0x01  # one bit, same size
+    data.chmod(0o755)
+    target.write_bytes(bytes(raw))
+    (data / "b.txt").unlink()
+    (data / "planted.sh").write_text("echo hi")
+    report = catalog.verify("toy")
+    assert not report.ok and report.state == "corrupt"
+    assert (report.tampered, report.missing, report.extra) == (("a.txt",), ("b.txt",), ("planted.sh",))
+    assert catalog.status("toy").state == "corrupt"
+    assert "CORRUPT" in str(report) and "store pull toy@1" in str(report)
+    with pytest.raises(ConflictError, match="corrupt"):
+        catalog.mount("toy")
+
+    assert catalog.pull("toy").state == "cached"  # repairs: drops the bad files, fetches again
+    assert catalog.verify("toy").ok
+    assert target.read_bytes() == b"alpha" * 100 and not (data / "planted.sh").exists()
+    assert stat.S_IMODE(data.stat().st_mode) & 0o777 == 0o555
+
+
+def test_verify_checks_an_imported_model_through_its_links(catalog: Catalog, tmp_path: Path) -> None:
+    src = _folder(tmp_path / "model", {"config.json": b"{}", "weights.bin": os.urandom(4096)})
+    catalog.import_model(src, repo="org/tiny")
+    assert catalog.verify("hf:org/tiny").ok
+    weights = catalog.mount("hf:org/tiny") / "weights.bin"
+    blob = weights.resolve()
+    blob.chmod(0o644)
+    with open(blob, "r+b") as f:
+        f.seek(100)
+        f.write(b"\x00\x01")
+    report = catalog.verify("hf:org/tiny")
+    assert report.tampered == ("weights.bin",) and catalog.status("hf:org/tiny").state == "corrupt"
+
+
+def test_cli_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = _folder(tmp_path / "src", {"a.txt": b"alpha"})
+    assert main(["store", "add", "toy", str(src)]) == 0
+    assert main(["store", "pull", "toy"]) == 0
+    capsys.readouterr()
+    assert main(["store", "verify", "toy", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] is True and out["state"] == "cached" and out["checked"] == 1
+
+
+def test_rm_and_evict_refuse_while_held_and_force_overrides(catalog: Catalog, tmp_path: Path) -> None:
+    src = _folder(tmp_path / "src", {"a.txt": b"alpha"})
+    catalog.add_dataset("toy", str(src))
+    catalog.pull("toy")
+    with catalog.hold("toy", "job-1") as hold:
+        assert [h.holder for h in catalog.holders("toy")] == ["job-1"]
+        with pytest.raises(ConflictError) as err:
+            catalog.rm("toy")
+        assert "job-1" in str(err.value) and "--force" in str(err.value.hint)
+        with pytest.raises(ConflictError, match="job-1"):
+            catalog.evict(max_bytes=0)
+        assert catalog.status("toy").state == "cached"
+        assert hold.path.exists()
+    assert catalog.holders("toy") == []
+    with catalog.hold("toy", "job-2"):
+        assert catalog.rm("toy", force=True) == ["toy@1"]
+    assert catalog.ls() == []
+
+
+def test_a_hold_of_a_dead_process_does_not_block(catalog: Catalog, tmp_path: Path) -> None:
+    src = _folder(tmp_path / "src", {"a.txt": b"alpha"})
+    catalog.add_dataset("toy", str(src))
+    catalog.pull("toy")
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    catalog.hold("toy", "job-gone", pid=proc.pid)
+    assert catalog.holders("toy") == []
+    assert catalog.rm("toy") == ["toy@1"]
+
+
+def test_cli_rm_force(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = _folder(tmp_path / "src", {"a.txt": b"alpha"})
+    assert main(["store", "add", "toy", str(src)]) == 0
+    assert main(["store", "pull", "toy"]) == 0
+    c = Catalog(Settings.from_env())
+    with c.hold("toy", "job-cli"):
+        capsys.readouterr()
+        assert main(["store", "rm", "toy"]) != 0
+        err = capsys.readouterr().err
+        assert "job-cli" in err and "--force" in err
+        assert main(["store", "rm", "--force", "toy"]) == 0
+
+
+def test_an_unreachable_store_folder_is_permission_denied_with_a_hint(catalog: Catalog, tmp_path: Path) -> None:
+    from jupyter_starverse.catalog._perms import translate_permissions
+
+    @translate_permissions("add a dataset to the store")
+    def boom() -> None:
+        raise PermissionError(13, "Permission denied", str(tmp_path))
+
+    with pytest.raises(PermissionDeniedError) as err:
+        boom()
+    assert "STARVERSE_SHARED_GROUP" in str(err.value.hint) and "docs/sharing.md" in str(err.value.hint)
+
+
+def test_experiment_json_is_readable_by_others(tmp_path: Path) -> None:
+    run = RunPaths(tmp_path / "exp" / "runs" / "job-1")
+    run.make()
+    write_json(run.spec, {"name": "x"})
+    old = os.umask(0o022)
+    try:
+        write_json(run.status, {"state": "running"})
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(run.status.stat().st_mode) == 0o644
+    assert stat.S_IMODE(run.spec.stat().st_mode) & 0o040
