@@ -2,6 +2,11 @@
 
 Written by the run's supervisor (and by ``submit`` before it starts); read by anyone.
 States are the strings of :class:`jupyter_starverse.jobmodel.JobState`.
+
+The experiments folder may be shared by several hosts: every pid comes with its
+:class:`~jupyter_starverse._procs.ProcessRecord` (host, boot id, start time), and the supervisor
+refreshes ``heartbeat`` every ``heartbeat_every`` seconds, the only sign of life another host can
+see. Files without these fields (older versions) read as before: ``None``.
 """
 
 from __future__ import annotations
@@ -9,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from jupyter_starverse._procs import ProcessRecord
 
 from ._layout import RunPaths, read_json, write_json
 
@@ -29,10 +36,12 @@ class NodeRecord:
     started: float | None = None
     finished: float | None = None
     launches: tuple[tuple[float, float | None], ...] = ()
+    process: ProcessRecord | None = None  # the agent's pid with its host and start time
 
     def to_json(self) -> dict[str, Any]:
         return {
             "index": self.index,
+            "process": self.process.to_json() if self.process else None,
             "state": self.state,
             "pid": self.pid,
             "exit_code": self.exit_code,
@@ -53,6 +62,7 @@ class NodeRecord:
             started=data.get("started"),
             finished=data.get("finished"),
             launches=tuple((float(a), None if b is None else float(b)) for a, b in data.get("launches", [])),
+            process=ProcessRecord.from_json(data.get("process")),
         )
 
 
@@ -70,6 +80,9 @@ class RunStatus:
     port: int | None = None
     nodes: tuple[NodeRecord, ...] = field(default_factory=tuple)
     cost: str | None = None
+    supervisor: ProcessRecord | None = None  # supervisor_pid with its host, boot id and start time
+    heartbeat: float | None = None  # when the supervisor last said it lives (time.time() on its host)
+    heartbeat_every: float | None = None  # seconds between heartbeats
 
     @property
     def finished_state(self) -> bool:
@@ -91,6 +104,9 @@ class RunStatus:
             "port": self.port,
             "nodes": [n.to_json() for n in self.nodes],
             "cost": self.cost,
+            "supervisor": self.supervisor.to_json() if self.supervisor else None,
+            "heartbeat": self.heartbeat,
+            "heartbeat_every": self.heartbeat_every,
         }
 
     @classmethod
@@ -106,7 +122,14 @@ class RunStatus:
             port=data.get("port"),
             nodes=tuple(NodeRecord.from_json(n) for n in data.get("nodes", [])),
             cost=data.get("cost"),
+            supervisor=ProcessRecord.from_json(data.get("supervisor")),
+            heartbeat=_number(data.get("heartbeat")),
+            heartbeat_every=_number(data.get("heartbeat_every")),
         )
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def read_status(run_dir: Path | RunPaths) -> RunStatus | None:

@@ -3,6 +3,12 @@
 ``submit`` validates, writes the run folder (``spec.json``, ``plan.json``, ``status.json``)
 and starts a detached supervisor (``_supervisor``) that owns the agents. Everything else
 reads the run folder, so any process (kernel, server, CLI) sees and controls the same jobs.
+
+The experiments folder may be shared by several hosts (pods). On the supervisor's own host a
+reader judges it by pid and start time and, when it died, stops the job's processes and marks
+it failed at once; another host cannot see its pid, judges it only by the heartbeat in
+``status.json`` (dead once older than ``STALE_BEATS`` beats plus ``STALE_MARGIN_S``) and cancels
+by writing ``cancel.json``, which the supervisor acts on.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from jupyter_starverse._procs import job_processes, pid_alive, stop_pids
+from jupyter_starverse._procs import ProcessRecord, alive, host_identity, job_processes, process_record, stop_pids
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError, StarverseError
 from jupyter_starverse.experiments import (
@@ -45,6 +51,10 @@ from ..templates import check_template, framework_args, write_framework_files
 __all__ = ["LocalBackend"]
 
 _SUPERVISOR_MODULE = "jupyter_starverse.backends.local._supervisor"
+HEARTBEAT_S = 5.0  # how often the supervisor of a new job stamps its heartbeat
+STALE_BEATS = 3  # heartbeats a supervisor may miss before another host counts it dead ...
+STALE_MARGIN_S = 15.0  # ... plus this margin (a slow shared file system, clocks a little apart)
+STARTUP_GRACE_S = 60.0  # from submit to the supervisor's first heartbeat
 
 
 class LocalBackend(LaunchBackend):
@@ -233,9 +243,10 @@ class LocalBackend(LaunchBackend):
         fd = sock.fileno()
         env = {**os.environ, **self.settings.to_env()}
         env.pop("STARVERSE_JOB_ID", None)
+        argv = [sys.executable, "-m", _SUPERVISOR_MODULE, str(run.root), "--listen-fd", str(fd)]
         with run.root.joinpath("supervisor.log").open("ab") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", _SUPERVISOR_MODULE, str(run.root), "--listen-fd", str(fd)],
+                [*argv, "--heartbeat", str(HEARTBEAT_S)],
                 env=env,
                 cwd=run.root,
                 stdin=subprocess.DEVNULL,
@@ -245,20 +256,16 @@ class LocalBackend(LaunchBackend):
                 start_new_session=True,
             )
         # status.json belongs to the supervisor from now on; its pid goes into a file of its own
-        write_json(run.root / "supervisor.json", {"pid": proc.pid, "started": time.time()})
+        record = process_record(proc.pid).to_json()
+        write_json(run.root / "supervisor.json", {"pid": proc.pid, "started": time.time(), "process": record})
         _reap_later(proc)
 
     # -- reading ------------------------------------------------------------------
     def _job(self, run: RunPaths) -> Job:
         spec = JobSpec.from_json(read_json(run.spec))
         status = read_status(run) or RunStatus(job_id=run.job_id)
-        if not status.finished_state and not _is_supervisor(_supervisor_pid(run, status), run):
-            status = read_status(run) or status  # it may have finished between the two reads
-            if not status.finished_state:
-                why = "the job's supervisor process died; its processes were stopped"
-                stop_pids(job_processes(run.job_id, pid_dir=run.pids), grace=2.0)
-                status = replace(status, state="failed", reason=why, finished=time.time())
-                write_status(run, status)
+        if not status.finished_state:
+            status = _fail_if_supervisor_gone(run, status)
         state, reason = status.state, status.reason
         nodes = tuple(
             NodeStatus(
@@ -335,15 +342,22 @@ class LocalBackend(LaunchBackend):
         job = self.get(job_id)
         if job.state.finished:
             return job
-        write_json(run.cancel, {"reason": reason, "time": time.time()})
-        status = read_status(run)
-        sup = _supervisor_pid(run, status)
-        if sup and _is_supervisor(sup, run):
+        by = {"host": host_identity().host, "pid": os.getpid(), "user": self.settings.user}
+        write_json(run.cancel, {"reason": reason, "time": time.time(), "by": by})
+        status = read_status(run) or RunStatus(job_id=job_id)
+        verdict = _supervisor_alive(run, status)
+        if verdict is None:
+            # its supervisor runs on another host: it acts on cancel.json (or its heartbeat stops)
+            return self.wait(job_id, timeout=timeout)
+        if verdict:
             job = self.wait(job_id, timeout=timeout)
             if job.state.finished:
                 return job
         # no supervisor (or it hangs): stop every process of the job ourselves
-        stop_pids(job_processes(job_id, pid_dir=run.pids) + ([sup] if sup and pid_alive(sup) else []), grace=5.0)
+        status = read_status(run) or status
+        sup = _supervisor_record(run, status)
+        hung = [sup.pid] if sup is not None and _supervisor_alive(run, status) else []
+        stop_pids(job_processes(job_id, pid_dir=run.pids) + hung, grace=5.0)
         status = read_status(run) or RunStatus(job_id=job_id)
         if not status.finished_state:
             write_status(run, replace(status, state="cancelled", reason=reason, finished=time.time()))
@@ -355,20 +369,77 @@ class LocalBackend(LaunchBackend):
         return ckpt.step if ckpt else None
 
 
-def _supervisor_pid(run: RunPaths, status: RunStatus | None) -> int | None:
-    if status is not None and status.supervisor_pid:
-        return status.supervisor_pid
+def _supervisor_record(run: RunPaths, status: RunStatus) -> ProcessRecord | None:
+    """The supervisor as the supervisor recorded itself, else as ``submit`` recorded it.
+
+    A status without a record (an older version) gives the bare pid: judged on this host, as then.
+    """
+    if status.supervisor is not None:
+        return status.supervisor
     data = read_json(run.root / "supervisor.json")
-    return int(data["pid"]) if isinstance(data, dict) and isinstance(data.get("pid"), int) else None
-
-
-def _is_supervisor(pid: int | None, run: RunPaths) -> bool:
-    """The supervisor carries the run folder on its command line (guards against reused pids)."""
+    launched = ProcessRecord.from_json(data.get("process")) if isinstance(data, dict) else None
+    pid = status.supervisor_pid or (launched.pid if launched else None)
     if pid is None:
+        legacy = ProcessRecord.from_json(data)
+        return legacy if legacy is None else ProcessRecord(legacy.pid)
+    return launched if launched is not None and launched.pid == pid else ProcessRecord(pid)
+
+
+def _supervisor_alive(run: RunPaths, status: RunStatus) -> bool | None:
+    """Whether the run's supervisor lives, judged here by pid and start time; None: it runs on another host."""
+    record = _supervisor_record(run, status)
+    if record is None:
         # submit writes the folder and then the pid: a moment without one is not a death
-        return time.time() - run.spec.stat().st_mtime < 60 if run.spec.exists() else False
-    if not pid_alive(pid):
-        return False
+        return time.time() - run.spec.stat().st_mtime < STARTUP_GRACE_S if run.spec.exists() else False
+    verdict = alive(record)
+    return verdict and _runs_folder(record.pid, run)
+
+
+def _heartbeat_age(run: RunPaths, status: RunStatus) -> tuple[float, float]:
+    """Seconds since the supervisor's last sign of life, and the age at which it counts as dead."""
+    if status.heartbeat is not None:
+        every = status.heartbeat_every if status.heartbeat_every and status.heartbeat_every > 0 else HEARTBEAT_S
+        return time.time() - status.heartbeat, STALE_BEATS * every + STALE_MARGIN_S
+    data = read_json(run.root / "supervisor.json")  # not started yet: judged from its launch
+    launched = data.get("started") if isinstance(data, dict) else None
+    since = launched if isinstance(launched, (int, float)) else status.created
+    return time.time() - since, STARTUP_GRACE_S + STALE_MARGIN_S
+
+
+def _fail_if_supervisor_gone(run: RunPaths, status: RunStatus) -> RunStatus:
+    """``status``, or the job marked failed when its supervisor is known to be gone.
+
+    On the supervisor's host its death is seen at once and the job's processes are stopped.
+    From another host only a stale heartbeat counts; a live job's status is never rewritten.
+    """
+    verdict = _supervisor_alive(run, status)
+    if verdict:
+        return status
+    if verdict is None:
+        age, limit = _heartbeat_age(run, status)
+        if age <= limit:
+            return status
+        record = _supervisor_record(run, status)
+        where = record.host if record else "another host"
+        why = (
+            f"the job's supervisor on {where} sent no heartbeat for {age:.0f} s; "
+            f"its processes there, if any, could not be stopped from {host_identity().host}"
+        )
+    else:
+        why = "the job's supervisor process died; its processes were stopped"
+    fresh = read_status(run) or status  # it may have finished, or beaten, between the two reads
+    if fresh.finished_state or (verdict is None and fresh.heartbeat != status.heartbeat):
+        return fresh
+    if verdict is False:
+        stop_pids(job_processes(run.job_id, pid_dir=run.pids), grace=2.0)
+    finished = fresh.heartbeat if verdict is None and fresh.heartbeat else time.time()
+    fresh = replace(fresh, state="failed", reason=why, finished=finished)
+    write_status(run, fresh)
+    return fresh
+
+
+def _runs_folder(pid: int, run: RunPaths) -> bool:
+    """The supervisor carries the run folder on its command line (guards against reused pids)."""
     cmdline = Path(f"/proc/{pid}/cmdline")
     if not cmdline.parent.is_dir():
         return True  # no /proc (macOS): trust the recorded pid

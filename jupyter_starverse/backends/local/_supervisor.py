@@ -5,6 +5,10 @@ It hosts the c10d rendezvous store (so any node may die and be relaunched), star
 ``status.json``, relaunches a node killed by a signal (up to ``max_restarts`` times),
 enforces the budget cap, honours ``cancel.json``, and on the way out leaves no process
 of the job behind. It outlives the kernel or shell that submitted the job.
+
+Every ``--heartbeat`` seconds it stamps ``heartbeat`` into ``status.json``: a reader on another
+host (a second pod sharing the experiments folder) cannot see its pid and judges it by that
+alone; a job is cancelled from there through ``cancel.json``, which this loop polls.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from jupyter_starverse._procs import job_processes, signal_pids, stop_pids
+from jupyter_starverse._procs import job_processes, process_record, signal_pids, stop_pids
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.experiments import (
     NodeRecord,
@@ -37,6 +41,7 @@ from .._torchrun import LOCAL_ADDR, LaunchPlan, NodePlan
 __all__ = ["main", "root_cause"]
 
 POLL_S = 0.2
+HEARTBEAT_S = 5.0  # default; the backend passes its own with --heartbeat
 BUDGET_EVERY_S = 2.0
 STOP_GRACE_S = 30.0
 BUDGET_GRACE_S = 25.0  # the runtime exits at most 25 s after SIGTERM, checkpoint included
@@ -57,7 +62,7 @@ def root_cause(run: RunPaths) -> str | None:
 
 
 class _Supervisor:
-    def __init__(self, run: RunPaths, listen_fd: int | None) -> None:
+    def __init__(self, run: RunPaths, listen_fd: int | None, heartbeat: float = HEARTBEAT_S) -> None:
         self.run = run
         self.spec = JobSpec.from_json(read_json(run.spec))
         self.plan = LaunchPlan.from_json(read_json(run.plan))
@@ -72,11 +77,19 @@ class _Supervisor:
         self.stop_state = "cancelled"
         self.store: Any = None
         self._next_budget = 0.0
+        self.heartbeat_every = max(0.05, heartbeat)
+        self._next_beat = 0.0
 
     # -- bookkeeping --------------------------------------------------------------
     def save(self, **changes: Any) -> None:
         self.status = replace(self.status, **changes)
         write_status(self.run, self.status)
+
+    def beat(self) -> None:
+        """Stamp the heartbeat (and so rewrite ``status.json``: a record wrongly marked finished heals)."""
+        if time.monotonic() >= self._next_beat:
+            self._next_beat = time.monotonic() + self.heartbeat_every
+            self.save(heartbeat=time.time())
 
     def node(self, index: int) -> NodeRecord:
         return self.status.nodes[index]
@@ -111,6 +124,7 @@ class _Supervisor:
             node.index,
             state="running",
             pid=proc.pid,
+            process=process_record(proc.pid),
             exit_code=None,
             started=rec.started or now,
             finished=None,
@@ -213,6 +227,7 @@ class _Supervisor:
         signal_pids(running, signal.SIGTERM)  # agents forward SIGTERM to their workers
         deadline = time.monotonic() + STOP_GRACE_S
         while time.monotonic() < deadline and any(p.poll() is None for p in self.procs.values()):
+            self.beat()
             time.sleep(POLL_S)
         stop_pids(job_processes(self.plan.job_id, pid_dir=self.run.pids), grace=2.0)
         for p in self.procs.values():
@@ -220,6 +235,7 @@ class _Supervisor:
 
     def loop(self) -> None:
         while True:
+            self.beat()
             cancel = read_json(self.run.cancel)
             if isinstance(cancel, dict):
                 self.request_stop(str(cancel.get("reason") or "cancelled"), "cancelled")
@@ -239,6 +255,9 @@ class _Supervisor:
             state="running",
             started=time.time(),
             supervisor_pid=os.getpid(),
+            supervisor=process_record(os.getpid()),
+            heartbeat=time.time(),
+            heartbeat_every=self.heartbeat_every,
             port=self.plan.port,
             nodes=tuple(NodeRecord(n.index) for n in self.plan.nodes),
         )
@@ -276,8 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jupyter_starverse.backends.local._supervisor")
     parser.add_argument("run_dir")
     parser.add_argument("--listen-fd", type=int, default=None)
+    parser.add_argument("--heartbeat", type=float, default=HEARTBEAT_S, help="seconds between heartbeats")
     args = parser.parse_args(argv)
-    sup = _Supervisor(RunPaths(Path(args.run_dir)), args.listen_fd)
+    sup = _Supervisor(RunPaths(Path(args.run_dir)), args.listen_fd, args.heartbeat)
 
     def _term(signum: int, _frame: object) -> None:
         sup.request_stop(f"supervisor received signal {signum}", "cancelled")
