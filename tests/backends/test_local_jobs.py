@@ -136,3 +136,32 @@ def test_a_command_job_runs_under_torchrun_and_a_failing_one_says_why(settings: 
     assert failed.state is JobState.FAILED
     assert failed.reason and failed.reason.startswith("node 0 failed (agent exited with code 1); first error: node 0:")
     assert_no_processes_left(failed)
+
+
+def test_a_running_job_holds_its_mounts_against_store_rm(settings: Settings, tmp_path: Path) -> None:
+    from jupyter_starverse.catalog import Catalog
+    from jupyter_starverse.errors import ConflictError
+
+    src = tmp_path / "corpus"
+    src.mkdir()
+    (src / "a.txt").write_text("hello\n")
+    catalog = Catalog(settings)
+    catalog.add_dataset("corpus", str(src))
+    catalog.pull("corpus")
+    backend = LocalBackend(settings)
+    job = backend.submit(JobSpec(name="holder", code="import time\ntime.sleep(120)\n", mounts=("corpus",)))
+    try:
+        holders = catalog.holders("corpus")
+        assert [h.holder for h in holders] == [job.id]  # held by the job's supervisor, not by us
+        with pytest.raises(ConflictError, match=job.id):
+            catalog.rm("corpus")
+    finally:
+        backend.cancel(job.id)
+    backend.wait(job.id, timeout=120)
+    import time
+
+    deadline = time.monotonic() + 30  # the supervisor exits just after it records the final state
+    while catalog.holders("corpus") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert catalog.holders("corpus") == []  # the supervisor is gone: so is its hold
+    catalog.rm("corpus")

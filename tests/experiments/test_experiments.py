@@ -24,6 +24,7 @@ from jupyter_starverse.experiments import (
     progress,
     read_metrics,
     read_status,
+    record_checkpoint,
     write_json,
     write_status,
 )
@@ -39,8 +40,10 @@ def _run(root: Path, exp: str, job_id: str) -> Path:
 def _ckpt(run_dir: Path, step: int, world: int, t: float, *, complete: bool = True) -> Path:
     d = run_dir / "checkpoints" / checkpoint_name(step)
     d.mkdir(parents=True)
-    if complete:
+    if complete:  # a finished save: DCP metadata, meta.json, then the run's own record of it
+        (d / ".metadata").write_bytes(b"dcp metadata")
         (d / "meta.json").write_text(json.dumps({"step": step, "world_size": world, "time": t}))
+        record_checkpoint(d, step=step, world_size=world, time=t)
     return d
 
 

@@ -14,6 +14,7 @@ by writing ``cancel.json``, which the supervisor acts on.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import errno
 import os
 import socket
@@ -223,7 +224,10 @@ class LocalBackend(LaunchBackend):
             write_json(run.plan, plan.to_json())
             status = RunStatus(job_id=job_id, created=time.time(), port=port)
             write_status(run, status)
-            self._start_supervisor(run, sock)
+            # `store rm`/`evict` refuse what a live job reads: held by us until the
+            # supervisor runs, then by the supervisor for as long as it lives.
+            with self._holds(spec, job_id, pid=None):
+                self._holds(spec, job_id, pid=self._start_supervisor(run, sock))
         except BaseException as e:
             sock.close()
             if run.status.exists() and not isinstance(e, KeyboardInterrupt):
@@ -239,7 +243,18 @@ class LocalBackend(LaunchBackend):
         sock.close()
         return self.get(job_id)
 
-    def _start_supervisor(self, run: RunPaths, sock: socket.socket) -> None:
+    def _holds(self, spec: JobSpec, job_id: str, *, pid: int | None) -> contextlib.ExitStack:
+        """Hold every mounted store entry for ``job_id`` while ``pid`` (default: this process) lives."""
+        stack = contextlib.ExitStack()
+        if spec.mounts:
+            from jupyter_starverse.catalog import Catalog
+
+            catalog = Catalog(self.settings)
+            for name in spec.mounts:
+                stack.callback(catalog.hold(name, job_id, pid=pid).release)
+        return stack
+
+    def _start_supervisor(self, run: RunPaths, sock: socket.socket) -> int:
         fd = sock.fileno()
         env = {**os.environ, **self.settings.to_env()}
         env.pop("STARVERSE_JOB_ID", None)
@@ -259,6 +274,7 @@ class LocalBackend(LaunchBackend):
         record = process_record(proc.pid).to_json()
         write_json(run.root / "supervisor.json", {"pid": proc.pid, "started": time.time(), "process": record})
         _reap_later(proc)
+        return proc.pid
 
     # -- reading ------------------------------------------------------------------
     def _job(self, run: RunPaths) -> Job:
