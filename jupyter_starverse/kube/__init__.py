@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ._config import KubeConnection, connect, require_kubernetes, resolve_namespace
 from ._errors import api_errors, status_of, translate
-from ._pools import NodePool, PoolTable, Toleration, load_pools
+from ._pools import NodePool, PoolTable, Toleration, format_cpu, format_memory, load_pools, parse_quantity
 
 __all__ = [
     "KubeConnection",
@@ -18,7 +18,10 @@ __all__ = [
     "Toleration",
     "api_errors",
     "connect",
+    "format_cpu",
+    "format_memory",
     "load_pools",
+    "parse_quantity",
     "require_kubernetes",
     "resolve_namespace",
     "status_of",

@@ -8,19 +8,84 @@ JSON) replaces the defaults::
      "a100-80g": {"node_selector": {"pool": "a100"}, "resource": "nvidia.com/gpu",
                   "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
                                    "effect": "NoSchedule"}]}}
+
+Optional per pool (each overrides the workspace default of the same ``STARVERSE_*`` setting):
+``image``, ``cpu_per_proc`` / ``memory_per_proc`` (requests per GPU, or per process on the CPU
+pool; defaults 8 and 64Gi per GPU, 1 and 4Gi per CPU process), ``max_cpu`` / ``max_memory``
+(what one node of the pool can give a pod: the caps), ``shm_size``, ``image_pull_secrets``,
+``service_account``, ``priority_class``, ``annotations``, ``extra_resources``
+(``{"rdma/hca": "1"}``) and ``node_affinity`` (a list of alternative terms, see
+:func:`jupyter_starverse._settings.parse_node_affinity`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from jupyter_starverse._settings import Settings
+from jupyter_starverse._settings import (
+    NodeTerm,
+    Settings,
+    check_quantity,
+    check_resources,
+    node_affinity_json,
+    parse_node_affinity,
+)
 from jupyter_starverse.errors import BadInputError
 
-__all__ = ["POOL_LABEL", "NodePool", "PoolTable", "Toleration", "load_pools"]
+__all__ = [
+    "POOL_LABEL",
+    "NodePool",
+    "PoolTable",
+    "Toleration",
+    "format_cpu",
+    "format_memory",
+    "load_pools",
+    "parse_quantity",
+]
+
+_SUFFIX: dict[str, Fraction] = {
+    "": Fraction(1),
+    "m": Fraction(1, 1000),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+    "Ki": Fraction(2**10),
+    "Mi": Fraction(2**20),
+    "Gi": Fraction(2**30),
+    "Ti": Fraction(2**40),
+    "Pi": Fraction(2**50),
+    "Ei": Fraction(2**60),
+}
+
+
+def parse_quantity(text: str) -> Fraction:
+    """The value of a Kubernetes quantity (``500m`` -> 1/2, ``64Gi`` -> 64 * 2**30)."""
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)([a-zA-Z]*)", check_quantity(text, "quantity"))
+    assert m is not None and m.group(2) in _SUFFIX
+    return Fraction(m.group(1)) * _SUFFIX[m.group(2)]
+
+
+def format_cpu(value: Fraction) -> str:
+    """CPUs as Kubernetes writes them: whole cores, else millicores."""
+    return str(int(value)) if value.denominator == 1 else f"{int(value * 1000)}m"
+
+
+def format_memory(value: Fraction) -> str:
+    """Bytes in the largest binary unit that divides them (``Gi``, ``Mi``, ``Ki``)."""
+    n = int(value)
+    for unit in ("Ti", "Gi", "Mi", "Ki"):
+        if n and n % _SUFFIX[unit] == 0:
+            return f"{n // int(_SUFFIX[unit])}{unit}"
+    return str(n)
+
 
 POOL_LABEL = "starverse.io/pool"
 _GPU_TYPES = ("rtx4090", "a100-80g", "a100-40g", "h100-80g", "l40s")
@@ -61,18 +126,56 @@ class NodePool:
     node_selector: dict[str, str]
     tolerations: tuple[Toleration, ...] = ()
     resource: str | None = None
+    image: str | None = None
+    cpu_per_proc: str | None = None
+    memory_per_proc: str | None = None
+    max_cpu: str | None = None
+    max_memory: str | None = None
+    shm_size: str | None = None
+    image_pull_secrets: tuple[str, ...] = ()
+    service_account: str | None = None
+    priority_class: str | None = None
+    annotations: tuple[tuple[str, str], ...] = ()
+    extra_resources: tuple[tuple[str, str], ...] = ()
+    node_affinity: tuple[NodeTerm, ...] = ()
 
     @property
     def is_gpu(self) -> bool:
         return self.resource is not None
 
+    def requests(self, procs: int) -> tuple[str, str]:
+        """(cpu, memory) of a pod with ``procs`` GPUs (or CPU processes), capped by the node's size."""
+        cpu = parse_quantity(self.cpu_per_proc or ("8" if self.is_gpu else "1")) * procs
+        memory = parse_quantity(self.memory_per_proc or ("64Gi" if self.is_gpu else "4Gi")) * procs
+        if self.max_cpu:
+            cpu = min(cpu, parse_quantity(self.max_cpu))
+        if self.max_memory:
+            memory = min(memory, parse_quantity(self.max_memory))
+        return format_cpu(cpu), format_memory(memory)
+
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "name": self.name,
             "node_selector": dict(self.node_selector),
             "tolerations": [t.to_json() for t in self.tolerations],
             "resource": self.resource,
         }
+        optional: dict[str, Any] = {
+            "image": self.image,
+            "cpu_per_proc": self.cpu_per_proc,
+            "memory_per_proc": self.memory_per_proc,
+            "max_cpu": self.max_cpu,
+            "max_memory": self.max_memory,
+            "shm_size": self.shm_size,
+            "image_pull_secrets": list(self.image_pull_secrets) or None,
+            "service_account": self.service_account,
+            "priority_class": self.priority_class,
+            "annotations": dict(self.annotations) or None,
+            "extra_resources": dict(self.extra_resources) or None,
+            "node_affinity": node_affinity_json(self.node_affinity) or None,
+        }
+        out.update({k: v for k, v in optional.items() if v is not None})
+        return out
 
 
 @dataclass(frozen=True)
@@ -110,9 +213,65 @@ class PoolTable:
             )
             resource = raw.get("resource", None if name == "cpu" else "nvidia.com/gpu")
             pools[str(name).lower()] = NodePool(
-                str(name).lower(), {str(k): str(v) for k, v in raw["node_selector"].items()}, tolerations, resource
+                str(name).lower(),
+                {str(k): str(v) for k, v in raw["node_selector"].items()},
+                tolerations,
+                resource,
+                **_options(raw, where),
             )
         return cls(pools)
+
+
+_KNOWN = {
+    "name",  # written by NodePool.to_json; the key of the table is the name
+    "node_selector",
+    "tolerations",
+    "resource",
+    "image",
+    "cpu_per_proc",
+    "memory_per_proc",
+    "max_cpu",
+    "max_memory",
+    "shm_size",
+    "image_pull_secrets",
+    "service_account",
+    "priority_class",
+    "annotations",
+    "extra_resources",
+    "node_affinity",
+}
+
+
+def _options(raw: dict[str, Any], where: str) -> dict[str, Any]:
+    """The optional fields of one pool, checked (an unknown key is a typo, not a no-op)."""
+    unknown = sorted(set(raw) - _KNOWN)
+    if unknown:
+        raise BadInputError(
+            f"pool table {where}: unknown field(s) {', '.join(unknown)}", hint=f"known: {', '.join(sorted(_KNOWN))}"
+        )
+    out: dict[str, Any] = {}
+    for key in ("image", "service_account", "priority_class"):
+        if raw.get(key) is not None:
+            if not isinstance(raw[key], str) or not raw[key].strip():
+                raise BadInputError(f"pool table {where}.{key} must be a non-empty string")
+            out[key] = raw[key].strip()
+    for key in ("cpu_per_proc", "memory_per_proc", "max_cpu", "max_memory", "shm_size"):
+        if raw.get(key) is not None:
+            out[key] = check_quantity(raw[key], f"pool table {where}.{key}")
+    secrets = raw.get("image_pull_secrets", [])
+    if not isinstance(secrets, list) or not all(isinstance(x, str) and x for x in secrets):
+        raise BadInputError(f"pool table {where}.image_pull_secrets must be a list of secret names")
+    out["image_pull_secrets"] = tuple(secrets)
+    for key in ("annotations", "extra_resources"):
+        value = raw.get(key, {})
+        if not isinstance(value, dict):
+            raise BadInputError(f"pool table {where}.{key} must be an object")
+        if key == "extra_resources":
+            value = check_resources(value, f"pool table {where}.{key}")
+        out[key] = tuple(sorted((str(k), str(v)) for k, v in value.items()))
+    if raw.get("node_affinity") is not None:
+        out["node_affinity"] = parse_node_affinity(raw["node_affinity"], f"pool table {where}.node_affinity")
+    return out
 
 
 def default_pools() -> PoolTable:

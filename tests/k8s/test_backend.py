@@ -169,8 +169,8 @@ def test_dry_run_and_render_create_nothing(kube: KubeServer, settings: Settings)
 def test_warmup_job_for_mounts_not_yet_pulled(kube: KubeServer, settings: Settings, tmp_path: Path) -> None:
     from jupyter_starverse.catalog import Catalog
 
-    data = tmp_path / "data"
-    data.mkdir()
+    data = Path(settings.store) / "incoming" / "data"  # a source the warm-up pod reaches: inside the store
+    data.mkdir(parents=True)
     (data / "a.txt").write_text("hello")
     Catalog(settings).add_dataset("tiny", str(data))
     backend = KubernetesBackend(settings)
@@ -180,7 +180,8 @@ def test_warmup_job_for_mounts_not_yet_pulled(kube: KubeServer, settings: Settin
     assert warm["metadata"]["ownerReferences"][0]["name"] == job.id
     assert warm["spec"]["template"]["spec"]["containers"][0]["command"][-3:] == ["store", "pull", "tiny"]
     init = jobs[job.id]["spec"]["template"]["spec"]["initContainers"][0]
-    assert init["command"][-3:] == ["store", "pull", "tiny"]
+    assert init["command"][-2:] == ["jupyter_starverse.backends.kubernetes._storewait", "tiny"]
+    assert all(m["readOnly"] for m in init["volumeMounts"])  # only the warm-up pod writes the store
 
 
 # -- bad input: clear errors, nothing half-created --------------------------------------

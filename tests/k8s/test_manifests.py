@@ -14,6 +14,8 @@ import yaml
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 jsonschema = pytest.importorskip("jsonschema")
 
+from jupyter_starverse._settings import DEFAULT_IMAGE  # noqa: E402
+from jupyter_starverse.backends.kubernetes._checks import BOOT  # noqa: E402
 from jupyter_starverse.backends.kubernetes._manifests import (  # noqa: E402
     ClusterConfig,
     KubeLaunch,
@@ -95,8 +97,17 @@ def test_indexed_job_wire_form_for_one_cpu_node() -> None:
     assert pod["spec"] == {
         "restartPolicy": "Never",
         "subdomain": "demo-1",
+        "automountServiceAccountToken": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 1000,
+            "runAsGroup": 1000,
+            "fsGroup": 1000,
+            "fsGroupChangePolicy": "OnRootMismatch",
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "volumes": [
-            {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}},
             {"name": "store", "persistentVolumeClaim": {"claimName": "starverse-store"}},
             {"name": "experiments", "persistentVolumeClaim": {"claimName": "starverse-experiments"}},
         ],
@@ -107,10 +118,12 @@ def test_indexed_job_wire_form_for_one_cpu_node() -> None:
     env = {e["name"]: e.get("value") for e in container.pop("env")}
     assert container == {
         "name": "trainer",
-        "image": "pytorch/pytorch:latest",
+        "image": DEFAULT_IMAGE,
         "command": [
             "python",
-            "-m",
+            "-c",
+            BOOT,
+            "torch,jupyter_starverse",
             "torch.distributed.run",
             "--nnodes=1",
             "--nproc-per-node=1",
@@ -122,7 +135,7 @@ def test_indexed_job_wire_form_for_one_cpu_node() -> None:
             "jupyter_starverse.backends._worker",
             "/exp/train.py",
         ],
-        "resources": {"requests": {"cpu": "1"}},
+        "resources": {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"cpu": "1", "memory": "4Gi"}},
         "volumeMounts": [
             {"name": "dshm", "mountPath": "/dev/shm"},
             {"name": "store", "mountPath": "/store", "readOnly": True},
@@ -130,6 +143,12 @@ def test_indexed_job_wire_form_for_one_cpu_node() -> None:
         ],
         "ports": [{"containerPort": 29500, "name": "rendezvous"}],
         "workingDir": "/exp/demo/runs/demo-1",
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "runAsNonRoot": True,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
     }
     assert env["STARVERSE_DIST_BACKEND"] == "gloo" and env["STARVERSE_DEVICE"] == "cpu"
     assert env["HF_HUB_OFFLINE"] == "1" and env["HF_HUB_CACHE"] == "/store/hub"
@@ -140,13 +159,18 @@ def test_one_spec_two_translations() -> None:
     cpu = make_mode(_launch(2, "cpu", 4), _cluster(cpu_image="starverse/cpu:1"))
     gpu = make_mode(_launch(2, "a100-80g", 8, cpu="32", memory="256Gi"), _cluster(cpu_image="starverse/cpu:1"))
     assert (cpu.dist_backend, cpu.device, cpu.image) == ("gloo", "cpu", "starverse/cpu:1")
-    assert to_dict(cpu.resources) == {"requests": {"cpu": "4"}} and cpu.tolerations == ()
+    assert to_dict(cpu.resources) == {
+        "requests": {"cpu": "4", "memory": "16Gi"},
+        "limits": {"cpu": "4", "memory": "16Gi"},
+    }
+    assert cpu.tolerations == () and cpu.shm_size == "4Gi"
     assert cpu.node_selector == {"starverse.io/pool": "cpu"}
-    assert (gpu.dist_backend, gpu.device, gpu.image) == ("nccl", "cuda", "pytorch/pytorch:latest")
+    assert (gpu.dist_backend, gpu.device, gpu.image) == ("nccl", "cuda", DEFAULT_IMAGE)
     assert to_dict(gpu.resources) == {
         "requests": {"cpu": "32", "memory": "256Gi"},
-        "limits": {"memory": "256Gi", "nvidia.com/gpu": "8"},
+        "limits": {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "8"},
     }
+    assert gpu.shm_size == "64Gi"
     assert gpu.node_selector == {"starverse.io/pool": "a100-80g"}
     assert [to_dict(t) for t in gpu.tolerations] == [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -215,6 +239,11 @@ def test_every_rendered_manifest_validates(kind: str, accelerator: str, nodes: i
     )
     launch = KubeLaunch(**{**launch.__dict__, "warmup": ("tiny-ds",)})
     objects = [to_dict(o) for o in make_manifests(launch, _cluster(kind, kueue_queue="q"))]
+    _validate_objects(objects, nodes)
+
+
+def _validate_objects(objects: list[dict[str, Any]], nodes: int) -> None:
+    """Server rules, then the strict core schemas or the CRD schemas, of rendered objects."""
     assert len(objects) <= 3  # constant in the number of nodes
     for obj in objects:
         _server_rules(obj)

@@ -22,10 +22,11 @@ from jupyter_starverse.jobmodel import Job, JobSpec, JobState, LaunchBackend, Lo
 from jupyter_starverse.kube import KubeConnection, connect, require_kubernetes, resolve_namespace
 
 from ._api import ClusterApi, WireList
+from ._checks import check_image, check_warmup_source
 from ._crds import CRD_INFO
 from ._inputs import ANNOTATION_SPEC, LABEL_JOB, LABEL_MANAGED, LABEL_ROLE, MANAGER, ClusterConfig, KubeLaunch
 from ._logs import PodStream, fan_in, saved_logs
-from ._manifests import make_manifests, pool_for, to_dict
+from ._manifests import make_manifests, make_mode, pool_for, to_dict, warmup_image
 from ._names import is_dns_label, make_job_id
 from ._status import job_state, latest_per_node, parse_time
 from ._watch import watch_job
@@ -104,6 +105,19 @@ class KubernetesBackend(LaunchBackend):
             kueue_queue=s.kueue_queue,
             store_claim=s.store_claim or "starverse-store",
             experiments_claim=s.experiments_claim or "starverse-experiments",
+            run_as_user=s.pod_uid,
+            run_as_group=s.pod_gid,
+            fs_group=s.pod_fs_group,
+            # a numeric shared group (docs/sharing.md) lets every job write what the team shares
+            supplemental_groups=(int(s.shared_group),) if s.shared_group and s.shared_group.isdigit() else (),
+            automount_token=s.automount_token,
+            image_pull_secrets=s.image_pull_secrets,
+            service_account=s.service_account,
+            priority_class=s.priority_class,
+            annotations=s.pod_annotations,
+            extra_resources=s.extra_resources,
+            node_affinity=s.node_affinity,
+            shm_size=s.shm_size,
         )
 
     # -- planning -------------------------------------------------------------------
@@ -119,7 +133,10 @@ class KubernetesBackend(LaunchBackend):
             try:
                 paths[name] = str(catalog.mount(name))
             except ConflictError:
-                warm.append(name)  # registered but not pulled: the warm-up job fills the store once
+                # registered but not pulled: the warm-up job fills the store once, if it can reach the source
+                entry = catalog.entry(name)
+                check_warmup_source(name, entry.kind, entry.source, store_path=str(catalog.root))
+                warm.append(name)
             except (NotFoundError, BadInputError) as e:
                 raise BadInputError(f"mount {name!r}: {e.message}", field="mounts", hint=e.hint) from e
         return paths, tuple(warm), hf_cache
@@ -173,7 +190,12 @@ class KubernetesBackend(LaunchBackend):
             user=self.settings.user,
             cost_env=cost_env,
         )
-        return launch, make_manifests(launch, self._cluster(namespace))
+        cluster = self._cluster(namespace)
+        mode = make_mode(launch, cluster)
+        check_image(mode.image, where="image", needs_package=not spec.command)
+        if launch.warmup:
+            check_image(warmup_image(launch, cluster), where="cpu_image")
+        return launch, make_manifests(launch, cluster)
 
     def render(self, spec: JobSpec, *, output: str = "yaml") -> str:
         _, objects = self.plan(spec)

@@ -13,11 +13,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from kubernetes.client import (
+        V1Affinity,
         V1EnvVar,
         V1JobTemplateSpec,
+        V1LocalObjectReference,
         V1ObjectMeta,
+        V1PodSecurityContext,
         V1PodTemplateSpec,
         V1ResourceRequirements,
+        V1SecurityContext,
         V1Toleration,
         V1Volume,
         V1VolumeMount,
@@ -163,19 +167,35 @@ class RuntimePatch:
     volumes: tuple[V1Volume, ...] = ()
     container: str = "node"
     volume_mounts: tuple[V1VolumeMount, ...] = ()
+    annotations: dict[str, str] = field(default_factory=dict)
+    affinity: V1Affinity | None = None
+    security_context: V1PodSecurityContext | None = None
+    container_security: V1SecurityContext | None = None
+    service_account: str | None = None
+    image_pull_secrets: tuple[V1LocalObjectReference, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
+        container = _drop_none(
+            {
+                "name": self.container,
+                "volumeMounts": [serialize(m) for m in self.volume_mounts] or None,
+                "securityContext": serialize(self.container_security) if self.container_security else None,
+            }
+        )
         pod_spec = _drop_none(
             {
                 "nodeSelector": dict(self.node_selector) or None,
                 "tolerations": [serialize(t) for t in self.tolerations] or None,
+                "affinity": serialize(self.affinity) if self.affinity is not None else None,
+                "securityContext": serialize(self.security_context) if self.security_context is not None else None,
+                "serviceAccountName": self.service_account,
+                "imagePullSecrets": [serialize(r) for r in self.image_pull_secrets] or None,
                 "volumes": [serialize(v) for v in self.volumes] or None,
-                "containers": [{"name": self.container, "volumeMounts": [serialize(m) for m in self.volume_mounts]}]
-                if self.volume_mounts
-                else None,
+                "containers": [container] if len(container) > 1 else None,
             }
         )
-        pod = {"metadata": {"labels": dict(self.labels)}, "spec": pod_spec}
+        meta = _drop_none({"labels": dict(self.labels), "annotations": dict(self.annotations) or None})
+        pod = {"metadata": meta, "spec": pod_spec}
         job = {"name": self.replicated_job, "template": {"spec": {"template": pod}}}
         return {"manager": self.manager, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [job]}}}}
 

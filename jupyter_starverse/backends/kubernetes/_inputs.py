@@ -7,10 +7,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from jupyter_starverse._settings import DEFAULT_IMAGE, NodeTerm
 from jupyter_starverse.jobmodel import JobSpec
 
 if TYPE_CHECKING:
-    from kubernetes.client import V1ResourceRequirements, V1Toleration
+    from kubernetes.client import V1Affinity, V1ResourceRequirements, V1Toleration
 
     from jupyter_starverse.kube import NodePool
 
@@ -47,7 +48,7 @@ class ClusterConfig:
     namespace: str
     store: str
     experiments: str
-    image: str = "pytorch/pytorch:latest"
+    image: str = DEFAULT_IMAGE
     cpu_image: str | None = None
     kind: str = "job"
     kueue_queue: str | None = None
@@ -56,6 +57,20 @@ class ClusterConfig:
     ttl_seconds: int = 7 * 24 * 3600
     runtime: str = "torch-distributed"
     python: str = "python"
+    # -- pod security (Pod Security Standards "restricted") and workspace-wide pod defaults --
+    run_as_user: int = 1000
+    run_as_group: int = 1000
+    fs_group: int | None = 1000
+    supplemental_groups: tuple[int, ...] = ()
+    automount_token: bool = False
+    image_pull_secrets: tuple[str, ...] = ()
+    service_account: str | None = None
+    priority_class: str | None = None
+    annotations: tuple[tuple[str, str], ...] = ()
+    #: extra device limits and required node affinity: training pods of GPU jobs only
+    extra_resources: tuple[tuple[str, str], ...] = ()
+    node_affinity: tuple[NodeTerm, ...] = ()
+    shm_size: str | None = None
 
     @property
     def store_path(self) -> str | None:
@@ -92,3 +107,5 @@ class ModeTranslation:
     resources: V1ResourceRequirements
     node_selector: dict[str, str]
     tolerations: tuple[V1Toleration, ...]
+    affinity: V1Affinity | None = None
+    shm_size: str = "1Gi"

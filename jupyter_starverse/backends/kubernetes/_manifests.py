@@ -12,6 +12,14 @@ Default kind: an Indexed Job (completions = parallelism = nodes) plus a headless
 ``torchrun`` in every pod with a static rendezvous whose node rank is the completion
 index and whose master is ``<job>-0.<service>``. Alternatives: JobSet, Kubeflow TrainJob
 and PyTorchJob (their operators set torchrun's ``PET_*`` variables).
+
+Every pod meets the Pod Security Standards ``restricted`` profile (:func:`make_pod_security`,
+:func:`make_container_security`): non-root uid/gid from the settings, no privilege escalation,
+all capabilities dropped, ``RuntimeDefault`` seccomp, only PVC and emptyDir volumes, no
+service-account token unless asked. Every container requests CPU and memory
+(``NodePool.requests``, or the spec's ``cpu``/``memory``) with equal limits; ``/dev/shm`` is a
+memory emptyDir with a ``sizeLimit``. Every command starts as ``python -c BOOT`` (``_checks``),
+which fails at once with the fix when the image lacks this package.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from jupyter_starverse.backends._torchrun import WORKER_MODULE, job_env
 from jupyter_starverse.jobmodel import JobSpec
 
+from ._checks import BOOT
 from ._crds import (
     JobSet,
     JobSetReplicatedJob,
@@ -33,18 +42,22 @@ from ._crds import (
 
 if TYPE_CHECKING:
     from kubernetes.client import (
+        V1Affinity,
         V1Container,
         V1EnvVar,
         V1Job,
         V1JobSpec,
         V1OwnerReference,
+        V1PodSecurityContext,
         V1PodTemplateSpec,
+        V1SecurityContext,
         V1Service,
         V1Toleration,
         V1Volume,
         V1VolumeMount,
     )
 
+    from jupyter_starverse._settings import NodeTerm
     from jupyter_starverse.kube import NodePool, PoolTable, Toleration
 
 __all__ = [
@@ -53,18 +66,22 @@ __all__ = [
     "ClusterConfig",
     "KubeLaunch",
     "ModeTranslation",
+    "make_affinity",
     "make_container",
+    "make_container_security",
     "make_env",
     "make_job",
     "make_jobset",
     "make_labels",
     "make_manifests",
     "make_mode",
+    "make_pod_security",
     "make_pod_template",
     "make_pytorchjob",
     "make_service",
     "make_trainjob",
     "make_warmup_job",
+    "warmup_image",
     "owner_reference",
     "pool_for",
     "to_dict",
@@ -87,31 +104,113 @@ from ._inputs import (
 
 
 def make_mode(launch: KubeLaunch, cluster: ClusterConfig) -> ModeTranslation:
-    """Translate the spec for its accelerator (see the module docstring)."""
+    """Translate the spec for its accelerator (see the module docstring).
+
+    CPU and memory: the spec's, else the pool's per-GPU (per-process on CPU) size capped by the
+    pool's node size; limits equal requests (Guaranteed QoS, accepted by quotas that require
+    limits). GPU pods also get the extra device resources and the required node affinity
+    (the pool's, else the workspace default).
+    """
     from kubernetes import client as c
 
+    from jupyter_starverse.kube import format_memory, parse_quantity
+
     spec, pool = launch.spec, launch.pool
-    requests: dict[str, str] = {}
-    limits: dict[str, str] = {}
-    if spec.cpu:
-        requests["cpu"] = spec.cpu
-    if spec.memory:
-        requests["memory"] = limits["memory"] = spec.memory
+    cpu, memory = pool.requests(spec.procs_per_node)
+    cpu, memory = spec.cpu or cpu, spec.memory or memory
+    requests = {"cpu": cpu, "memory": memory}
+    limits = dict(requests)
     if spec.is_gpu:
         limits[pool.resource or "nvidia.com/gpu"] = str(spec.procs_per_node)
-        image, backend, device = spec.image or cluster.image, "nccl", "cuda"
+        limits.update(dict(cluster.extra_resources))
+        limits.update(dict(pool.extra_resources))
+        terms = pool.node_affinity or cluster.node_affinity
+        image, backend, device = spec.image or pool.image or cluster.image, "nccl", "cuda"
     else:
-        requests.setdefault("cpu", str(spec.procs_per_node))
-        image, backend, device = spec.image or cluster.cpu_image or cluster.image, "gloo", "cpu"
+        limits.update(dict(pool.extra_resources))
+        terms = pool.node_affinity
+        image = spec.image or pool.image or cluster.cpu_image or cluster.image
+        backend, device = "gloo", "cpu"
+    shm = pool.shm_size or cluster.shm_size or format_memory(parse_quantity(memory) / 4)
+    if parse_quantity(shm) > parse_quantity(memory):  # tmpfs pages count against the memory limit
+        shm = memory
     tolerations = tuple(_toleration(t) for t in pool.tolerations)
     return ModeTranslation(
         image=image,
         dist_backend=backend,
         device=device,
-        resources=c.V1ResourceRequirements(requests=requests or None, limits=limits or None),
+        resources=c.V1ResourceRequirements(requests=requests, limits=limits),
         node_selector=dict(pool.node_selector),
         tolerations=tolerations,
+        affinity=make_affinity(terms),
+        shm_size=shm,
     )
+
+
+def make_affinity(terms: tuple[NodeTerm, ...]) -> V1Affinity | None:
+    """Required node affinity whose terms are alternatives (any one may match): e.g. an A100
+    SXM node *or* an A100 PCIe node."""
+    from kubernetes import client as c
+
+    if not terms:
+        return None
+    selector = c.V1NodeSelector(
+        node_selector_terms=[
+            c.V1NodeSelectorTerm(
+                match_expressions=[
+                    c.V1NodeSelectorRequirement(key=k, operator=op, values=list(v) or None) for k, op, v in term
+                ]
+            )
+            for term in terms
+        ]
+    )
+    return c.V1Affinity(node_affinity=c.V1NodeAffinity(required_during_scheduling_ignored_during_execution=selector))
+
+
+def make_pod_security(cluster: ClusterConfig) -> V1PodSecurityContext:
+    """Pod-level security of every pod (Pod Security Standards ``restricted``)."""
+    from kubernetes import client as c
+
+    return c.V1PodSecurityContext(
+        run_as_non_root=True,
+        run_as_user=cluster.run_as_user,
+        run_as_group=cluster.run_as_group,
+        fs_group=cluster.fs_group,
+        # only a mismatched volume root is re-owned: a large shared volume is not walked at every start
+        fs_group_change_policy="OnRootMismatch" if cluster.fs_group is not None else None,
+        supplemental_groups=list(cluster.supplemental_groups) or None,
+        seccomp_profile=c.V1SeccompProfile(type="RuntimeDefault"),
+    )
+
+
+def make_container_security(cluster: ClusterConfig) -> V1SecurityContext:
+    """Container-level security of every container (``restricted``: no escalation, no capabilities)."""
+    from kubernetes import client as c
+
+    return c.V1SecurityContext(
+        allow_privilege_escalation=False,
+        capabilities=c.V1Capabilities(drop=["ALL"]),
+        run_as_non_root=True,
+        seccomp_profile=c.V1SeccompProfile(type="RuntimeDefault"),
+    )
+
+
+def _pod_options(pool: NodePool, cluster: ClusterConfig) -> dict[str, Any]:
+    """Pod spec fields of one pool: the pool's value, else the workspace default (pull secrets: both)."""
+    from kubernetes import client as c
+
+    secrets = list(dict.fromkeys((*cluster.image_pull_secrets, *pool.image_pull_secrets)))
+    return {
+        "security_context": make_pod_security(cluster),
+        "automount_service_account_token": cluster.automount_token,
+        "service_account_name": pool.service_account or cluster.service_account,
+        "priority_class_name": pool.priority_class or cluster.priority_class,
+        "image_pull_secrets": [c.V1LocalObjectReference(name=n) for n in secrets] or None,
+    }
+
+
+def _pod_annotations(pool: NodePool, cluster: ClusterConfig) -> dict[str, str] | None:
+    return {**dict(cluster.annotations), **dict(pool.annotations)} or None
 
 
 def _toleration(t: Toleration) -> V1Toleration:
@@ -204,7 +303,8 @@ def make_command(launch: KubeLaunch, cluster: ClusterConfig, *, master: str | No
     completion index; without, torchrun takes its ``PET_*`` variables from an operator."""
     entry, no_python = _entry(launch)
     spec = launch.spec
-    argv = [cluster.python, "-m", "torch.distributed.run"]
+    needs = "torch" if no_python else "torch,jupyter_starverse"
+    argv = [cluster.python, "-c", BOOT, needs, "torch.distributed.run"]
     if master is not None:
         argv += [
             f"--nnodes={spec.nodes}",
@@ -220,28 +320,50 @@ def make_command(launch: KubeLaunch, cluster: ClusterConfig, *, master: str | No
 
 
 def _volumes(
-    launch: KubeLaunch, cluster: ClusterConfig
+    launch: KubeLaunch, cluster: ClusterConfig, *, shm_size: str = "1Gi"
 ) -> tuple[list[V1Volume], list[V1VolumeMount], list[V1VolumeMount]]:
-    """Volumes, trainer mounts, and warm-up mounts (store read-write there)."""
+    """Volumes, trainer mounts, and the init container's mounts (the store, read-only).
+
+    Only the warm-up pod mounts the store read-write (:func:`_warmup_job_spec`)."""
     from kubernetes import client as c
 
-    volumes = [c.V1Volume(name="dshm", empty_dir=c.V1EmptyDirVolumeSource(medium="Memory"))]
+    shm_source = c.V1EmptyDirVolumeSource(medium="Memory", size_limit=shm_size)
+    volumes = [c.V1Volume(name="dshm", empty_dir=shm_source)]
     shm = "/dev/shm"  # noqa: S108 - shared memory for NCCL and data loaders, not a temp file
     mounts = [c.V1VolumeMount(name="dshm", mount_path=shm)]
-    warm = []
+    wait = []
     if cluster.store_path:
         claim = c.V1PersistentVolumeClaimVolumeSource(claim_name=cluster.store_claim)
         volumes.append(c.V1Volume(name="store", persistent_volume_claim=claim))
         mounts.append(c.V1VolumeMount(name="store", mount_path=cluster.store_path, read_only=True))
-        warm.append(c.V1VolumeMount(name="store", mount_path=cluster.store_path))
+        wait.append(c.V1VolumeMount(name="store", mount_path=cluster.store_path, read_only=True))
     claim = c.V1PersistentVolumeClaimVolumeSource(claim_name=cluster.experiments_claim)
     volumes.append(c.V1Volume(name="experiments", persistent_volume_claim=claim))
     mounts.append(c.V1VolumeMount(name="experiments", mount_path=cluster.experiments))
-    return volumes, mounts, warm
+    return volumes, mounts, wait
 
 
 def _pull_argv(launch: KubeLaunch, cluster: ClusterConfig) -> list[str]:
-    return [cluster.python, "-m", "jupyter_starverse.cli", "store", "pull", *launch.warmup]
+    """The warm-up: ``store pull`` (writes the store)."""
+    names = [_literal(n) for n in launch.warmup]
+    return [cluster.python, "-c", BOOT, "jupyter_starverse", "jupyter_starverse.cli", "store", "pull", *names]
+
+
+def _wait_argv(launch: KubeLaunch, cluster: ClusterConfig) -> list[str]:
+    """The training pods' init container: wait, reading only, until the warm-up published the entries."""
+    names = [_literal(n) for n in launch.warmup]
+    module = "jupyter_starverse.backends.kubernetes._storewait"
+    return [cluster.python, "-c", BOOT, "jupyter_starverse", module, *names]
+
+
+def _small_resources(pool: NodePool) -> Any:
+    """Requests = limits of the warm-up and init containers: one process of the pool's size."""
+    from kubernetes import client as c
+
+    cpu, memory = pool.requests(1)
+    if pool.is_gpu:  # a GPU pool's per-GPU size is far more than a wait needs
+        cpu, memory = "1", "1Gi"
+    return c.V1ResourceRequirements(requests={"cpu": cpu, "memory": memory}, limits={"cpu": cpu, "memory": memory})
 
 
 def make_container(
@@ -251,7 +373,7 @@ def make_container(
     from kubernetes import client as c
 
     mode = make_mode(launch, cluster)
-    _, mounts, _ = _volumes(launch, cluster)
+    _, mounts, _ = _volumes(launch, cluster, shm_size=mode.shm_size)
     return c.V1Container(
         name=name,
         image=mode.image,
@@ -261,6 +383,7 @@ def make_container(
         volume_mounts=mounts,
         ports=[c.V1ContainerPort(container_port=PORT, name="rendezvous")] if master else None,
         working_dir=launch.run_dir,
+        security_context=make_container_security(cluster),
     )
 
 
@@ -277,21 +400,25 @@ def make_pod_template(
     from kubernetes import client as c
 
     mode = make_mode(launch, cluster)
-    volumes, _, warm_mounts = _volumes(launch, cluster)
+    volumes, _, wait_mounts = _volumes(launch, cluster, shm_size=mode.shm_size)
     init = None
     if wait_for_store and launch.warmup:
-        # Single-flight pulls: a no-op once the warm-up job filled the store, a wait while it runs.
+        # The warm-up job pulls (single-flight); the nodes wait for it, reading only, without a GPU busy.
         init = [
             c.V1Container(
-                name="store-pull",
+                name="store-wait",
                 image=mode.image,
-                command=_pull_argv(launch, cluster),
-                volume_mounts=warm_mounts,
+                command=_wait_argv(launch, cluster),
+                volume_mounts=wait_mounts or None,
                 env=[c.V1EnvVar(name="STARVERSE_STORE", value=cluster.store)],
+                resources=_small_resources(launch.pool),
+                security_context=make_container_security(cluster),
             )
         ]
     return c.V1PodTemplateSpec(
-        metadata=c.V1ObjectMeta(labels=make_labels(launch, cluster)),
+        metadata=c.V1ObjectMeta(
+            labels=make_labels(launch, cluster), annotations=_pod_annotations(launch.pool, cluster)
+        ),
         spec=c.V1PodSpec(
             restart_policy="Never",
             subdomain=subdomain,
@@ -300,8 +427,10 @@ def make_pod_template(
             volumes=volumes,
             node_selector=mode.node_selector or None,
             tolerations=list(mode.tolerations) or None,
+            affinity=mode.affinity,
             enable_service_links=False,
             termination_grace_period_seconds=60,  # time for a checkpoint on SIGTERM
+            **_pod_options(launch.pool, cluster),
         ),
     )
 
@@ -396,28 +525,42 @@ def make_service(launch: KubeLaunch, cluster: ClusterConfig, *, owner: V1OwnerRe
 def _warmup_job_spec(launch: KubeLaunch, cluster: ClusterConfig, *, ttl: int | None) -> V1JobSpec:
     from kubernetes import client as c
 
-    volumes, _, warm_mounts = _volumes(launch, cluster)
+    pool = launch.cpu_pool
+    volumes, _, _ = _volumes(launch, cluster)
     env = [c.V1EnvVar(name="STARVERSE_STORE", value=cluster.store)]
+    # The one pod that writes the store: its container pulls, so it mounts the store read-write.
+    pull_mounts = [c.V1VolumeMount(name="store", mount_path=cluster.store_path)] if cluster.store_path else None
     pod = c.V1PodTemplateSpec(
-        metadata=c.V1ObjectMeta(labels=make_labels(launch, cluster, role="warmup")),
+        metadata=c.V1ObjectMeta(
+            labels=make_labels(launch, cluster, role="warmup"), annotations=_pod_annotations(pool, cluster)
+        ),
         spec=c.V1PodSpec(
             restart_policy="Never",
             containers=[
                 c.V1Container(
                     name="store-pull",
-                    image=cluster.cpu_image or cluster.image,
+                    image=warmup_image(launch, cluster),
                     command=_pull_argv(launch, cluster),
                     env=env,
-                    volume_mounts=warm_mounts,
+                    volume_mounts=pull_mounts,
+                    resources=_small_resources(pool),
+                    security_context=make_container_security(cluster),
                 )
             ],
             volumes=[v for v in volumes if v.name == "store"] or None,
-            node_selector=dict(launch.cpu_pool.node_selector) or None,
-            tolerations=[_toleration(t) for t in launch.cpu_pool.tolerations] or None,
+            node_selector=dict(pool.node_selector) or None,
+            tolerations=[_toleration(t) for t in pool.tolerations] or None,
+            affinity=make_affinity(pool.node_affinity),
             enable_service_links=False,
+            **_pod_options(pool, cluster),
         ),
     )
     return c.V1JobSpec(backoff_limit=2, ttl_seconds_after_finished=ttl, template=pod)
+
+
+def warmup_image(launch: KubeLaunch, cluster: ClusterConfig) -> str:
+    """The warm-up pod's image: the CPU pool's, else the CPU image, else the image."""
+    return launch.cpu_pool.image or cluster.cpu_image or cluster.image
 
 
 def make_warmup_job(launch: KubeLaunch, cluster: ClusterConfig, *, owner: V1OwnerReference | None = None) -> V1Job:
@@ -463,7 +606,8 @@ def make_jobset(launch: KubeLaunch, cluster: ClusterConfig) -> JobSet:
 def make_trainjob(launch: KubeLaunch, cluster: ClusterConfig) -> TrainJob:
     """Kubeflow Trainer TrainJob on the ``torch-distributed`` ClusterTrainingRuntime."""
     mode = make_mode(launch, cluster)
-    volumes, mounts, _ = _volumes(launch, cluster)
+    volumes, mounts, _ = _volumes(launch, cluster, shm_size=mode.shm_size)
+    options = _pod_options(launch.pool, cluster)
     trainer = TrainJobTrainer(
         image=mode.image,
         command=tuple(make_command(launch, cluster, master=None)),
@@ -476,10 +620,16 @@ def make_trainjob(launch: KubeLaunch, cluster: ClusterConfig) -> TrainJob:
         manager="starverse.io/launcher",
         replicated_job="node",
         labels=make_labels(launch, cluster),
+        annotations=_pod_annotations(launch.pool, cluster) or {},
         node_selector=mode.node_selector,
         tolerations=mode.tolerations,
         volumes=tuple(volumes),
         volume_mounts=tuple(mounts),
+        affinity=mode.affinity,
+        security_context=options["security_context"],
+        container_security=make_container_security(cluster),
+        service_account=options["service_account_name"],
+        image_pull_secrets=tuple(options["image_pull_secrets"] or ()),
     )
     return TrainJob(
         metadata=_meta(launch, cluster, launch.job_id), runtime=cluster.runtime, trainer=trainer, patches=(patch,)

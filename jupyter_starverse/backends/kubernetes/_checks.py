@@ -1,0 +1,78 @@
+"""Checks at launch, before any manifest is sent: an image that can run the worker, and warm-up
+sources the cluster can reach. Pure functions of their inputs (no API call, no I/O)."""
+
+from __future__ import annotations
+
+from jupyter_starverse._settings import DEFAULT_IMAGE
+from jupyter_starverse.errors import BadInputError
+
+__all__ = ["BOOT", "check_image", "check_warmup_source", "image_is_known_bad"]
+
+_IMAGE_FIX = (
+    f"build the image from docs/image/Dockerfile (CUDA torch + `pip install jupyter_starverse`) and push it "
+    f"with a version tag, or use the default {DEFAULT_IMAGE}; set it with --image, STARVERSE_IMAGE "
+    "(STARVERSE_CPU_IMAGE for CPU jobs) or the pool table's \"image\" (docs/kubernetes.md, 'The image')"
+)
+
+#: Run by ``python -c BOOT MODULES MODULE ARGS...``: checks that MODULES (comma separated) are
+#: importable, else prints the fix and exits 2 (a usage error: the Job fails at once, no retries),
+#: then runs MODULE as ``__main__`` with ARGS. No shell, and no user text in the program: user
+#: arguments stay separate argv entries.
+BOOT = (
+    "import importlib.util, runpy, sys\n"
+    "missing = [m for m in sys.argv[1].split(',') if importlib.util.find_spec(m) is None]\n"
+    "if missing:\n"
+    "    sys.stderr.write('starverse: this image cannot run the job: no module ' + ', '.join(missing) + '.\\n'\n"
+    "        'fix: use an image built from docs/image/Dockerfile (CUDA torch + pip install jupyter_starverse); '\n"
+    "        'set it with --image, STARVERSE_IMAGE or the pool table image (docs/kubernetes.md).\\n')\n"
+    "    sys.exit(2)\n"
+    "sys.argv = sys.argv[2:]\n"
+    "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)\n"
+)
+
+
+def image_is_known_bad(image: str, *, needs_package: bool = True) -> str | None:
+    """Why ``image`` cannot be used (``None`` if it may): ``:latest`` or no tag at all is a moving
+    target; the stock ``pytorch/pytorch`` images lack this package (needed by the worker)."""
+    ref = image.strip()
+    name, _, digest = ref.partition("@")
+    last = name.rsplit("/", 1)[-1]
+    tag = last.split(":", 1)[1] if ":" in last else None
+    if not digest and (tag is None or tag == "latest"):
+        return (
+            f"image {ref!r} is not pinned ({'no tag' if tag is None else ':latest'}): every pull may get another build"
+        )
+    repo = name.split(":")[0] if tag is None else name[: -len(tag) - 1]
+    if needs_package and repo.removeprefix("docker.io/").removeprefix("library/") in ("pytorch/pytorch",):
+        return f"image {ref!r} does not contain jupyter_starverse, which every job pod runs"
+    return None
+
+
+def check_image(image: str, *, where: str = "image", needs_package: bool = True) -> None:
+    """:class:`BadInputError` with the fix when ``image`` is known not to work."""
+    why = image_is_known_bad(image, needs_package=needs_package)
+    if why is not None:
+        raise BadInputError(why, field=where, hint=_IMAGE_FIX)
+
+
+def _is_local(source: str) -> bool:
+    return "://" not in source or source.startswith(("file://", "local://")) or source.startswith("memory:")
+
+
+def check_warmup_source(name: str, kind: str, source: str, *, store_path: str | None) -> None:
+    """A dataset the warm-up pod must pull needs a source the cluster reaches: a URL, or a folder
+    inside the shared store (the one volume the warm-up pod mounts). A folder of the workspace
+    is not there."""
+    if kind != "dataset" or not _is_local(source):
+        return
+    path = source.removeprefix("file://")
+    if store_path and not source.startswith("memory:"):
+        root = store_path.rstrip("/") + "/"
+        if path.startswith(root):
+            return
+    raise BadInputError(
+        f"mount {name!r}: its source {source!r} is a path of this workspace, which the cluster's pods cannot read",
+        field="mounts",
+        hint=f"pull it into the shared store from the workspace first (`starverse store pull {name}`), then "
+        "launch again; or register it from a URL the cluster can reach (s3://, gs://, https://)",
+    )
