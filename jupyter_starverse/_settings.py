@@ -40,6 +40,12 @@ extension starts from the same object and overrides fields from its traitlets.
 | STARVERSE_EXTRA_RESOURCES   | extra device limits of GPU pods: ``rdma/hca=1``   |                                 |
 | STARVERSE_NODE_AFFINITY     | required node affinity of GPU pods (JSON, alternatives) |                           |
 | STARVERSE_SHM_SIZE          | sizeLimit of ``/dev/shm`` in job pods             | a quarter of the pod's memory   |
+| STARVERSE_SLURM_PARTITIONS  | Slurm partition per accelerator: ``cpu=debug,a100-80g=gpu`` | the cluster's default |
+| STARVERSE_SLURM_ACCOUNT     | Slurm account (``--account``)                     |                                 |
+| STARVERSE_SLURM_QOS         | Slurm QOS (``--qos``)                             |                                 |
+| STARVERSE_SLURM_TIME        | Slurm time limit (``--time``: ``HH:MM:SS``, ``D-HH:MM``) | the partition's default  |
+| STARVERSE_SLURM_GPU_FLAG    | how jobs ask for GPUs: ``gpus-per-node``/``gres`` | ``gpus-per-node``               |
+| STARVERSE_SLURM_PYTHON      | Python on the compute nodes (has this package and torch) | this interpreter         |
 """
 
 from __future__ import annotations
@@ -69,7 +75,8 @@ __all__ = [
     "parse_node_affinity",
 ]
 
-BACKENDS = ("local", "kubernetes")
+BACKENDS = ("local", "kubernetes", "slurm")
+SLURM_GPU_FLAGS = ("gpus-per-node", "gres")
 MODES = ("cpu", "gpu")
 KUBE_KINDS = ("job", "jobset", "trainjob", "pytorchjob")
 WORKSPACES = ("auto", "local", "kubernetes", "jupyterhub")
@@ -274,6 +281,33 @@ def _affinity(env: Mapping[str, str], name: str) -> tuple[NodeTerm, ...]:
     return parse_node_affinity(data, name)
 
 
+_SLURM_TIME = re.compile(r"^(\d+-\d{1,2}(:\d{1,2}(:\d{1,2})?)?|\d+(:\d{1,2}(:\d{1,2})?)?|unlimited|infinite)$")
+
+
+def _slurm_partitions(env: Mapping[str, str], name: str) -> tuple[tuple[str, str], ...]:
+    """``cpu=debug,a100-80g=gpu-a100`` (or a JSON object): accelerator -> Slurm partition."""
+    table = parse_mapping(env.get(name, ""), name)
+    for key, value in table.items():
+        if not value or not re.fullmatch(r"[A-Za-z0-9_.,-]+", value):
+            raise BadInputError(
+                f"{name}: partition {value!r} of {key!r} is not a Slurm partition name",
+                field=name,
+                hint="e.g. cpu=debug,a100-80g=gpu-a100 (names as `sinfo -s` lists them)",
+            )
+    return tuple(sorted((k.strip().lower(), v) for k, v in table.items()))
+
+
+def _slurm_time(env: Mapping[str, str], name: str) -> str | None:
+    value = _optional(env, name)
+    if value is not None and not _SLURM_TIME.match(value.lower()):
+        raise BadInputError(
+            f"{name}={value!r} is not a Slurm time limit",
+            field=name,
+            hint="use MINUTES, HH:MM:SS or D-HH:MM:SS, e.g. 2-00:00:00",
+        )
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
     """Resolved configuration. Build with :meth:`from_env`; change with :meth:`replace`."""
@@ -313,6 +347,13 @@ class Settings:
     extra_resources: tuple[tuple[str, str], ...] = ()
     node_affinity: tuple[NodeTerm, ...] = ()
     shm_size: str | None = None
+    #: (accelerator, partition) pairs: STARVERSE_SLURM_PARTITIONS
+    slurm_partitions: tuple[tuple[str, str], ...] = ()
+    slurm_account: str | None = None
+    slurm_qos: str | None = None
+    slurm_time: str | None = None
+    slurm_gpu_flag: str = "gpus-per-node"
+    slurm_python: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -371,6 +412,12 @@ class Settings:
                 )
             ),
             node_affinity=_affinity(env, "STARVERSE_NODE_AFFINITY"),
+            slurm_partitions=_slurm_partitions(env, "STARVERSE_SLURM_PARTITIONS"),
+            slurm_account=_optional(env, "STARVERSE_SLURM_ACCOUNT"),
+            slurm_qos=_optional(env, "STARVERSE_SLURM_QOS"),
+            slurm_time=_slurm_time(env, "STARVERSE_SLURM_TIME"),
+            slurm_gpu_flag=_choice(env, "STARVERSE_SLURM_GPU_FLAG", SLURM_GPU_FLAGS, "gpus-per-node"),
+            slurm_python=_optional(env, "STARVERSE_SLURM_PYTHON"),
             shm_size=check_quantity(shm, "STARVERSE_SHM_SIZE")
             if (shm := _optional(env, "STARVERSE_SHM_SIZE"))
             else None,
@@ -416,6 +463,10 @@ class Settings:
             "STARVERSE_SERVICE_ACCOUNT": self.service_account,
             "STARVERSE_PRIORITY_CLASS": self.priority_class,
             "STARVERSE_SHM_SIZE": self.shm_size,
+            "STARVERSE_SLURM_ACCOUNT": self.slurm_account,
+            "STARVERSE_SLURM_QOS": self.slurm_qos,
+            "STARVERSE_SLURM_TIME": self.slurm_time,
+            "STARVERSE_SLURM_PYTHON": self.slurm_python,
         }
         env.update({k: str(v) for k, v in optional.items() if v is not None})
         import json
@@ -424,6 +475,9 @@ class Settings:
         env["STARVERSE_POD_GID"] = str(self.pod_gid)
         env["STARVERSE_POD_FS_GROUP"] = "none" if self.pod_fs_group is None else str(self.pod_fs_group)
         env["STARVERSE_AUTOMOUNT_TOKEN"] = "true" if self.automount_token else "false"
+        env["STARVERSE_SLURM_GPU_FLAG"] = self.slurm_gpu_flag
+        if self.slurm_partitions:
+            env["STARVERSE_SLURM_PARTITIONS"] = json.dumps(dict(self.slurm_partitions), sort_keys=True)
         if self.image_pull_secrets:
             env["STARVERSE_IMAGE_PULL_SECRETS"] = ",".join(self.image_pull_secrets)
         if self.pod_annotations:

@@ -35,7 +35,7 @@ def test_info_follows_a_recorded_mode(client: Starverse) -> None:
 
 def test_unknown_backend_is_bad_input(client: Starverse) -> None:
     with pytest.raises(BadInputError, match="unknown backend"):
-        client.backend("slurm")
+        client.backend("nope")
 
 
 def test_jobs_get_the_translation_of_their_own_accelerator(client: Starverse) -> None:

@@ -23,7 +23,7 @@ def test_store_url_is_kept_and_paths_are_absolutised(tmp_path: Path, monkeypatch
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("STARVERSE_BACKEND", "slurm"), ("STARVERSE_MODE", "tpu"), ("STARVERSE_LOCK_TTL", "-1"),
+    [("STARVERSE_BACKEND", "nope"), ("STARVERSE_MODE", "tpu"), ("STARVERSE_LOCK_TTL", "-1"),
      ("STARVERSE_LOCK_TTL", "soon"), ("STARVERSE_KUBE_KIND", "deployment")],
 )
 def test_bad_values_name_the_variable(name: str, value: str) -> None:

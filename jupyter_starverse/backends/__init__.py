@@ -1,4 +1,4 @@
-"""Where jobs run: the local-process, Kubernetes (and future) backends.
+"""Where jobs run: the local-process, Kubernetes and Slurm backends.
 
 The package is not called ``launch``: ``jupyter_starverse.launch()`` is the public
 function, and a package of that name would shadow it. The records and the backend
@@ -15,11 +15,11 @@ from .templates import example_script
 __all__ = ["BACKENDS", "example_script", "make_backend"]
 
 #: Backend names every front door accepts.
-BACKENDS = ("local", "kubernetes")
+BACKENDS = ("local", "kubernetes", "slurm")
 
 
 def make_backend(name: str, settings: Settings, *, port: int | None = None) -> LaunchBackend:
-    """Build the backend called ``name`` (``local`` or ``kubernetes``).
+    """Build the backend called ``name`` (``local``, ``kubernetes`` or ``slurm``).
 
     ``port`` pins the local backend's rendezvous port (default: a free one per job).
     """
@@ -31,4 +31,8 @@ def make_backend(name: str, settings: Settings, *, port: int | None = None) -> L
         from .kubernetes import KubernetesBackend
 
         return KubernetesBackend(settings)
-    raise BadInputError(f"unknown backend {name!r}", field="backend", hint="use " + " or ".join(map(repr, BACKENDS)))
+    if name == "slurm":
+        from .slurm import SlurmBackend
+
+        return SlurmBackend(settings)
+    raise BadInputError(f"unknown backend {name!r}", field="backend", hint="use " + ", ".join(map(repr, BACKENDS)))

@@ -11,7 +11,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from jupyter_starverse._settings import KUBE_KINDS
+from jupyter_starverse._settings import BACKENDS, KUBE_KINDS
 from jupyter_starverse.client import LaunchPreview, Starverse
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.jobmodel import BILLING_MODES, FRAMEWORKS, TEMPLATES, Job, JobSpec
@@ -117,7 +117,7 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", action="store_true", help="continue from the experiment's latest checkpoint")
     p.add_argument("--budget", type=Decimal, default=None, help="stop gracefully once the cost reaches this amount")
     p.add_argument("--billing", choices=BILLING_MODES, default="on_demand", help="billing mode (default: on_demand)")
-    p.add_argument("--backend", default=None, help="local or kubernetes (default: settings)")
+    p.add_argument("--backend", choices=BACKENDS, default=None, help="local, kubernetes or slurm (default: settings)")
     p.add_argument("--kind", choices=KUBE_KINDS, default=None, help="Kubernetes object kind (kubernetes backend)")
     p.add_argument("--image", default=None, help="container image (kubernetes backend)")
     p.add_argument("--port", type=int, default=None, help="rendezvous port (local backend; default: a free one)")
@@ -125,7 +125,13 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
         "--smoke", action="store_true", help="first run a few steps on local CPU processes; submit only if they pass"
     )
     p.add_argument("--dry-run", action="store_true", help="print what would start (and the resume plan); start nothing")
-    p.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml", help="dry-run format (default: yaml)")
+    p.add_argument(
+        "-o",
+        "--output",
+        choices=("yaml", "json", "sbatch"),
+        default="yaml",
+        help="dry-run format (default: yaml; sbatch: the Slurm batch script alone)",
+    )
     add_json_flag(p)
 
 

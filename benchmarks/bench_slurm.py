@@ -1,0 +1,97 @@
+"""Slurm against the local backend: the same 2 x 1 job, in one run, on one machine.
+
+Starts a real one-host Slurm cluster (munged, slurmctld, slurmd n1 and n2, as the tests do:
+``tests/slurm/_cluster.py``), then alternates the same job on the Slurm and the local backend
+``--repeats`` times. Prints medians of submit-to-first-step and steps/s, and the ratio
+slurm/local. Needs ``apt-get install -y slurm-wlm munge`` and root (SlurmUser=root).
+
+    python benchmarks/bench_slurm.py --steps 60 --repeats 3            # the tiny linear model
+    python benchmarks/bench_slurm.py --script ddp --steps 40           # the ddp template's LM
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from jupyter_starverse._settings import Settings
+from jupyter_starverse.backends.local import LocalBackend
+from jupyter_starverse.backends.slurm import SlurmBackend
+from jupyter_starverse.backends.templates import example_script
+from jupyter_starverse.experiments import MetricPoint, read_metrics
+from jupyter_starverse.jobmodel import JobSpec, JobState, LaunchBackend
+from tests.slurm._cluster import APT_HINT, missing_programs, start_cluster
+from tests.slurm._jobs import TINY
+
+
+def _rate(points: list[MetricPoint], skip: int = 5) -> float:
+    timed = [p for p in points if p.time is not None][skip:]
+    if len(timed) < 2:
+        return float("nan")
+    return (timed[-1].step - timed[0].step) / ((timed[-1].time or 0) - (timed[0].time or 0))
+
+
+def run_once(backend: LaunchBackend, spec: JobSpec) -> tuple[float, float]:
+    """Seconds from the submit call to the first logged step, and steps/s after the first 5."""
+    began = time.time()
+    job = backend.submit(spec)
+    job = backend.wait(job.id, timeout=600)
+    if job.state is not JobState.SUCCEEDED:
+        logs = sorted(Path(job.experiment_dir).glob("*.log")) + sorted(Path(job.experiment_dir).glob("logs/*.log"))
+        tails = "".join(f"\n--- {f.name}\n" + "\n".join(f.read_text(errors="replace").splitlines()[-15:]) for f in logs)
+        raise RuntimeError(f"{backend.name} job {job.id} {job.state.value}: {job.reason}{tails}")
+    points = read_metrics(Path(job.experiment_dir), from_logs=False)
+    first = min(p.time for p in points if p.time is not None)
+    return first - began, _rate(points)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--script", choices=("tiny", "ddp"), default="tiny")
+    args = parser.parse_args()
+    missing = missing_programs()
+    if missing:
+        print(f"Slurm is not installed (no {', '.join(missing)}): {APT_HINT}", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="bench-slurm-", ignore_cleanup_errors=True) as tmp:
+        cluster = start_cluster(Path(tmp) / "cluster")
+        try:
+            os.environ.update(cluster.env)
+            os.environ.setdefault("OMP_NUM_THREADS", "1")
+            settings = Settings.from_env({**os.environ, "STARVERSE_HOME": f"{tmp}/home", "STARVERSE_MODE": "cpu"})
+            backends: list[LaunchBackend] = [SlurmBackend(settings, poll=0.2), LocalBackend(settings)]
+            source = {"code": TINY} if args.script == "tiny" else {"script": str(example_script("ddp"))}
+            results: dict[str, list[tuple[float, float]]] = {b.name: [] for b in backends}
+            for i in range(args.repeats):
+                for backend in backends:
+                    spec = JobSpec(
+                        name=f"bench-{backend.name}-{i}", nodes=2, procs_per_node=1, steps=args.steps, **source
+                    )
+                    first, rate = run_once(backend, spec)
+                    results[backend.name].append((first, rate))
+                    print(f"  {backend.name:6s} try {i + 1}: first step after {first:5.2f} s, {rate:6.2f} steps/s")
+        finally:
+            cluster.stop()
+    med = {
+        name: (statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs)) for name, rs in results.items()
+    }
+    print(f"\n2 nodes x 1 process, {args.steps} steps of the {args.script} script, {args.repeats} runs each (medians)")
+    print(f"{'':8s}{'submit->first step':>20s}{'steps/s':>10s}")
+    for name, (first, rate) in med.items():
+        print(f"{name:8s}{first:18.2f} s{rate:10.2f}")
+    (s_first, s_rate), (l_first, l_rate) = med["slurm"], med["local"]
+    print(f"{'ratio':8s}{s_first / l_first:17.2f} x{s_rate / l_rate:9.2f} x   (slurm / local)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

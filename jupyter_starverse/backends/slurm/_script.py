@@ -1,0 +1,201 @@
+"""The sbatch script of a job: one pure function from its inputs to readable, commented text.
+
+Nothing here runs a program or touches the file system. Every value that came from the
+user is quoted with :func:`shlex.quote`; ``bash -n`` accepts every script this renders.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from jupyter_starverse._version import __version__
+from jupyter_starverse.errors import BadInputError
+from jupyter_starverse.jobmodel import JobSpec
+
+__all__ = ["NODE_MODULE", "RANK_MODULE", "TERM_BEFORE_LIMIT_S", "SlurmLaunch", "render_script"]
+
+NODE_MODULE = "jupyter_starverse.backends.slurm._node"
+RANK_MODULE = "jupyter_starverse.backends.slurm._rank"
+
+#: seconds before the time limit at which the batch shell gets SIGTERM (checkpoint, then requeue)
+TERM_BEFORE_LIMIT_S = 120
+_PLAIN = re.compile(r"[A-Za-z0-9_./:@%+,=<>-]+")
+
+
+@dataclass(frozen=True)
+class SlurmLaunch:
+    """Everything the script says, resolved: no lookup happens while rendering."""
+
+    job_id: str
+    spec: JobSpec
+    run_dir: str
+    python: str
+    entry: tuple[str, ...]  # what torchrun runs per rank: ``-m RANK_MODULE script args`` or ``... --exec cmd``
+    env: Mapping[str, str] = field(default_factory=dict)
+    mounts: Mapping[str, str] = field(default_factory=dict)
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time_limit: str | None = None
+    gpu_flag: str = "gpus-per-node"
+    resume_from: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "run_dir": self.run_dir,
+            "python": self.python,
+            "entry": list(self.entry),
+            "env": dict(self.env),
+            "mounts": dict(self.mounts),
+            "partition": self.partition,
+            "account": self.account,
+            "qos": self.qos,
+            "time_limit": self.time_limit,
+            "gpu_flag": self.gpu_flag,
+            "resume_from": self.resume_from,
+        }
+
+
+def _q(value: object) -> str:
+    return shlex.quote(str(value))
+
+
+def _directive(flag: str, value: object | None, comment: str = "") -> list[str]:
+    if value is None:
+        return []
+    # sbatch reads #SBATCH lines itself (no shell quoting): only plain words are safe there
+    text = str(value)
+    if not _PLAIN.fullmatch(text):
+        raise BadInputError(
+            f"#SBATCH --{flag}: {text!r} has spaces, quotes or other characters sbatch cannot take",
+            field=flag,
+            hint="use letters, digits and . _ - / : @ % + , = (an experiments folder without spaces)",
+        )
+    line = f"#SBATCH --{flag}={text}"
+    return [f"{line:<44} # {comment}" if comment else line]
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def render_script(launch: SlurmLaunch) -> str:
+    """The sbatch script of ``launch``."""
+    spec, run = launch.spec, launch.run_dir
+    logs = f"{run}/logs"
+    device = f"{spec.accelerator} GPUs, nccl" if spec.is_gpu else "CPU, gloo"
+    lines = [
+        "#!/bin/bash",
+        f"# Slurm batch script of the starverse job {launch.job_id} (jupyter_starverse {__version__}).",
+        f"# Job {spec.name!r}, experiment {spec.experiment_name!r}: {spec.nodes} node(s) x "
+        f"{spec.procs_per_node} process(es) = world size {spec.world_size} ({device}), template {spec.template}.",
+        "# One torchrun agent per node (srun), c10d rendezvous on the first node; every rank runs the",
+        "# script under jupyter_starverse's worker, which writes logs/rankN.log, pids/ and errors/.",
+        f"# Run folder (must be on a file system every node sees): {_one_line(run)}",
+        "# Preemption, a lost node, or the time limit: SIGTERM -> every rank checkpoints -> the job",
+        "# is requeued and resumes from its latest checkpoint. `starverse jobs cancel` is final.",
+        "#",
+    ]
+    partition_note = f"partition of {spec.accelerator} (STARVERSE_SLURM_PARTITIONS)" if launch.partition else ""
+    lines += _directive("job-name", spec.name)
+    lines += _directive("comment", f"starverse:{launch.job_id}")
+    lines += _directive("nodes", spec.nodes)
+    lines += _directive("ntasks-per-node", 1, "one torchrun agent per node")
+    lines += _directive("partition", launch.partition, partition_note)
+    if spec.is_gpu:
+        if launch.gpu_flag == "gres":
+            lines += _directive("gres", f"gpu:{spec.procs_per_node}", "one GPU per process")
+        else:
+            lines += _directive("gpus-per-node", spec.procs_per_node, "one GPU per process")
+    if spec.cpu is not None:
+        lines += _directive("cpus-per-task", spec.cpu, "CPUs of each node's agent and its ranks")
+    if spec.memory is not None:
+        lines += _directive("mem", _slurm_memory(spec.memory), "memory per node")
+    lines += _directive("time", launch.time_limit, "STARVERSE_SLURM_TIME")
+    lines += _directive("account", launch.account, "STARVERSE_SLURM_ACCOUNT")
+    lines += _directive("qos", launch.qos, "STARVERSE_SLURM_QOS")
+    lines += _directive("chdir", run)
+    lines += _directive("output", f"{logs}/batch.log", "this script's own output")
+    lines += _directive("open-mode", "append", "a requeued run adds to the logs")
+    lines += _directive("export", "ALL", "the submit environment (secrets by reference)")
+    lines.append(f"{'#SBATCH --requeue':<44} # requeue on preemption or a lost node")
+    lines += _directive("signal", f"B:TERM@{TERM_BEFORE_LIMIT_S}", "SIGTERM before the time limit")
+    lines += ["", "set -uo pipefail", ""]
+
+    lines += ["# -- environment of every rank (torchrun adds RANK, WORLD_SIZE, ...) --"]
+    lines += [f"export {k}={_q(v)}" for k, v in sorted(launch.env.items())]
+    lines.append("")
+    if spec.secrets:
+        lines += [
+            "# -- secrets, by reference: each must be set where `sbatch` ran (its value is not in this file)",
+        ]
+        for name in sorted(spec.secrets):
+            lines.append(f': "${{{name}:?secret {name} must be set in the environment that submits this job}}"')
+        lines.append("")
+    if launch.mounts:
+        lines.append("# -- mounted catalog entries (shared file system paths of the store) --")
+        for name, path in sorted(launch.mounts.items()):
+            lines.append(f"#    {_one_line(name)}: {_one_line(path)}")
+        paths = " ".join(_q(p) for _, p in sorted(launch.mounts.items()))
+        lines += [
+            f"for path in {paths}; do",
+            '    [ -e "$path" ] || { echo "starverse: mount $path is missing on $(hostname)" >&2; exit 1; }',
+            "done",
+            "",
+        ]
+    lines += [
+        "# -- rendezvous: the first node (this one) hosts torchrun's c10d store on a free port --",
+        f"PYTHON={_q(launch.python)}",
+        "head=$(hostname)",
+        'port=$("$PYTHON" -c \'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])\')',
+        "try=$(( ${SLURM_RESTART_COUNT:-0} + 1 ))",
+        'echo "starverse: Slurm job $SLURM_JOB_ID, try $try, nodes $SLURM_JOB_NODELIST, rendezvous $head:$port"',
+        "",
+        "# -- one torchrun agent per node; its output goes to logs/node<N>.log. `_node` sets",
+        "#    STARVERSE_NODE_INDEX and blocks SIGTERM in the agent, so that a Slurm signal reaches each",
+        "#    rank once (through `_rank`), not twice: every rank checkpoints before it stops. --",
+        "srun --kill-on-bad-exit=1 --ntasks-per-node=1 \\",
+        f"    --output={_q(logs + '/node%n.log')} --open-mode=append \\",
+        f'    "$PYTHON" -m {NODE_MODULE} \\',
+        '    "$PYTHON" -m torch.distributed.run \\',
+        f"    --nnodes={spec.nodes} --nproc-per-node={spec.procs_per_node} \\",
+        '    --rdzv-backend=c10d --rdzv-endpoint="$head:$port" --rdzv-id="$SLURM_JOB_ID-$try" \\',
+        f"    --max-restarts={max(spec.max_restarts, 0)} \\",
+        "    " + " ".join(_q(a) for a in launch.entry) + " &",
+        "agents=$!",
+        "",
+        "# SIGTERM to this shell (time limit, preemption): pass it to the ranks (not to srun, which",
+        "# would kill them at once), let them checkpoint, then requeue unless the job was cancelled.",
+        "stopping=0",
+        "trap 'stopping=1; scancel --signal=TERM \"$SLURM_JOB_ID\"' TERM",
+        'while :; do wait "$agents"; rc=$?; kill -0 "$agents" 2>/dev/null || break; done',
+        "",
+        f'if [ "$stopping" = 1 ] && [ ! -e {_q(run + "/cancel.json")} ]; then',
+        '    echo "starverse: stopped before the time limit (exit $rc): requeueing to resume from the checkpoint"',
+        '    scontrol requeue "$SLURM_JOB_ID"',
+        "fi",
+        f'printf \'{{"slurm_job_id": "%s", "try": %d, "exit_code": %d, "time": %d}}\\n\' '
+        f'"$SLURM_JOB_ID" "$try" "$rc" "$(date +%s)" > {_q(run + "/slurm-exit.json")}',
+        'exit "$rc"',
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _slurm_memory(text: str) -> str:
+    """``64Gi`` / ``512Mi`` / ``64G`` as sbatch's ``--mem`` (``64G``, ``512M``)."""
+    value = str(text).strip()
+    for suffix, unit in (("Ki", "K"), ("Mi", "M"), ("Gi", "G"), ("Ti", "T")):
+        if value.endswith(suffix):
+            return value[: -len(suffix)] + unit
+    return value
+
+
+def render_entry(argv: Sequence[str]) -> str:
+    """An argv as one shell-quoted line (for comments and logs)."""
+    return " ".join(_q(a) for a in argv)
