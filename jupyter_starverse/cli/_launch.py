@@ -7,11 +7,12 @@ started (``-o yaml|json``) and, with ``--resume``, the resume plan.
 from __future__ import annotations
 
 import argparse
+import json
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from jupyter_starverse._settings import BACKENDS, KUBE_KINDS
+from jupyter_starverse._settings import BACKENDS, KUBE_KINDS, Settings
 from jupyter_starverse.client import LaunchPreview, Starverse
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.jobmodel import BILLING_MODES, FRAMEWORKS, TEMPLATES, Job, JobSpec
@@ -81,11 +82,36 @@ def run_spec(client: Starverse, args: argparse.Namespace, spec: JobSpec) -> Laun
     """
     if args.kind is not None:
         client = Starverse(client.settings.replace(kube_kind=args.kind))
+    pod = _pod_overrides(args)
+    if pod:  # parsed and validated exactly as the STARVERSE_* defaults they override
+        client = Starverse(Settings.from_env({**client.settings.to_env(), **pod}))
     backend = client.backend(args.backend, port=args.port)
     if args.dry_run:
         return client.preview(spec, backend=backend, output=args.output)
     smoke: bool = args.smoke
     return client.launch(spec, backend=backend, smoke=smoke)
+
+
+def _pod_overrides(args: argparse.Namespace) -> dict[str, str]:
+    """Per-launch Kubernetes pod options as the ``STARVERSE_*`` values they override."""
+    out: dict[str, str] = {}
+    if args.pull_secret:
+        out["STARVERSE_IMAGE_PULL_SECRETS"] = ",".join(args.pull_secret)
+    if args.service_account:
+        out["STARVERSE_SERVICE_ACCOUNT"] = args.service_account
+    if args.priority_class:
+        out["STARVERSE_PRIORITY_CLASS"] = args.priority_class
+    if args.annotation:
+        out["STARVERSE_POD_ANNOTATIONS"] = json.dumps(dict(args.annotation))
+    if args.extra_resource:
+        out["STARVERSE_EXTRA_RESOURCES"] = json.dumps(dict(args.extra_resource))
+    if args.node_affinity:
+        out["STARVERSE_NODE_AFFINITY"] = args.node_affinity
+    if args.shm_size:
+        out["STARVERSE_SHM_SIZE"] = args.shm_size
+    if args.automount_token:
+        out["STARVERSE_AUTOMOUNT_TOKEN"] = "true"  # noqa: S105 - a flag, not a secret
+    return out
 
 
 def _launch(client: Starverse, args: argparse.Namespace) -> object:
@@ -121,6 +147,20 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kind", choices=KUBE_KINDS, default=None, help="Kubernetes object kind (kubernetes backend)")
     p.add_argument("--image", default=None, help="container image (kubernetes backend)")
     p.add_argument("--port", type=int, default=None, help="rendezvous port (local backend; default: a free one)")
+    pod = p.add_argument_group("Kubernetes pod options (override the STARVERSE_* defaults and the pool table)")
+    pod.add_argument("--pull-secret", action="append", default=[], metavar="NAME", help="imagePullSecret (repeatable)")
+    pod.add_argument("--service-account", default=None, metavar="NAME", help="serviceAccountName of the pods")
+    pod.add_argument("--priority-class", default=None, metavar="NAME", help="priorityClassName of the pods")
+    pod.add_argument(
+        "--annotation", action="append", type=_env_pair, default=[], metavar="KEY=VALUE", help="pod annotation"
+    )
+    pod.add_argument(
+        "--extra-resource", action="append", type=_env_pair, default=[], metavar="NAME=COUNT",
+        help="extra device limit of GPU pods, e.g. rdma/hca=1 (repeatable)",
+    )  # fmt: skip
+    pod.add_argument("--node-affinity", default=None, metavar="JSON", help="required node affinity (alternatives)")
+    pod.add_argument("--shm-size", default=None, metavar="QUANTITY", help="sizeLimit of /dev/shm, e.g. 16Gi")
+    pod.add_argument("--automount-token", action="store_true", help="mount the service-account token in the pods")
     p.add_argument(
         "--smoke", action="store_true", help="first run a few steps on local CPU processes; submit only if they pass"
     )

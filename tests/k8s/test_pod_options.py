@@ -284,3 +284,28 @@ def test_only_the_warmup_container_mounts_the_store_read_write() -> None:
                     for m in c.get("volumeMounts") or []:
                         if m["name"] == "store":
                             assert m.get("readOnly", False) is (role != "warmup"), (kind, c["name"])
+
+
+def test_per_launch_pod_flags_render_into_the_manifests(settings: Settings) -> None:
+    import yaml
+
+    from jupyter_starverse.cli import parse
+    from jupyter_starverse.client import Starverse
+
+    args = parse(["launch", "--backend", "kubernetes", "--dry-run", "--gpu", "a100-80g", "--gpus-per-node", "8",
+                  "--nodes", "2", "--pull-secret", "regcred", "--priority-class", "high", "--annotation", "team=nlp",
+                  "--extra-resource", "rdma/hca=1", "--shm-size", "32Gi", "--service-account", "trainer"])
+    preview = args.run(Starverse(settings), args)
+    docs = [d for d in yaml.safe_load_all(preview.rendered) if d]
+    [job] = [d for d in docs if d["kind"] == "Job"]
+    pod = job["spec"]["template"]
+    assert pod["metadata"]["annotations"]["team"] == "nlp"
+    spec = pod["spec"]
+    assert spec["imagePullSecrets"] == [{"name": "regcred"}]
+    assert (spec["priorityClassName"], spec["serviceAccountName"]) == ("high", "trainer")
+    [main] = [c for c in spec["containers"] if c["name"] != "store-wait"]
+    assert main["resources"]["limits"]["rdma/hca"] == "1"
+    assert {v["name"]: v for v in spec["volumes"]}["dshm"]["emptyDir"]["sizeLimit"] == "32Gi"
+    with pytest.raises(BadInputError, match="STARVERSE_SHM_SIZE"):
+        bad = parse(["launch", "--backend", "kubernetes", "--dry-run", "--shm-size", "lots"])
+        bad.run(Starverse(settings), bad)
