@@ -217,11 +217,13 @@ class PreviewHandler(StarverseHandler):
                 hint='e.g. {"spec": {"name": "run", "script": "train.py", "nodes": 2}, "output": "yaml"}',
             )
         output = body.get("output", "yaml")
-        if output not in ("yaml", "json"):
-            raise BadInputError(f"output must be 'yaml' or 'json', got {output!r}", field="output")
+        if output not in ("yaml", "json", "sbatch"):
+            raise BadInputError(
+                f"output must be 'yaml', 'json' or 'sbatch' (Slurm), got {output!r}", field="output"
+            )
         backend = body.get("backend")
         if backend is not None and not isinstance(backend, str):
-            raise BadInputError("backend must be a name such as 'local' or 'kubernetes'", field="backend")
+            raise BadInputError("backend must be a name: 'local', 'kubernetes' or 'slurm'", field="backend")
         spec = JobSpec.from_json(body["spec"])
         self.finish_json(await self.run(lambda: self.client.preview(spec, backend=backend, output=output)))
 

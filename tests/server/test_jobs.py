@@ -115,6 +115,12 @@ async def test_preview_is_the_cli_dry_run_over_rest(jp_fetch: Any, settings: Set
     assert json.loads(cli.rendered).keys() == plan.keys()
     assert json.loads((await jp_fetch("jupyter-starverse", "jobs")).body) == []
 
+    # the sbatch script a Slurm cluster would run, rendered without one
+    reply = await jp_fetch("jupyter-starverse", "jobs", "preview", method="POST",
+                           body=json.dumps({"spec": spec, "backend": "slurm", "output": "sbatch"}))
+    script = json.loads(reply.body)["rendered"]
+    assert script.startswith("#!") and "#SBATCH --nodes=2" in script and "srun" in script
+
     with pytest.raises(HTTPClientError) as err:
         await jp_fetch("jupyter-starverse", "jobs", "preview", method="POST", body=json.dumps({"spec": "x"}))
     assert err.value.code == 400
