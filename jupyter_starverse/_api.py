@@ -34,11 +34,8 @@ def client(settings: Settings | None = None) -> Starverse:
 
 
 def _default_name(script: str | None) -> str:
-    if script:
-        stem = "".join(c if c.isalnum() or c in "._-" else "-" for c in Path(script).stem.lower()).strip("._-")
-        if stem:
-            return stem[:40]
-    return "train"
+    # the script's own name, as the user wrote it: JobSpec keeps it for display and derives the id
+    return (Path(script).stem.strip() if script else "") or "train"
 
 
 def launch(

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import collections
 import functools
+import json
+import os
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from ._format import highlight_html, html_pre, html_table, pretty_text
 from ._settings import Settings
 from ._version import __version__
+from .errors import BackendUnavailableError, NotFoundError
 from .jobmodel import LaunchBackend
 
 if TYPE_CHECKING:
@@ -26,7 +31,7 @@ if TYPE_CHECKING:
     from .modes import Mode, ModeService, SmokeResult
     from .watch import JobWatch
 
-__all__ = ["Info", "LaunchPreview", "Starverse"]
+__all__ = ["Info", "JobsAcross", "LaunchPreview", "Starverse"]
 
 #: How many job watches the facade keeps (one per job the server or a kernel looks at).
 _MAX_WATCHES = 512
@@ -50,11 +55,52 @@ class LaunchPreview:
             "cost": cost,
         }
 
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What goes with the plan but is not part of it: the price and the resume plan."""
+        out: list[str] = []
+        if self.cost is not None:
+            out += [f"cost: {line.strip()}" for line in str(self.cost).splitlines() if line.strip()]
+        if self.resume:
+            out.append(str(self.resume))
+        return tuple(out)
+
+    @property
+    def document(self) -> str:
+        """Exactly the rendered plan: one YAML/JSON document (several JSON objects become a ``v1 List``)."""
+        if self.output != "json":
+            return self.rendered.rstrip() + "\n"
+        try:
+            data = json.loads(self.rendered)
+        except ValueError:
+            return self.rendered.rstrip() + "\n"
+        if isinstance(data, list):
+            data = {"apiVersion": "v1", "kind": "List", "items": data}
+        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
     def __str__(self) -> str:
+        if self.output == "json":  # comments would break JSON: notes first, then the document
+            head = "".join(f"# {line}\n" for line in self.notes)
+            return head + self.document.rstrip()
         head = f"# {self.resume}\n" if self.resume else ""
         if self.cost is not None:  # a comment line, so the text stays valid YAML
             head = "".join(f"# cost: {line.strip()}\n" for line in str(self.cost).splitlines()) + head
         return head + self.rendered.rstrip()
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        pretty_text(p, str(self))
+
+    def _repr_html_(self) -> str:
+        notes = "".join(f"<div class='starverse-note'>{html_pre(line)}</div>" for line in self.notes)
+        return f"<div class='starverse-preview'>{notes}{highlight_html(self.document.rstrip())}</div>"
+
+
+@dataclass(frozen=True)
+class JobsAcross:
+    """Jobs of every reachable backend, newest first, and why a backend was left out."""
+
+    jobs: tuple[Job, ...]
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,7 +133,11 @@ class Info:
         return "\n".join(f"{k:<{width}}  {'-' if v is None else v}" for k, v in self.to_json().items())
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
-        p.text(str(self))
+        pretty_text(p, str(self))
+
+    def _repr_html_(self) -> str:
+        rows = [(k, "-" if v is None else str(v)) for k, v in self.to_json().items()]
+        return html_table(("", ""), rows)
 
 
 class Starverse:
@@ -253,13 +303,55 @@ class Starverse:
             real, rehearsal, smoke_backend=self.backend("local"), backend=target, timeout=smoke_timeout
         )
 
+    def job_backends(self) -> list[str]:
+        """Backends a job list looks at: the default, local, and Kubernetes or Slurm when configured."""
+        names = [self.settings.backend, "local"]
+        if _kube_configured(self.settings):
+            names.append("kubernetes")
+        if self.settings.slurm_partitions or self.settings.slurm_account:
+            names.append("slurm")  # a Slurm cluster this workspace submits to
+        return list(dict.fromkeys(names))
+
+    def list_jobs(self, *, backend: str | None = None) -> JobsAcross:
+        """Jobs of ``backend``, or of every configured backend that answers, newest first.
+
+        Without ``backend`` a backend that is not reachable (or whose client is not installed)
+        becomes a note instead of a failure.
+        """
+        if backend is not None:
+            return JobsAcross(tuple(self.backend(backend).list()))
+        jobs: dict[tuple[str, str], Job] = {}
+        notes: list[str] = []
+        for name in self.job_backends():
+            try:
+                found = self.backend(name).list()
+            except BackendUnavailableError as e:
+                notes.append(f"{name}: not reachable ({e.message})")
+                continue
+            for job in found:
+                jobs.setdefault((job.backend, job.id), job)
+        ordered = sorted(jobs.values(), key=lambda j: j.created, reverse=True)
+        return JobsAcross(tuple(ordered), tuple(notes))
+
     def jobs(self, *, backend: str | None = None) -> list[Job]:
-        """Jobs known to ``backend``, newest first."""
-        return self.backend(backend).list()
+        """Jobs known to ``backend`` (default: every configured, reachable backend), newest first."""
+        return list(self.list_jobs(backend=backend).jobs)
 
     def attach(self, job_id: str, *, backend: str | None = None) -> Job:
-        """Re-attach to a job by id (from any process, after any restart)."""
-        return self.backend(backend).get(job_id)
+        """Re-attach to a job by id (from any process, after any restart), on whichever backend knows it."""
+        if backend is not None:
+            return self.backend(backend).get(job_id)
+        missing: NotFoundError | None = None
+        for name in self.job_backends():
+            try:
+                return self.backend(name).get(job_id)
+            except NotFoundError as e:
+                missing = missing or e
+            except BackendUnavailableError:
+                continue
+        if missing is not None:
+            raise missing
+        raise NotFoundError(f"no job {job_id!r}", hint="`starverse jobs ls` lists the jobs")
 
     def watch(self, job_id: str, *, backend: str | None = None) -> JobWatch:
         """A :class:`~jupyter_starverse.watch.JobWatch` of ``job_id``, one per job and facade.
@@ -277,3 +369,12 @@ class Starverse:
             while len(self._watches) > _MAX_WATCHES:
                 self._watches.popitem(last=False)
         return watch
+
+
+def _kube_configured(settings: Settings) -> bool:
+    """Whether a Kubernetes connection is set up at all (reachability is found out by asking)."""
+    if settings.backend == "kubernetes" or settings.kube_context:
+        return True
+    if os.environ.get("KUBECONFIG") or os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return True
+    return (Path.home() / ".kube" / "config").is_file()

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
+from html import escape
 from typing import Any
+
+from .._format import format_bytes as _format_bytes
+from .._format import format_count, html_pre, html_table, pretty_text, state_badge
 
 __all__ = [
     "STATES",
@@ -22,15 +26,8 @@ STATES = ("cached", "partial", "missing", "corrupt")
 
 
 def format_bytes(n: float | None) -> str:
-    """``1536`` -> ``'1.5 KiB'``."""
-    if n is None:
-        return "-"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"  # pragma: no cover
+    """``1536`` -> ``'1.5 KiB'`` (see :func:`jupyter_starverse._format.format_bytes`)."""
+    return _format_bytes(n)
 
 
 def _ago(ts: float | None) -> str:
@@ -83,6 +80,14 @@ class Entry:
     def __str__(self) -> str:
         return f"{self.ref}  ({self.kind}, source {self.source})"
 
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        pretty_text(p, str(self))
+
+    def _repr_html_(self) -> str:
+        rows = [("ref", self.ref), ("kind", self.kind), ("source", self.source)]
+        rows += [(k, v) for k, v in (("description", self.description), ("license", self.license)) if v]
+        return html_table(("", ""), rows)
+
 
 @dataclass(frozen=True)
 class EntryStatus:
@@ -127,13 +132,27 @@ class EntryStatus:
 
     def __str__(self) -> str:
         size = format_bytes(self.size)
-        line = f"{self.entry.ref}: {self.state}, {size} in {self.files} files, last used {_ago(self.last_used)}"
+        line = (
+            f"{self.entry.ref}: {self.state}, {size} in {format_count(self.files)} files, "
+            f"last used {_ago(self.last_used)}"
+        )
         if self.path:
             line += f"\n  path: {self.path}"
         return line
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
-        p.text(str(self))
+        pretty_text(p, str(self))
+
+    def _repr_html_(self) -> str:
+        rows = [
+            ("ref", escape(self.entry.ref)),
+            ("state", state_badge(self.state)),
+            ("size", escape(f"{format_bytes(self.size)} in {format_count(self.files)} files")),
+            ("last used", escape(_ago(self.last_used))),
+        ]
+        if self.path:
+            rows.append(("path", escape(self.path)))
+        return html_table(("", ""), rows, raw_columns=(1,))
 
 
 @dataclass(frozen=True)
@@ -151,12 +170,22 @@ class StoreListing:
         rows = [("REF", "KIND", "STATE", "SIZE", "FILES", "LAST USE")]
         for e in self.entries:
             state = e.state if e.pulling is None else f"{e.state} (pulling {e.pulling.percent:.0f}%)"
-            rows.append((e.ref, e.entry.kind, state, format_bytes(e.size), str(e.files), _ago(e.last_used)))
+            rows.append((e.ref, e.entry.kind, state, format_bytes(e.size), format_count(e.files), _ago(e.last_used)))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
-        p.text(str(self))
+        pretty_text(p, str(self))
+
+    def _repr_html_(self) -> str:
+        if not self.entries:
+            return f"<div>{escape(str(self))}</div>"
+        rows = []
+        for e in self.entries:
+            badge = state_badge(e.state) + (f" pulling {e.pulling.percent:.0f}%" if e.pulling is not None else "")
+            rows.append((escape(e.ref), escape(e.entry.kind), badge, format_bytes(e.size), format_count(e.files),
+                         escape(_ago(e.last_used))))  # fmt: skip
+        return html_table(("ref", "kind", "state", "size", "files", "last use"), rows, raw_columns=(0, 1, 2, 3, 4, 5))
 
 
 @dataclass(frozen=True)
@@ -200,6 +229,9 @@ class PullProgress:
             f"{self.ref}: {self.phase} {format_bytes(self.bytes_done)}/{format_bytes(self.bytes_total)} "
             f"({self.percent:.0f}%), {format_bytes(self.rate)}/s, ETA {eta}"
         )
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        pretty_text(p, str(self))
 
 
 @dataclass(frozen=True)
@@ -256,7 +288,10 @@ class VerifyReport:
         return "\n".join(lines)
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
-        p.text(str(self))
+        pretty_text(p, str(self))
+
+    def _repr_html_(self) -> str:
+        return f"<div>{state_badge(self.state)}</div>{html_pre(str(self))}"
 
 
 @dataclass(frozen=True)
@@ -275,3 +310,6 @@ class HoldInfo:
 
     def __str__(self) -> str:
         return f"{self.holder} (pid {self.pid} on {self.host}, uid {self.uid})"
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        pretty_text(p, str(self))

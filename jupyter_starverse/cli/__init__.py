@@ -8,18 +8,23 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from .._version import __version__
 from ..errors import StarverseError
-from ._common import CommandParser, HelpShown, Presenter, UsageError, exit_code_for, render
+from ._common import CommandParser, HelpShown, Presenter, UsageError, exit_code_for, notes, render
 
 __all__ = ["HelpShown", "Presenter", "build_parser", "main", "parse"]
 
 # Command group modules (each has ``register``); add yours here.
 _GROUPS = ("_info", "_cost", "_train", "_store", "_launch", "_jobs", "_demo", "_mode")
+
+# Commands that run only inside a notebook kernel: listed, and marked so in the help.
+_NOTEBOOK_ONLY = ("train",)
+_NOTEBOOK_MARK = " (notebook only)"
 
 
 def build_parser(prog: str = "starverse") -> CommandParser:
@@ -32,7 +37,33 @@ def build_parser(prog: str = "starverse") -> CommandParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
     for name in _GROUPS:
         importlib.import_module(f"{__name__}.{name}").register(sub)
+    for action in sub._choices_actions:
+        if action.dest in _NOTEBOOK_ONLY and not (action.help or "").endswith(_NOTEBOOK_MARK):
+            action.help = f"{action.help or ''}{_NOTEBOOK_MARK}".strip()
+    _mark_groups(parser)
     return parser
+
+
+def _mark_groups(parser: argparse.ArgumentParser) -> None:
+    """Each command group (a parser with its own actions) remembers itself, to show its own help."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in set(action.choices.values()):
+                if any(isinstance(a, argparse._SubParsersAction) for a in child._actions):
+                    child.set_defaults(_group_parser=child)
+                _mark_groups(child)
+
+
+def _check_request(args: argparse.Namespace) -> None:
+    """Refuse option combinations that cannot mean what they say."""
+    gpus = getattr(args, "gpus_per_node", None)
+    gpu = getattr(args, "gpu", None)
+    if gpus is not None and isinstance(gpu, str) and gpu.strip().lower() == "cpu":
+        raise UsageError(
+            f"--gpus-per-node {gpus} asks for GPUs, but --gpu cpu runs on CPUs",
+            hint=f"for {gpus} CPU processes per node use --procs {gpus}; for GPUs name a type, e.g. --gpu a100-80g "
+            "(see `starverse cost prices`)",
+        )
 
 
 def parse(
@@ -60,8 +91,12 @@ def parse(
                 hint=f"usage: {parser.format_usage().strip()[7:]}",
             )
         args.script_args = [*args.script_args, *rest]
+    if getattr(args, "run", None) is None and getattr(args, "_group_parser", None) is not None:
+        group: argparse.ArgumentParser = args._group_parser
+        raise HelpShown(group.format_help())
     if getattr(args, "run", None) is None:
         raise UsageError("no command given", hint=f"usage: {parser.format_usage().strip()[7:]}; try --help")
+    _check_request(args)
     args.cell = cell
     args.presenter = presenter if presenter is not None else Presenter()
     args.notebook = notebook or args.presenter.notebook
@@ -83,8 +118,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         client = Starverse()
         result: Any = args.run(client, args)
-        for line in render(result, as_json=getattr(args, "json", False)):
+        as_json = getattr(args, "json", False)
+        for note in notes(result, as_json=as_json):
+            print(note, file=sys.stderr, flush=True)
+        for line in render(result, as_json=as_json):
             print(line, flush=True)
+    except BrokenPipeError:
+        # The reader went away (`starverse jobs logs ID | head -1`): stop quietly. Point stdout
+        # at /dev/null so the interpreter's last flush does not complain again.
+        _quiet_stdout()
+        return 141
     except StarverseError as e:
         print(f"error: {e}", file=sys.stderr)
         return exit_code_for(e)
@@ -92,3 +135,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     return 0
+
+
+def _quiet_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # stdout is no real file (tests capture it)
+        pass

@@ -21,6 +21,7 @@ __all__ = [
     "UsageError",
     "add_json_flag",
     "exit_code_for",
+    "notes",
     "render",
     "to_jsonable",
 ]
@@ -89,21 +90,38 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
-def render(result: Any, *, as_json: bool) -> Iterator[str]:
-    """Lines to print for a command's result; generators are streamed item by item."""
+def render(result: Any, *, as_json: bool, _stream: bool = False) -> Iterator[str]:
+    """Lines to print on stdout for a command's result; generators are streamed item by item.
+
+    With ``as_json`` a single result is one indented JSON document and a stream (a generator)
+    is NDJSON: one compact object per line. A result with a ``document`` (a dry run's
+    rendered plan) prints exactly that document; its ``notes`` go elsewhere (see :func:`notes`).
+    """
     if result is None:
         return
     if isinstance(result, Iterator):
         for item in result:
-            yield from render(item, as_json=as_json)
+            yield from render(item, as_json=as_json, _stream=True)
         return
     if as_json:
-        yield json.dumps(to_jsonable(result), indent=None if isinstance(result, Iterator) else 2, sort_keys=False)
+        yield json.dumps(to_jsonable(result), indent=None if _stream else 2, sort_keys=False, ensure_ascii=False)
+    elif isinstance(getattr(result, "document", None), str):
+        yield result.document.rstrip("\n")
     elif isinstance(result, (list, tuple)):
         for item in result:
             yield str(item)
     else:
         yield str(result)
+
+
+def notes(result: Any, *, as_json: bool) -> list[str]:
+    """Comment lines that go with a result but not into its document (printed on stderr)."""
+    if as_json or isinstance(result, Iterator):
+        return []
+    found = getattr(result, "notes", None)
+    if isinstance(found, (list, tuple)) and isinstance(getattr(result, "document", None), str):
+        return [f"# {line}" for line in found]
+    return []
 
 
 # Exit codes per error family (errors.error_kind).

@@ -91,7 +91,6 @@ def _job(client: Starverse, args: argparse.Namespace) -> Cost:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cost = sub.add_parser("cost", help="prices, estimates before launch, running costs, per-user totals")
     cmds = cost.add_subparsers(dest="cost_command", metavar="SUBCOMMAND", parser_class=type(cost))
-    cost.set_defaults(run=lambda client, args: cost.format_help())  # bare `cost`: show its subcommands
 
     p = cmds.add_parser(
         "estimate",

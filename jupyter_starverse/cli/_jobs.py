@@ -1,4 +1,4 @@
-"""``starverse jobs ls|show|logs [-f]|wait|cancel``: the jobs of a backend."""
+"""``starverse jobs ls|show|logs [-f]|wait|cancel|preempt``: the jobs of a backend."""
 
 from __future__ import annotations
 
@@ -6,9 +6,19 @@ import argparse
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from html import escape
 from pathlib import Path
 from typing import Any
 
+from jupyter_starverse._format import (
+    format_duration,
+    format_metric,
+    format_rate,
+    format_step,
+    html_table,
+    pretty_text,
+    state_badge,
+)
 from jupyter_starverse.client import Starverse
 from jupyter_starverse.errors import StarverseError
 from jupyter_starverse.experiments import Progress, latest_checkpoint, progress, read_metrics
@@ -29,28 +39,55 @@ def _ago(t: float | None) -> str:
 def _duration(job: Job) -> str:
     if job.started is None:
         return "-"
-    s = int((job.finished or time.time()) - job.started)
-    return f"{s // 60}m{s % 60:02d}s"
+    return format_duration((job.finished or time.time()) - job.started)
+
+
+def _title(job: Job) -> str:
+    """The name a person gave the job (its display name), else the job's name."""
+    return job.spec.title
+
+
+def _topology(job: Job) -> str:
+    return f"{job.spec.nodes}x{job.spec.procs_per_node} {job.spec.template} {job.spec.accelerator}"
+
+
+def _table(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
 
 @dataclass(frozen=True)
 class JobList:
-    """``jobs ls``: one row per job."""
+    """``jobs ls``: one row per job (of every reachable backend unless one was named)."""
 
     jobs: tuple[Job, ...]
+    notes: tuple[str, ...] = ()
 
     def to_json(self) -> list[dict[str, Any]]:
         return [j.to_json() for j in self.jobs]
 
+    def _rows(self) -> list[tuple[str, ...]]:
+        return [
+            (j.id, _title(j), j.backend, j.state.value, _topology(j), _ago(j.created), _duration(j)) for j in self.jobs
+        ]
+
     def __str__(self) -> str:
         if not self.jobs:
-            return "no jobs (start one with `starverse launch SCRIPT` or `starverse demo`)"
-        rows = [("ID", "STATE", "TOPOLOGY", "CREATED", "RUNTIME")]
-        for j in self.jobs:
-            topo = f"{j.spec.nodes}x{j.spec.procs_per_node} {j.spec.template} {j.spec.accelerator}"
-            rows.append((j.id, j.state.value, topo, _ago(j.created), _duration(j)))
-        widths = [max(len(r[i]) for r in rows) for i in range(5)]
-        return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+            text = "no jobs (start one with `starverse launch SCRIPT` or `starverse demo`)"
+        else:
+            text = _table([("ID", "NAME", "BACKEND", "STATE", "TOPOLOGY", "CREATED", "RUNTIME"), *self._rows()])
+        return "\n".join([text, *(f"note: {n}" for n in self.notes)])
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        pretty_text(p, str(self))
+
+    def _repr_html_(self) -> str:
+        notes = "".join(f"<div><small>note: {escape(n)}</small></div>" for n in self.notes)
+        if not self.jobs:
+            return f"<div>{escape(str(self).splitlines()[0])}</div>{notes}"
+        rows = [(*r[:3], state_badge(r[3]), *r[4:]) for r in self._rows()]
+        header = ("id", "name", "backend", "state", "topology", "created", "runtime")
+        return html_table(header, rows, raw_columns=(3,)) + notes
 
 
 @dataclass(frozen=True)
@@ -64,27 +101,48 @@ class JobDetail:
     def to_json(self) -> dict[str, Any]:
         return {**self.job.to_json(), "progress": self.progress.to_json(), "checkpoint_step": self.checkpoint_step}
 
-    def __str__(self) -> str:
+    def _fields(self) -> list[tuple[str, str]]:
         j, p = self.job, self.progress
-        lines = [
-            f"job         {j.id} ({j.backend})",
-            f"state       {j.state.value}" + (f": {j.reason}" if j.reason else ""),
-            f"topology    {j.spec.nodes} node(s) x {j.spec.procs_per_node} proc(s), "
-            f"{j.spec.template}, {j.spec.accelerator}",
-            f"experiment  {j.experiment_dir}",
-        ]
+        out = [("job", f"{j.id} ({j.backend})")]
+        if _title(j) != j.spec.name:
+            out.append(("name", _title(j)))
+        out += [
+            ("state", j.state.value + (f": {j.reason}" if j.reason else "")),
+            ("topology", f"{j.spec.nodes} node(s) x {j.spec.procs_per_node} proc(s), {j.spec.template}, "
+                         f"{j.spec.accelerator}"),
+            ("experiment", j.experiment_dir),
+        ]  # fmt: skip
+        if j.started is not None:
+            out.append(("runtime", _duration(j)))
+        if j.restarts:
+            out.append(("restarts", str(j.restarts)))
         if p.step is not None:
-            total = f"/{p.total}" if p.total else ""
-            speed = f", {p.steps_per_s:.2f} steps/s" if p.steps_per_s else ""
-            eta = f", ETA {int(p.eta_s)}s" if p.eta_s is not None and not j.state.finished else ""
-            values = " ".join(f"{k} {v:.4g}" for k, v in p.values.items())
-            lines.append(f"progress    step {p.step}{total}{speed}{eta}  {values}".rstrip())
+            speed = f", {format_rate(p.steps_per_s)}" if p.steps_per_s else ""
+            eta = f", ETA {format_duration(p.eta_s)}" if p.eta_s is not None and not j.state.finished else ""
+            values = " ".join(f"{k} {format_metric(v)}" for k, v in p.values.items())
+            out.append(("progress", f"{format_step(p.step, p.total)}{speed}{eta}  {values}".rstrip()))
         if self.checkpoint_step is not None:
-            lines.append(f"checkpoint  step {self.checkpoint_step}")
-        for n in j.nodes:
+            out.append(("checkpoint", format_step(self.checkpoint_step)))
+        return out
+
+    def __str__(self) -> str:
+        lines = [f"{k:<11} {v}" for k, v in self._fields()]
+        for n in self.job.nodes:
             extra = f" exit {n.exit_code}" if n.exit_code is not None else ""
             lines.append(f"  node{n.index}     {n.state.value}{extra}" + (f" ({n.reason})" if n.reason else ""))
         return "\n".join(lines)
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        pretty_text(p, str(self))
+
+    def _repr_html_(self) -> str:
+        rows = [(k, state_badge(self.job.state.value) + (f" {escape(self.job.reason)}" if self.job.reason else ""))
+                if k == "state" else (k, escape(v)) for k, v in self._fields()]  # fmt: skip
+        for n in self.job.nodes:
+            extra = f" exit {n.exit_code}" if n.exit_code is not None else ""
+            why = f" ({escape(n.reason)})" if n.reason else ""
+            rows.append((f"node{n.index}", state_badge(n.state.value) + escape(extra) + why))
+        return html_table(("", ""), rows, raw_columns=(0, 1))
 
 
 def detail(job: Job) -> JobDetail:
@@ -95,15 +153,21 @@ def detail(job: Job) -> JobDetail:
 
 
 def _ls(client: Starverse, args: argparse.Namespace) -> JobList:
-    return JobList(tuple(client.jobs(backend=args.backend)))
+    found = client.list_jobs(backend=args.backend)
+    return JobList(found.jobs, found.notes)
 
 
 def _show(client: Starverse, args: argparse.Namespace) -> JobDetail:
     return detail(client.attach(args.job_id, backend=args.backend))
 
 
+def _backend_of(client: Starverse, args: argparse.Namespace) -> str:
+    """The backend named by --backend, else the one that knows the job."""
+    return args.backend or client.attach(args.job_id).backend
+
+
 def _logs(client: Starverse, args: argparse.Namespace) -> Iterator[Any]:
-    lines = client.backend(args.backend).logs(args.job_id, follow=args.follow, rank=args.rank)
+    lines = client.backend(_backend_of(client, args)).logs(args.job_id, follow=args.follow, rank=args.rank)
     for line in lines:
         if args.json:
             yield {"node": line.node, "rank": line.rank, "text": line.text}
@@ -112,7 +176,7 @@ def _logs(client: Starverse, args: argparse.Namespace) -> Iterator[Any]:
 
 
 def _wait(client: Starverse, args: argparse.Namespace) -> JobDetail:
-    job = client.backend(args.backend).wait(args.job_id, timeout=args.timeout)
+    job = client.backend(_backend_of(client, args)).wait(args.job_id, timeout=args.timeout)
     if job.state in (JobState.FAILED, JobState.CANCELLED) and not args.json:
         raise StarverseError(
             f"job {job.id} {job.state.value}" + (f": {job.reason}" if job.reason else ""),
@@ -122,7 +186,11 @@ def _wait(client: Starverse, args: argparse.Namespace) -> JobDetail:
 
 
 def _cancel(client: Starverse, args: argparse.Namespace) -> JobDetail:
-    return detail(client.backend(args.backend).cancel(args.job_id))
+    return detail(client.backend(_backend_of(client, args)).cancel(args.job_id))
+
+
+def _preempt(client: Starverse, args: argparse.Namespace) -> JobDetail:
+    return detail(client.backend(_backend_of(client, args)).preempt(args.job_id))
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -132,7 +200,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     def common(q: argparse.ArgumentParser, *, job_id: bool = True) -> None:
         if job_id:
             q.add_argument("job_id", metavar="JOB_ID")
-        q.add_argument("--backend", default=None, help="local or kubernetes (default: settings)")
+        q.add_argument("--backend", default=None, help="local or kubernetes (default: every configured backend)")
         add_json_flag(q)
 
     q = jobs.add_parser("ls", help="jobs, newest first")
@@ -153,3 +221,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     q = jobs.add_parser("cancel", help="stop every process of a job (workers checkpoint first)")
     common(q)
     q.set_defaults(run=_cancel)
+    q = jobs.add_parser(
+        "preempt", help="preemption drill: SIGTERM a node as a provider would; the job checkpoints and resumes"
+    )
+    common(q)
+    q.set_defaults(run=_preempt)

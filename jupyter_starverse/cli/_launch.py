@@ -68,7 +68,7 @@ def spec_from_launch_args(args: argparse.Namespace, *, default_accelerator: str 
 
     script = args.script or str(example_script(args.template))
     return JobSpec(
-        name=args.name or Path(script).stem.lower().replace("_", "-"),
+        name=args.name or Path(script).stem,  # any display name: JobSpec derives a valid id from it
         script=script if args.command is None else None,
         command=tuple(args.command) if args.command else None,
         **job_fields(args, default_accelerator=default_accelerator),

@@ -17,10 +17,13 @@ In a notebook the kernel's variables are saved before anything changes (see
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import shutil
+from pathlib import Path
 
 from jupyter_starverse.client import Starverse
 from jupyter_starverse.errors import BadInputError
-from jupyter_starverse.modes import RestoreReport, SwitchResult
+from jupyter_starverse.modes import RestoreReport, SwitchPlan, SwitchResult
 
 from ._common import add_json_flag
 
@@ -73,9 +76,9 @@ def _mode(client: Starverse, args: argparse.Namespace) -> object:
     if action == "restore":
         return _restore(client, args)
     if args.dry_run:
-        return client.modes.plan(action, gpu_type=args.gpu_type, gpus=args.gpus, force=args.force)
+        return _warned(client.modes.plan(action, gpu_type=args.gpu_type, gpus=args.gpus, force=args.force))
     if getattr(args, "notebook", False):
-        return _switch_in_kernel(client, args)
+        return _warned(_switch_in_kernel(client, args))
     from jupyter_starverse.modes import switch_via_server
 
     # The Jupyter server owns the kernels: let it save and restore them.
@@ -90,13 +93,36 @@ def _mode(client: Starverse, args: argparse.Namespace) -> object:
         return remote
     result = client.modes.switch(action, gpu_type=args.gpu_type, gpus=args.gpus, force=args.force)
     if result.outcome is not None and not result.outcome.restarts_workspace:
-        return SwitchResult(
+        result = SwitchResult(
             result.plan,
             result.outcome,
             message="running kernels keep their GPUs until they restart; switch from a notebook "
             "(%sv mode) or the status bar to restart them and keep their variables",
         )
-    return result
+    return _warned(result)
+
+
+def machine_has_gpu() -> bool:
+    """Whether this machine shows an NVIDIA GPU (device node or driver tool); cheap, no torch import."""
+    return Path("/dev/nvidia0").exists() or shutil.which("nvidia-smi") is not None
+
+
+_NO_GPU = (
+    "this machine has no GPU (no /dev/nvidia0, no nvidia-smi): in gpu mode local kernels and jobs "
+    "still run on the CPU; launch GPU jobs on Kubernetes (--backend kubernetes) or switch back with `mode cpu`"
+)
+
+
+def _warned(result: object) -> object:
+    """A switch to GPU mode of a local workspace on a machine without a GPU carries a warning."""
+    plan = result.plan if isinstance(result, SwitchResult) else result
+    if not isinstance(plan, SwitchPlan) or plan.target.kind != "gpu" or plan.where != "local" or machine_has_gpu():
+        return result
+    warned = dataclasses.replace(plan, warnings=(*plan.warnings, _NO_GPU))
+    if isinstance(result, SwitchResult):
+        message = f"{result.message}\nwarning: {_NO_GPU}".lstrip()
+        return dataclasses.replace(result, plan=warned, message=message)
+    return warned
 
 
 def _discard(client: Starverse, args: argparse.Namespace) -> str:

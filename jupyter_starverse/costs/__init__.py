@@ -8,7 +8,16 @@ functions to one :class:`~jupyter_starverse._settings.Settings`. Money rules: se
 
 from __future__ import annotations
 
-from ._cap import BUDGET_REASON_PREFIX, CapDecision, budget_reason, cap_env, check_budget
+from ._cap import (
+    BUDGET_REASON_PREFIX,
+    CapDecision,
+    budget_reason,
+    cap_env,
+    check_budget,
+    check_budget_covers,
+    hard_budget_reason,
+    job_rate_per_second,
+)
 from ._estimate import SPOT_NOTE, Comparison, Estimate, Resources, compare, estimate
 from ._meter import Cost, IntervalLike, NodeCost, NodeInterval, burn_rate, check_priced, intervals_of, job_cost
 from ._money import MAX_SECONDS, billable_seconds, parse_duration, parse_money
@@ -41,11 +50,14 @@ __all__ = [
     "burn_rate",
     "cap_env",
     "check_budget",
+    "check_budget_covers",
     "check_priced",
     "compare",
     "estimate",
+    "hard_budget_reason",
     "intervals_of",
     "job_cost",
+    "job_rate_per_second",
     "load_price_table",
     "parse_duration",
     "parse_money",

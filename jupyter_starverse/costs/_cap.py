@@ -25,7 +25,16 @@ from ._meter import Cost, IntervalLike, burn_rate, check_priced, job_cost, unit_
 from ._money import _CTX, MAX_SECONDS, SECONDS_PER_HOUR, fmt_money, seconds_for
 from ._prices import PACKAGE_BILLINGS, PriceTable
 
-__all__ = ["BUDGET_REASON_PREFIX", "CapDecision", "budget_reason", "cap_env", "check_budget"]
+__all__ = [
+    "BUDGET_REASON_PREFIX",
+    "CapDecision",
+    "budget_reason",
+    "cap_env",
+    "check_budget",
+    "check_budget_covers",
+    "hard_budget_reason",
+    "job_rate_per_second",
+]
 
 #: Every reason recorded for a budget stop starts with this (front doors match on it).
 BUDGET_REASON_PREFIX = "budget reached"
@@ -47,6 +56,7 @@ class CapDecision:
     remaining: Decimal | None
     seconds_left: int | None
     reason: str | None
+    hard_stop: bool = False  # the cap itself is (about to be) reached: kill now, no more grace
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -57,6 +67,7 @@ class CapDecision:
             "remaining": str(self.remaining) if self.remaining is not None else None,
             "seconds_left": self.seconds_left,
             "reason": self.reason,
+            "hard_stop": self.hard_stop,
         }
 
 
@@ -76,6 +87,49 @@ def budget_reason(
     return spent + f"; stopped gracefully ({how})"
 
 
+def hard_budget_reason(cost: Cost, budget: Decimal, *, why: str) -> str:
+    """The reason recorded when the cap had to kill the job (SIGKILL: no checkpoint on the way out)."""
+    cap = fmt_money(budget, cost.currency)
+    spent = f"{BUDGET_REASON_PREFIX}: {fmt_money(cost.amount, cost.currency)} spent of a {cap} cap"
+    return spent + f"; hard stop (SIGKILL at the cap: {why})"
+
+
+def job_rate_per_second(spec: JobSpec, table: PriceTable) -> Decimal:
+    """What the whole job costs per second of running (every node and unit), exactly."""
+    rate, _ = unit_rate(spec, table)
+    with localcontext(_CTX):
+        return rate * units_per_node(spec) * spec.nodes / SECONDS_PER_HOUR
+
+
+def check_budget_covers(spec: JobSpec, table: PriceTable, *, startup_s: float, stop_margin_s: float) -> None:
+    """Refuse a budget that runs out before the job could reach its first checkpoint.
+
+    A capped job is stopped ``stop_margin_s`` seconds before its budget (poll interval plus
+    the grace period a checkpoint may take); it needs ``startup_s`` seconds to start and
+    train a first step. A budget smaller than both together would stop it before anything
+    could be saved: :class:`BadInputError` with the figures.
+    """
+    if spec.budget is None:
+        return
+    per_second = job_rate_per_second(spec, table)
+    if per_second <= 0 or spec.billing in PACKAGE_BILLINGS:
+        return
+    need_s = startup_s + stop_margin_s
+    with localcontext(_CTX):
+        need = per_second * Decimal(repr(need_s))
+        lasts = spec.budget / per_second
+    if spec.budget >= need:
+        return
+    cur = table.currency
+    raise BadInputError(
+        f"JobSpec.budget: {spec.budget} {cur} lasts {float(lasts):.1f} s at {per_second.normalize():f} {cur}/s, "
+        f"less than the {need_s:.0f} s the job needs before its first checkpoint "
+        f"({startup_s:.0f} s to start, {stop_margin_s:.0f} s of stop margin for the checkpoint)",
+        field="budget",
+        hint=f"give a budget of at least {need.quantize(Decimal('1e-6'), ROUND_CEILING).normalize():f} {cur}",
+    )
+
+
 def check_budget(
     spec: JobSpec,
     node_intervals: Iterable[IntervalLike],
@@ -83,6 +137,7 @@ def check_budget(
     *,
     now: float,
     grace: float = 0.0,
+    hard_lookahead: float | None = None,
     job_id: str | None = None,
     user: str | None = None,
 ) -> CapDecision:
@@ -101,6 +156,12 @@ def check_budget(
     grace
         Seconds of running still to come before a stop takes effect (poll interval plus
         checkpoint time); the decision is taken on the cost at ``now + grace``.
+    hard_lookahead
+        Seconds a hard stop (SIGKILL) takes to show in the meter (poll interval, kill, the
+        started second); ``hard_stop`` is set when the cost at ``now + hard_lookahead`` reaches
+        the budget: the job must be killed now to stay within the cap.
+
+    Costs are compared unrounded (a budget of 0.0005 trips), rounded only for display.
     """
     if grace < 0 or grace > MAX_SECONDS:
         raise BadInputError(f"grace must be between 0 and {MAX_SECONDS} seconds, got {grace}", field="grace")
@@ -111,14 +172,18 @@ def check_budget(
     if budget is None:
         return CapDecision(False, cost, projected, None, None, None, None)
     remaining = budget - cost.amount
-    stop = projected.amount >= budget
+    stop = projected.exact_amount >= budget
+    hard = False
+    if hard_lookahead is not None:
+        at = job_cost(spec, intervals, table, now=now + hard_lookahead, job_id=job_id, user=user)
+        hard = at.exact_amount >= budget
     seconds_left: int | None = None
     rate = burn_rate(cost)
     if not stop and rate > 0 and spec.billing not in PACKAGE_BILLINGS:
-        left = seconds_for(budget - cost.amount, rate)
+        left = seconds_for(budget - cost.exact_amount, rate)
         seconds_left = None if left is None else max(0, left - math.ceil(grace))
-    reason = budget_reason(cost, budget, projected=projected) if stop else None
-    return CapDecision(stop, cost, projected, budget, remaining, seconds_left, reason)
+    reason = budget_reason(cost, budget, projected=projected) if stop or hard else None
+    return CapDecision(stop or hard, cost, projected, budget, remaining, seconds_left, reason, hard)
 
 
 def cap_env(spec: JobSpec, table: PriceTable, *, user: str | None = None) -> dict[str, str]:

@@ -15,7 +15,7 @@ import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from typing import Any, Protocol
 
 from jupyter_starverse.errors import BadInputError
@@ -23,7 +23,16 @@ from jupyter_starverse.jobmodel import Job, JobSpec
 
 from ._estimate import check_billing
 from ._html import line_html
-from ._money import MAX_SECONDS, billable_seconds, fmt_money, fmt_seconds, money_for, parse_money
+from ._money import (
+    _CTX,
+    MAX_SECONDS,
+    SECONDS_PER_HOUR,
+    billable_seconds,
+    fmt_money,
+    fmt_seconds,
+    money_for,
+    parse_money,
+)
 from ._prices import PACKAGE_BILLINGS, PriceTable
 
 __all__ = [
@@ -93,6 +102,12 @@ class Cost:
     upper_bound: bool = False
     job_id: str | None = None
     user: str | None = None
+    exact: Decimal | None = None  # the amount before rounding: caps compare this (sub-cent budgets)
+
+    @property
+    def exact_amount(self) -> Decimal:
+        """The unrounded amount (``amount`` for records written before it was kept)."""
+        return self.amount if self.exact is None else self.exact
 
     @property
     def running(self) -> bool:
@@ -105,7 +120,7 @@ class Cost:
 
     @property
     def over_budget(self) -> bool:
-        return self.budget is not None and self.amount >= self.budget
+        return self.budget is not None and self.exact_amount >= self.budget
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -117,6 +132,7 @@ class Cost:
             "rate": str(self.rate),
             "currency": self.currency,
             "amount": str(self.amount),
+            "exact": str(self.exact) if self.exact is not None else None,
             "budget": str(self.budget) if self.budget is not None else None,
             "upper_bound": self.upper_bound,
             "as_of": self.as_of,
@@ -134,6 +150,7 @@ class Cost:
                 for n in data["nodes"]
             )
             budget = data.get("budget")
+            exact = data.get("exact")
             return cls(
                 accelerator=str(data["accelerator"]),
                 billing=str(data["billing"]),
@@ -147,6 +164,7 @@ class Cost:
                 upper_bound=bool(data.get("upper_bound", False)),
                 job_id=data.get("job_id"),
                 user=data.get("user"),
+                exact=parse_money(exact, field="exact") if exact is not None else None,
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, BadInputError):
@@ -279,6 +297,8 @@ def job_cost(
         nodes.append(NodeCost(index, seconds, running, packages))
         billed_unit_seconds += billed * units
     amount = money_for(rate, billed_unit_seconds, table.decimals)
+    with localcontext(_CTX):
+        exact = (rate * billed_unit_seconds / SECONDS_PER_HOUR).normalize()
     return Cost(
         accelerator=spec.accelerator,
         billing=spec.billing,
@@ -292,6 +312,7 @@ def job_cost(
         upper_bound=upper,
         job_id=job_id,
         user=user,
+        exact=exact,
     )
 
 

@@ -19,7 +19,7 @@ from ._checkpoints import (
 )
 from ._layout import ExperimentPaths, RunPaths, find_run, list_runs, new_job_id, read_json, write_json
 from ._metrics import MetricPoint, Progress, metric_point, parse_log_metrics, progress, read_metrics
-from ._status import NodeInterval, NodeRecord, RunStatus, node_intervals, read_status, write_status
+from ._status import NodeInterval, NodeRecord, RunEvent, RunStatus, node_intervals, read_status, write_status
 
 __all__ = [
     "CHECKPOINT_INDEX",
@@ -32,6 +32,7 @@ __all__ = [
     "NodeRecord",
     "Progress",
     "ResumePlan",
+    "RunEvent",
     "RunPaths",
     "RunStatus",
     "checkpoint_name",

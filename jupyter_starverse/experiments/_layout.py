@@ -7,7 +7,9 @@
             spec.json  plan.json  status.json  cancel.json
             checkpoints/step-00000040/   (a resumed run starts from the newest of any run)
             logs/rank0.log ... logs/node0.log ...
-            pids/rank0.json ...  errors/rank1.json ...
+            pids/rank0.json ...  errors/rank1.json ...   (the attempt that runs now)
+            errors/attempt-0/rank1.json  stops/attempt-0/rank0.json   (earlier attempts, kept apart)
+            stops/rank0.json ...   (a rank stopped by SIGTERM: when, at which step, checkpoint)
             metrics.jsonl  tensorboard/  wandb/
 
 The run folder is the job's truth: any process reading it sees the same job.
@@ -104,6 +106,20 @@ class RunPaths:
     @property
     def errors(self) -> Path:
         return self.root / "errors"
+
+    @property
+    def stops(self) -> Path:
+        """Records of ranks that stopped on a SIGTERM (``stops/rankN.json``, written by the runtime)."""
+        return self.root / "stops"
+
+    @property
+    def preempt(self) -> Path:
+        """A preemption drill asked for (``jobs preempt``); the supervisor acts on it."""
+        return self.root / "preempt.json"
+
+    def attempt_dir(self, folder: Path, attempt: int) -> Path:
+        """Where ``folder`` (``errors``, ``stops``) of an earlier ``attempt`` is kept."""
+        return folder / f"attempt-{attempt}"
 
     @property
     def metrics(self) -> Path:

@@ -19,7 +19,7 @@ from jupyter_starverse._procs import ProcessRecord
 
 from ._layout import RunPaths, read_json, write_json
 
-__all__ = ["NodeInterval", "NodeRecord", "RunStatus", "node_intervals", "read_status", "write_status"]
+__all__ = ["NodeInterval", "NodeRecord", "RunEvent", "RunStatus", "node_intervals", "read_status", "write_status"]
 
 FINISHED = ("succeeded", "failed", "cancelled")
 
@@ -67,6 +67,67 @@ class NodeRecord:
 
 
 @dataclass(frozen=True)
+class RunEvent:
+    """A preemption, a lost node or process, or a failure, and what it cost.
+
+    ``kind``: ``preempted`` (a SIGTERM nobody asked for), ``lost`` (a process or node killed, or
+    the supervisor gone), ``failed`` (a rank's error or exit code). ``cause`` names the first
+    event in time; ``steps_lost`` / ``money_lost`` is the work done since the last checkpoint that
+    a resume redoes; ``action`` is ``resumed`` (relaunched as attempt ``attempt + 1``) or ``final``.
+    """
+
+    attempt: int
+    time: float
+    kind: str
+    cause: str
+    checkpoint_step: int | None = None
+    last_step: int | None = None
+    steps_lost: int | None = None
+    money_lost: str | None = None
+    currency: str | None = None
+    action: str = "final"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "attempt": self.attempt,
+            "time": self.time,
+            "kind": self.kind,
+            "cause": self.cause,
+            "checkpoint_step": self.checkpoint_step,
+            "last_step": self.last_step,
+            "steps_lost": self.steps_lost,
+            "money_lost": self.money_lost,
+            "currency": self.currency,
+            "action": self.action,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunEvent:
+        return cls(
+            attempt=int(data.get("attempt") or 0),
+            time=float(data.get("time") or 0.0),
+            kind=str(data.get("kind") or "failed"),
+            cause=str(data.get("cause") or ""),
+            checkpoint_step=data.get("checkpoint_step"),
+            last_step=data.get("last_step"),
+            steps_lost=data.get("steps_lost"),
+            money_lost=data.get("money_lost"),
+            currency=data.get("currency"),
+            action=str(data.get("action") or "final"),
+        )
+
+    def lost_text(self) -> str:
+        """``2 steps and 0.03 CNY lost since the checkpoint at step 19`` (what a resume redoes)."""
+        parts = []
+        if self.steps_lost is not None:
+            parts.append(f"{self.steps_lost} step{'s' if self.steps_lost != 1 else ''}")
+        if self.money_lost is not None:
+            parts.append(f"{self.money_lost} {self.currency or ''}".rstrip())
+        since = f"the checkpoint at step {self.checkpoint_step}" if self.checkpoint_step is not None else "the start"
+        return (" and ".join(parts) or "nothing") + f" lost since {since}"
+
+
+@dataclass(frozen=True)
 class RunStatus:
     """The whole run: state, reason, supervisor and nodes."""
 
@@ -83,6 +144,10 @@ class RunStatus:
     supervisor: ProcessRecord | None = None  # supervisor_pid with its host, boot id and start time
     heartbeat: float | None = None  # when the supervisor last said it lives (time.time() on its host)
     heartbeat_every: float | None = None  # seconds between heartbeats
+    attempt: int = 0  # which launch of the whole job runs now (0: the first)
+    restarts: int = 0  # relaunches of the whole job so far (== attempt)
+    preemptions: int = 0  # relaunches after a preemption or a lost process (the preemption budget)
+    events: tuple[RunEvent, ...] = ()
 
     @property
     def finished_state(self) -> bool:
@@ -107,6 +172,10 @@ class RunStatus:
             "supervisor": self.supervisor.to_json() if self.supervisor else None,
             "heartbeat": self.heartbeat,
             "heartbeat_every": self.heartbeat_every,
+            "attempt": self.attempt,
+            "restarts": self.restarts,
+            "preemptions": self.preemptions,
+            "events": [e.to_json() for e in self.events],
         }
 
     @classmethod
@@ -125,6 +194,10 @@ class RunStatus:
             supervisor=ProcessRecord.from_json(data.get("supervisor")),
             heartbeat=_number(data.get("heartbeat")),
             heartbeat_every=_number(data.get("heartbeat_every")),
+            attempt=int(data.get("attempt") or 0),
+            restarts=int(data.get("restarts") or 0),
+            preemptions=int(data.get("preemptions") or 0),
+            events=tuple(RunEvent.from_json(e) for e in data.get("events") or [] if isinstance(e, dict)),
         )
 
 

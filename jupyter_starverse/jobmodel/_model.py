@@ -10,16 +10,25 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import ConflictError
 from ._spec import JobSpec
 
 __all__ = ["JobState", "NodeStatus", "Job", "LogLine", "LaunchBackend", "group_tail"]
 
 
 class JobState(str, enum.Enum):
-    """Life cycle of a job (and of each node of it)."""
+    """Life cycle of a job (and of each node of it).
+
+    ``pending -> running -> succeeded | failed | cancelled``. A preemption (a SIGTERM or the loss
+    of a node that nobody asked for) goes ``running -> preempted -> resuming -> running``: the
+    ranks checkpoint, the backend relaunches them and they resume from that checkpoint.
+    ``preempted`` and ``resuming`` are not finished; :attr:`active` is True for both.
+    """
 
     PENDING = "pending"
     RUNNING = "running"
+    PREEMPTED = "preempted"
+    RESUMING = "resuming"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -27,6 +36,11 @@ class JobState(str, enum.Enum):
     @property
     def finished(self) -> bool:
         return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+    @property
+    def active(self) -> bool:
+        """Started and not finished: running, or between a preemption and the resume."""
+        return self in (JobState.RUNNING, JobState.PREEMPTED, JobState.RESUMING)
 
 
 @dataclass(frozen=True)
@@ -69,6 +83,7 @@ class Job:
     finished: float | None = None
     reason: str | None = None
     nodes: tuple[NodeStatus, ...] = field(default_factory=tuple)
+    restarts: int = 0  # relaunches of the whole job so far (preemptions, lost nodes, retried failures)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -83,6 +98,7 @@ class Job:
             "finished": self.finished,
             "reason": self.reason,
             "nodes": [n.to_json() for n in self.nodes],
+            "restarts": self.restarts,
         }
 
 
@@ -166,6 +182,17 @@ class LaunchBackend(ABC):
     @abstractmethod
     def cancel(self, job_id: str) -> Job:
         """Stop every process of the job; idempotent on finished jobs."""
+
+    def preempt(self, job_id: str) -> Job:
+        """Rehearse a preemption: SIGTERM a node of the running job as a provider would.
+
+        The ranks checkpoint, the backend relaunches them and they resume from that checkpoint
+        (``preempted -> resuming -> running``). Backends that cannot do this raise.
+        """
+        raise ConflictError(
+            f"the {self.name or type(self).__name__} backend cannot rehearse a preemption",
+            hint="run the drill on the local backend (`starverse jobs preempt JOB_ID --backend local`)",
+        )
 
     @abstractmethod
     def render(self, spec: JobSpec, *, output: str = "yaml") -> str:

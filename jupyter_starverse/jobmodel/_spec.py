@@ -7,7 +7,9 @@ It round-trips through JSON (``to_json`` / ``from_json``) because it is stored a
 
 from __future__ import annotations
 
+import hashlib
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from decimal import Decimal, InvalidOperation
@@ -15,7 +17,7 @@ from typing import Any
 
 from ..errors import BadInputError
 
-__all__ = ["JobSpec", "TEMPLATES", "BILLING_MODES", "FRAMEWORKS"]
+__all__ = ["JobSpec", "TEMPLATES", "BILLING_MODES", "FRAMEWORKS", "job_name_of"]
 
 TEMPLATES = ("ddp", "fsdp", "tp", "pp")
 FRAMEWORKS = ("torch", "megatron", "deepspeed")
@@ -25,6 +27,29 @@ _NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SECRET_REF_RE = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?/[-._a-zA-Z0-9]+$")
 _RESERVED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "STARVERSE_EXPERIMENT_DIR")
+
+
+_MAX_DISPLAY = 256
+
+
+def job_name_of(display_name: str) -> str:
+    """A valid, stable job name (a DNS-1123 label) for any display name.
+
+    Lower-cased; accents dropped (``Café`` -> ``cafe``); every other character outside
+    ``[a-z0-9]`` becomes ``-``; at most 63 characters. When letters had to be dropped
+    (``训练-模型``) or cut, a short hash of the display name keeps different names apart.
+    The same display name always gives the same name.
+    """
+    text = unicodedata.normalize("NFKD", display_name)
+    ascii_text = text.encode("ascii", "ignore").decode()
+    lossy = any(not unicodedata.combining(c) and ord(c) > 127 for c in text)
+    slug = re.sub(r"[^a-z0-9]+", "-", ascii_text.lower()).strip("-")
+    digest = hashlib.sha256(display_name.encode()).hexdigest()[:8]
+    if not slug:
+        return f"job-{digest}"
+    if lossy or len(slug) > 63:
+        slug = f"{slug[: 63 - 9].rstrip('-')}-{digest}"
+    return slug
 
 
 def _bad(field_name: str, why: str, hint: str | None = None) -> BadInputError:
@@ -47,6 +72,11 @@ class JobSpec:
     ----------
     name
         Lower-case letters, digits, ``.``, ``_``, ``-`` (max 63); becomes part of the job id.
+        Any other text (``Big_Run.v1``, ``my run``, ``训练-模型``) is kept as ``display_name``
+        and a valid name is derived from it (:func:`job_name_of`).
+    display_name
+        The name as a person wrote it (shown by ``jobs ls``/``show`` and the monitor);
+        ``None`` when ``name`` is already what they wrote.
     script
         Path of a Python training script. Exactly one of ``script``, ``code``, ``command``.
     code
@@ -117,9 +147,21 @@ class JobSpec:
     image: str | None = None
     cpu: str | None = None
     memory: str | None = None
+    display_name: str | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
+        if isinstance(self.name, str) and self.name.strip() and not _NAME_RE.match(self.name):
+            if len(self.name) > _MAX_DISPLAY:
+                raise _bad("name", f"is too long ({len(self.name)} characters, at most {_MAX_DISPLAY})")
+            if self.display_name is None:
+                set_(self, "display_name", self.name.strip())
+            set_(self, "name", job_name_of(self.name.strip()))
+        if self.display_name is not None and (not isinstance(self.display_name, str) or
+                                              len(self.display_name) > _MAX_DISPLAY):  # fmt: skip
+            raise _bad("display_name", f"must be text of at most {_MAX_DISPLAY} characters")
+        if self.display_name == self.name:
+            set_(self, "display_name", None)
         if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
             raise _bad(
                 "name",
@@ -205,6 +247,11 @@ class JobSpec:
         return self.accelerator != "cpu"
 
     @property
+    def title(self) -> str:
+        """The name to show a person: the display name, else the name."""
+        return self.display_name or self.name
+
+    @property
     def experiment_name(self) -> str:
         """The experiment this run belongs to."""
         return self.experiment or self.name
@@ -256,9 +303,9 @@ class JobSpec:
 
 # JSON types each field accepts in ``from_json`` (numbers are checked by range in __post_init__).
 _TEXT_FIELDS = ("name", "script", "code", "accelerator", "template", "framework", "billing", "experiment",
-                "image", "cpu", "memory")  # fmt: skip
+                "image", "cpu", "memory", "display_name")  # fmt: skip
 _OPTIONAL = ("script", "code", "command", "steps", "checkpoint_every", "budget", "experiment", "image", "cpu",
-             "memory")  # fmt: skip
+             "memory", "display_name")  # fmt: skip
 _LIST_FIELDS = ("command", "args", "mounts")
 _MAP_FIELDS = ("env", "secrets")
 _INT_FIELDS = ("nodes", "procs_per_node", "tensor_parallel", "pipeline_parallel", "steps", "max_restarts",

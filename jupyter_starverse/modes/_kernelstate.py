@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from jupyter_starverse._format import html_pre, pretty_text
 from jupyter_starverse.errors import BadInputError, NotFoundError, PermissionDeniedError, StoreError
 
 __all__ = [
@@ -115,6 +116,12 @@ class SavedState:
             lines += [f"  {name}: {why}" for name, why in self.not_kept.items()]
         return "\n".join(lines)
 
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        pretty_text(p, str(self))
+
+    def _repr_html_(self) -> str:
+        return html_pre(str(self))
+
 
 @dataclass(frozen=True)
 class RestoreReport:
@@ -156,6 +163,12 @@ class RestoreReport:
         if self.kept_on_disk:
             lines.append(f"the saved state stays at {self.kept_on_disk}")
         return "\n".join(lines)
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        pretty_text(p, str(self))
+
+    def _repr_html_(self) -> str:
+        return html_pre(str(self))
 
 
 def _short(text: str) -> str:

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from .._format import html_pre, html_table, pretty_text
+
 if TYPE_CHECKING:
     from ._kernelstate import RestoreReport, SavedState
     from ._mode import Mode
@@ -46,6 +48,9 @@ class PriceChange:
             f"({sign}{abs(self.difference)} {self.currency}/h)"
         )
 
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        pretty_text(p, str(self))
+
 
 @dataclass(frozen=True)
 class SwitchPlan:
@@ -75,6 +80,14 @@ class SwitchPlan:
         lines = [f"{self.current} -> {self.target} ({self.where} workspace)", f"price: {self.price}"]
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        pretty_text(p, str(self))
+
+    def _repr_html_(self) -> str:
+        rows = [("switch", f"{self.current} -> {self.target}"), ("where", self.where), ("price", str(self.price))]
+        rows += [("warning", w) for w in self.warnings]
+        return html_table(("", ""), rows)
 
 
 @dataclass(frozen=True)
@@ -113,7 +126,10 @@ class SwitchResult:
         return "\n".join(lines)
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
-        p.text(str(self))
+        pretty_text(p, str(self))
+
+    def _repr_html_(self) -> str:
+        return html_pre(str(self))
 
 
 @dataclass(frozen=True)
@@ -148,7 +164,10 @@ class ModeStatus:
         return "\n".join(lines)
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
-        p.text(str(self))
+        pretty_text(p, str(self))
+
+    def _repr_html_(self) -> str:
+        return html_pre(str(self))
 
 
 @dataclass(frozen=True)
@@ -173,3 +192,9 @@ class KernelSwitchReport:
         if self.error:
             lines.append(f"error: {self.error}")
         return "\n".join(lines)
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        pretty_text(p, str(self))
+
+    def _repr_html_(self) -> str:
+        return html_pre(str(self))

@@ -25,7 +25,7 @@ from jupyter_starverse.errors import NotFoundError
 
 from ._budget import MARGIN_S, BudgetGuard, process_start
 from ._checkpoint import find_resume_checkpoint, load_latest, save_checkpoint
-from ._dist import Context, agree_stop, barrier, handle_sigterm, init, stop_requested, wrap
+from ._dist import Context, agree_stop_why, barrier, handle_sigterm, init, signalled_at, stop_requested, wrap
 from ._env import JobEnv, job_env
 from ._metrics import close_metrics, log_metrics
 
@@ -85,6 +85,12 @@ def steps(
     on SIGTERM. ``total`` defaults to ``STARVERSE_STEPS`` (else 100). When the backend
     exported a budget cap (``STARVERSE_BUDGET``, Kubernetes), the loop also checkpoints and
     stops before the cap is reached and records why in ``cost.json`` (see ``_budget``).
+
+    A stop on SIGTERM is recorded in ``stops/rankN.json`` (when this rank got the signal, the
+    step, the checkpoint) for the launcher to tell a preemption from a finished run. When the
+    launcher asks for it (``STARVERSE_PREEMPT_EXIT``, the local backend), the process then exits
+    with that code instead of ending the loop, so nothing after the loop runs on a preempted
+    attempt and the job is relaunched and resumes from this checkpoint.
     """
     env = job_env()
     total = total if total is not None else (env.steps or 100)
@@ -105,10 +111,15 @@ def steps(
             slowest = max(slowest, time.monotonic() - began)
             if guard is not None and reason is None:
                 reason = guard.check(time.time(), lookahead=MARGIN_S + 2 * slowest)
-            if agree_stop(also=reason is not None):
+            signalled, capped = agree_stop_why(also=reason is not None)
+            if signalled or capped:
                 save_checkpoint(step, model=model, optimizer=optimizer)
                 why = f" ({reason})" if reason else ""
                 print(f"stopping after step {step}: checkpoint saved{why}", flush=True)
+                if not capped:  # a SIGTERM, not the job's own cap: possibly a preemption
+                    _record_stop(env, step)
+                    if env.preempt_exit is not None:
+                        raise SystemExit(env.preempt_exit)
                 return
             if every and (step + 1) % every == 0:
                 save_checkpoint(step, model=model, optimizer=optimizer)
@@ -119,3 +130,25 @@ def steps(
         if guard is not None:
             guard.record(reason=reason)
         close_metrics()
+
+
+def _record_stop(env: JobEnv, step: int) -> None:
+    """``stops/rankN.json``: this rank stopped on a SIGTERM after ``step`` and checkpointed it."""
+    if env.run_dir is None:
+        return
+    from jupyter_starverse.experiments import write_json
+
+    record = {
+        "rank": env.rank,
+        "node": env.node,
+        "attempt": env.attempt,
+        "pid": os.getpid(),
+        "signalled": signalled_at(),  # None: another rank got the SIGTERM, this one followed
+        "step": step,
+        "checkpoint_step": step,
+        "time": time.time(),
+    }
+    try:
+        write_json(env.run_dir / "stops" / f"rank{env.rank}.json", record)
+    except OSError as e:  # the record helps the launcher; it must never break the stop
+        print(f"could not record the stop: {e}", flush=True)

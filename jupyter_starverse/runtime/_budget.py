@@ -124,6 +124,7 @@ class BudgetGuard:
             rate=_decimal(str(self.info.get("rate", ""))) or Decimal(0),
             currency=str(self.info.get("currency", "")),
             amount=round_money(self.per_second * billed, decimals),
+            exact=self.per_second * billed,
             nodes=tuple(NodeCost(i, seconds, running, packages) for i in range(nodes)),
             as_of=now,
             budget=self.budget,
@@ -141,7 +142,7 @@ class BudgetGuard:
 
         cost = self.cost(now)
         projected = self.cost(now + max(0.0, lookahead))
-        if projected.amount >= self.budget:
+        if projected.exact_amount >= self.budget:  # exact: a sub-cent budget trips too
             return budget_reason(cost, self.budget, projected=projected, how=_HOW)
         if now >= self._next_write:
             self._next_write = now + WRITE_EVERY_S

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,10 +14,23 @@ from jupyter_starverse.errors import MissingDependencyError
 
 from ._env import job_env
 
-__all__ = ["Context", "agree_stop", "barrier", "handle_sigterm", "init", "stop_requested", "wrap"]
+__all__ = [
+    "Context",
+    "agree_stop",
+    "agree_stop_why",
+    "barrier",
+    "exit_after",
+    "handle_sigterm",
+    "init",
+    "signalled_at",
+    "stop_requested",
+    "wrap",
+]
 
 _STOP = threading.Event()
 _EXIT_AFTER_S = 25.0  # torchrun SIGKILLs 30 s after its SIGTERM: exit before that
+_REPEAT_S = 2.0  # a second SIGTERM later than this after the first exits at once
+_SIGNALLED: list[float] = []  # when this process received SIGTERM (epoch seconds)
 
 
 @dataclass(frozen=True)
@@ -61,8 +76,21 @@ def init() -> Context:
         backend = "nccl" if gpu else "gloo"
         if not dist.is_initialized():
             dist.init_process_group(backend=backend)
+            atexit.register(_destroy_group)
     _CONTEXT.append(Context(env.rank, env.local_rank, env.world_size, device, backend))
     return _CONTEXT[0]
+
+
+def _destroy_group() -> None:
+    """At exit: tear the process group down in order (left to the interpreter's end, gloo's
+    threads sometimes abort the process: "terminate called without an active exception")."""
+    import contextlib
+
+    import torch.distributed as dist
+
+    with contextlib.suppress(Exception):  # exiting anyway
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def _dist_ready() -> bool:
@@ -97,14 +125,28 @@ def handle_sigterm() -> None:
 
     def _on_term(signum: int, _frame: object) -> None:
         if _STOP.is_set():
+            if _SIGNALLED and time.time() - _SIGNALLED[0] < _REPEAT_S:
+                return  # torchrun's shutdown sends SIGTERM twice in a row: not a request to hurry
             os._exit(128 + signum)
+        _SIGNALLED.append(time.time())
         _STOP.set()
-        timer = threading.Timer(_EXIT_AFTER_S, os._exit, args=(128 + signum,))
+        timer = threading.Timer(exit_after(), os._exit, args=(128 + signum,))
         timer.daemon = True
         timer.start()
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_term)
+
+
+def exit_after() -> float:
+    """Seconds from SIGTERM to a forced exit: before the launcher's grace period ends (default 25 s)."""
+    grace = job_env().stop_grace
+    return _EXIT_AFTER_S if grace is None else max(0.5, min(_EXIT_AFTER_S, grace - 1.0))
+
+
+def signalled_at() -> float | None:
+    """When this process received SIGTERM (``None``: it did not)."""
+    return _SIGNALLED[0] if _SIGNALLED else None
 
 
 def stop_requested() -> bool:
@@ -114,14 +156,19 @@ def stop_requested() -> bool:
 
 def agree_stop(*, also: bool = False) -> bool:
     """True on every rank if any rank received SIGTERM or passed ``also=True`` (one tiny all-reduce)."""
+    return any(agree_stop_why(also=also))
+
+
+def agree_stop_why(*, also: bool = False) -> tuple[bool, bool]:
+    """``(any rank got SIGTERM, any rank passed also=True)``, the same on every rank."""
     if not _dist_ready():
-        return _STOP.is_set() or also
+        return _STOP.is_set(), also
     torch = _torch()
     import torch.distributed as dist
 
-    flag = torch.tensor([1 if _STOP.is_set() or also else 0], device=init().device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    return bool(flag.item())
+    flags = torch.tensor([1 if _STOP.is_set() else 0, 1 if also else 0], device=init().device)
+    dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+    return bool(flags[0].item()), bool(flags[1].item())
 
 
 def barrier() -> None:

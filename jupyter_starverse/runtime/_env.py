@@ -20,6 +20,14 @@ def _int(env: Mapping[str, str], name: str, default: int | None) -> int | None:
         return default
 
 
+def _float(env: Mapping[str, str], name: str) -> float | None:
+    try:
+        value = float(env.get(name, "").strip() or "nan")
+    except ValueError:
+        return None
+    return value if value > 0 and value != float("inf") else None
+
+
 @dataclass(frozen=True)
 class JobEnv:
     """What the launcher told this process: its rank, the run folder, steps, mounts."""
@@ -41,6 +49,9 @@ class JobEnv:
     pipeline_parallel: int = 1
     tensorboard_dir: Path | None = None
     mounts: Mapping[str, str] = field(default_factory=dict)
+    attempt: int = 0  # the launcher's relaunch count of the whole job (STARVERSE_ATTEMPT)
+    preempt_exit: int | None = None  # exit with this code after a SIGTERM stop (STARVERSE_PREEMPT_EXIT)
+    stop_grace: float | None = None  # seconds the launcher allows from SIGTERM to SIGKILL
 
     @property
     def distributed(self) -> bool:
@@ -78,6 +89,9 @@ class JobEnv:
             pipeline_parallel=_int(env, "STARVERSE_PIPELINE_PARALLEL", 1) or 1,
             tensorboard_dir=path("TENSORBOARD_LOGDIR"),
             mounts={str(k): str(v) for k, v in mounts.items()} if isinstance(mounts, dict) else {},
+            attempt=_int(env, "STARVERSE_ATTEMPT", 0) or 0,
+            preempt_exit=_int(env, "STARVERSE_PREEMPT_EXIT", None),
+            stop_grace=_float(env, "STARVERSE_STOP_GRACE"),
         )
 
 

@@ -122,6 +122,7 @@ async def restore_kernel(
 ) -> RestoreReport:
     """Load ``state`` into the (new) kernel. If the kernel dies, the state stays on disk."""
     code = (
+        "__import__('jupyter_starverse').load_ipython_extension(get_ipython())\n"  # %sv works again after restart
         f"__import__({_MODULE!r}, fromlist=['_']).restore_namespace(get_ipython().user_ns, "
         f"home={str(home)!r}, state_id={state.id!r}, skip={tuple(skip)!r})"
     )

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from jupyter_starverse._format import format_duration as _format_duration
 from jupyter_starverse.experiments import MetricPoint, progress
 from jupyter_starverse.jobmodel import Job, JobState
 
@@ -82,6 +83,7 @@ class JobProgress:
     currency: str | None
     cost_text: str | None
     ranks: tuple[RankView, ...]
+    restarts: int = 0  # relaunches of the whole job (preemptions, lost nodes, retried failures)
 
     @property
     def fraction(self) -> float | None:
@@ -107,6 +109,7 @@ class JobProgress:
             "currency": self.currency,
             "cost_text": self.cost_text,
             "ranks": [r.to_json() for r in self.ranks],
+            "restarts": self.restarts,
             "line": self.line(),
             "line_fields": [{"key": key, "text": text} for key, text in self.line_fields()],
         }
@@ -114,7 +117,7 @@ class JobProgress:
     def line_fields(self) -> list[tuple[str, str]]:
         """The progress line as ``(key, text)`` fields, in order; the one definition of the line.
 
-        Keys: ``state``, ``step``, ``metric``, ``speed``, ``eta``, ``elapsed``, ``cost``.
+        Keys: ``state``, ``step``, ``metric``, ``speed``, ``eta``, ``elapsed``, ``cost``, ``restarts``.
         REST serves them (``line_fields``) so the side panel shows exactly what Python prints.
         """
         fields = [("state", self.state.value)]
@@ -131,6 +134,8 @@ class JobProgress:
         fields.append(("elapsed", f"elapsed {format_duration(self.elapsed_s)}"))
         if self.cost_text is not None:
             fields.append(("cost", f"cost {self.cost_text}"))
+        if self.restarts:
+            fields.append(("restarts", f"{self.restarts} restart{'s' if self.restarts != 1 else ''}"))
         return fields
 
     def line(self) -> str:
@@ -139,13 +144,8 @@ class JobProgress:
 
 
 def format_duration(seconds: float) -> str:
-    """``75`` -> ``1m15s``; ``3700`` -> ``1h01m``."""
-    s = max(0, round(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    """``75`` -> ``1m15s``; ``3700`` -> ``1h01m`` (see :func:`jupyter_starverse._format.format_duration`)."""
+    return _format_duration(seconds)
 
 
 def _rank_view(job: Job, rank: int, records: Sequence[RankRecord], last_step_of: dict[int, int]) -> RankView:
@@ -243,4 +243,5 @@ def summarize(
         currency=currency,
         cost_text=cost_text,
         ranks=tuple(views),
+        restarts=job.restarts,
     )

@@ -6,7 +6,7 @@ All reading of the job lives in the watch (core); this module only adds display.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from jupyter_starverse.watch import JobWatch
 
@@ -33,6 +33,9 @@ class JobHandle(JobWatch):
         from .monitor import JobMonitor
 
         return JobMonitor(self, interval=interval, log_lines=log_lines, start=start)
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(str(self))
 
     def _ipython_display_(self) -> None:
         from IPython.display import display

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as W
 
+from jupyter_starverse._format import format_duration
 from jupyter_starverse.catalog import EntryStatus, PullProgress, format_bytes
 from jupyter_starverse.errors import StarverseError
 
@@ -30,16 +31,23 @@ class PullBar(W.HBox):  # type: ignore[misc]
     def __init__(self, ref: str = "") -> None:
         self.bar = W.FloatProgress(value=0.0, min=0.0, max=100.0, description="", layout=W.Layout(width="50%"))
         self.label = W.HTML(value=html.escape(ref))
+        self.ref = ref
+        self.text = ref
         super().__init__([self.bar, self.label])
+
+    def __repr__(self) -> str:
+        # what a front end without widgets shows (a terminal IPython)
+        return f"pull {self.text or self.ref}"
 
     def update(self, p: PullProgress) -> None:
         self.bar.value = p.percent
-        eta = "-" if p.eta_s is None else f"{p.eta_s:.0f} s"
+        eta = format_duration(p.eta_s)
         who = "" if p.owner or p.phase == "done" else " (another process is pulling)"
-        self.label.value = html.escape(
+        self.text = (
             f"{p.ref}: {p.phase}{who} {format_bytes(p.bytes_done)} / {format_bytes(p.bytes_total)}"
             f" · {format_bytes(p.rate)}/s · ETA {eta}"
         )
+        self.label.value = html.escape(self.text)
         self.bar.bar_style = {"done": "success", "failed": "danger"}.get(p.phase, "info")
 
 

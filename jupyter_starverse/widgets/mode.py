@@ -71,6 +71,10 @@ class ModeToggle(W.VBox):  # type: ignore[misc]
         self._show_current()
         self._on_change(None)
 
+    def __repr__(self) -> str:
+        # what a front end without widgets (a terminal IPython) shows instead of the toggle
+        return f"GPU/CPU mode toggle (now {self.client.modes.current()}; open the notebook in JupyterLab or VS Code)"
+
     def _show_current(self) -> None:
         status = self.client.modes.status()
         price = "unknown" if status.price_per_hour is None else f"{status.price_per_hour} {status.currency}/h"

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
+from jupyter_starverse._format import format_rate, format_step
 from jupyter_starverse.jobmodel import Job, JobState, LogLine
 from jupyter_starverse.watch import JobProgress, format_duration
 
@@ -152,8 +153,9 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
     def _render(self, job: Job, progress: JobProgress, tail: Sequence[LogLine]) -> None:
         state = job.state
         spec = job.spec
+        named = f" {escape(spec.title)}" if spec.title != spec.name else ""
         self.title.value = (
-            f"<b>{escape(job.id)}</b> {_badge(state)} &middot; {spec.nodes} node(s) x {spec.procs_per_node} "
+            f"<b>{escape(job.id)}</b>{named} {_badge(state)} &middot; {spec.nodes} node(s) x {spec.procs_per_node} "
             f"proc(s) &middot; {escape(spec.template)} on {escape(spec.accelerator)}"
             f'<div style="font-size:11px;color:#666;word-break:break-all">{escape(job.experiment_dir)}</div>'
             + (f"<div><i>{escape(job.reason)}</i></div>" if job.reason else "")
@@ -178,14 +180,13 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
     def _stats_html(p: JobProgress) -> str:
         bits = []
         if p.step is not None:
-            total = f" / {p.total_steps}" if p.total_steps else ""
-            bits.append(f"step <b>{p.step + 1}</b>{total}")
+            bits.append(f"<b>{format_step(p.step + 1, p.total_steps)}</b>")
         if p.fraction is not None:
             bits.append(f"{p.fraction:.0%}")
         if p.eta_s is not None and not p.state.finished:
             bits.append(f"ETA {format_duration(p.eta_s)}")
         if p.steps_per_s is not None:
-            bits.append(f"{p.steps_per_s:.2f} steps/s")
+            bits.append(format_rate(p.steps_per_s))
         bits.append(f"elapsed {format_duration(p.elapsed_s)}")
         if p.cost_text is not None:
             bits.append(f"cost {escape(p.cost_text)}")

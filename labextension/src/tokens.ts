@@ -27,7 +27,14 @@ export interface IInfo {
 // Owned by the launch/notebook area; mirrors Job.to_json() + JobProgress.to_json().
 
 /** Life cycle of a job and of each of its nodes (launch/_backend.py `JobState`). */
-export type JobState = 'pending' | 'running' | 'succeeded' | 'failed' | 'cancelled';
+export type JobState =
+  | 'pending'
+  | 'running'
+  | 'preempted'
+  | 'resuming'
+  | 'succeeded'
+  | 'failed'
+  | 'cancelled';
 
 /** The job states after which nothing changes any more. */
 export const FINISHED_STATES: ReadonlyArray<JobState> = ['succeeded', 'failed', 'cancelled'];

@@ -68,8 +68,10 @@ def test_killed_node_is_relaunched_and_the_job_resumes(settings: Settings) -> No
     assert done.state is JobState.SUCCEEDED, done.reason
     status = read_status(Path(done.experiment_dir))
     assert status is not None
-    assert len(status.nodes[1].launches) == 2 and len(status.nodes[0].launches) == 1
-    assert status.nodes[1].reason and "relaunched" in status.nodes[1].reason
+    # node 1 cannot rejoin the running group (its peers lost their collective): the whole group is
+    # relaunched from the last checkpoint, one rendezvous round per attempt
+    assert len(status.nodes[1].launches) == 2 and len(status.nodes[0].launches) == 2
+    assert status.restarts == 1 and status.events[0].kind == "lost" and status.events[0].action == "resumed"
     points = read_metrics(Path(done.experiment_dir))
     resumed = _resumed(points)
     assert resumed and resumed[0] > 0 and points[-1].step == 29
@@ -102,7 +104,7 @@ def test_resume_into_the_experiment_with_another_process_count(settings: Setting
 
 
 def test_a_dead_supervisor_fails_the_job_and_stops_its_processes(settings: Settings) -> None:
-    backend = LocalBackend(settings)
+    backend = LocalBackend(settings, preempt_restarts=0)  # no relaunch allowed: the job fails
     job = backend.submit(JobSpec(name="orphan", code=TINY, nodes=2, steps=100000, env={"STEP_SLEEP": "0.1"}))
     wait_for_step(job, 1)
     status = read_status(Path(job.experiment_dir))
@@ -113,3 +115,8 @@ def test_a_dead_supervisor_fails_the_job_and_stops_its_processes(settings: Setti
     assert failed.state is JobState.FAILED
     assert failed.reason and "supervisor process died" in failed.reason
     assert_no_processes_left(failed)
+    # billing ended at the supervisor's last heartbeat, not when someone looked
+    final = read_status(Path(job.experiment_dir))
+    assert final is not None and final.heartbeat is not None
+    ends = [b for n in final.nodes for _, b in n.launches]
+    assert ends and all(b is not None and b <= final.heartbeat + 1e-6 for b in ends)

@@ -134,7 +134,9 @@ def test_a_command_job_runs_under_torchrun_and_a_failing_one_says_why(settings: 
     bad = JobSpec(name="cmd-bad", command=(sys.executable, "-c", "raise SystemExit(3)"))
     failed = backend.wait(backend.submit(bad).id, timeout=240)
     assert failed.state is JobState.FAILED
-    assert failed.reason and failed.reason.startswith("node 0 failed (agent exited with code 1); first error: node 0:")
+    # the root cause is the rank's own exit code (torchrun's failure table), not the agent's
+    assert failed.reason and failed.reason.startswith("node 0 failed: rank 0 (node 0) exited with code 3")
+    assert "no restarts left (max_restarts=0)" in failed.reason
     assert_no_processes_left(failed)
 
 

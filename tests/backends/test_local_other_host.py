@@ -118,7 +118,7 @@ def test_cancel_from_another_host_stops_the_job(settings: Settings, fast_heartbe
 def test_a_killed_supervisor_fails_the_job_here_at_once_and_there_once_its_heartbeat_is_stale(
     settings: Settings, fast_heartbeat: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    backend = LocalBackend(settings)
+    backend = LocalBackend(settings, preempt_restarts=0)  # a dead supervisor's job is not taken over
     here = backend.submit(_long_job("dies-here"))
     there = backend.submit(_long_job("dies-there"))
     wait_for_step(here, 1)

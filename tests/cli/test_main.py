@@ -49,7 +49,7 @@ def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) ->
 def test_bad_environment_is_reported_not_a_traceback(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("STARVERSE_BACKEND", "slurm")
+    monkeypatch.setenv("STARVERSE_BACKEND", "nope")
     assert main(["info"]) == 2
     assert "STARVERSE_BACKEND" in capsys.readouterr().err
 

@@ -177,10 +177,12 @@ def test_job_meter(capsys: pytest.CaptureFixture[str]) -> None:
 def test_launch_dry_run_shows_the_price_first(capsys: pytest.CaptureFixture[str]) -> None:
     import yaml
 
-    code, out, _ = _run(capsys, "launch", "--nodes", "2", "--procs", "2", "--steps", "5", "--budget", "1", "--dry-run")
+    argv = ("launch", "--nodes", "2", "--procs", "2", "--steps", "5", "--budget", "1", "--dry-run")
+    code, out, err = _run(capsys, *argv)
     assert code == 0
-    assert out.splitlines()[0] == "# cost: 2 x CPU node, on_demand: 0.2 CNY/hour; budget 1 CNY, lasts about 5h"
-    assert [n["index"] for n in yaml.safe_load(out)["nodes"]] == [0, 1]  # still valid YAML
+    # the price comes first, on stderr, so stdout stays exactly the document
+    assert err.splitlines()[0] == "# cost: 2 x CPU node, on_demand: 0.2 CNY/hour; budget 1 CNY, lasts about 5h"
+    assert [n["index"] for n in yaml.safe_load(out)["nodes"]] == [0, 1]
     code, out, _ = _run(capsys, "launch", "--nodes", "2", "--procs", "2", "--dry-run", "--billing", "spot", "--json")
     cost = json.loads(out)["cost"]
     assert (cost["per_hour_low"], cost["per_hour_high"]) == ("0.08", "0.16")

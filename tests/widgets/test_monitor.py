@@ -31,7 +31,7 @@ def test_monitor_of_a_finished_job_then_its_folder_vanishes(settings: Settings) 
     assert handle.id in monitor.title.value and "succeeded" in monitor.title.value
     assert "<polyline" in monitor.chart.value
     assert "[0] step 4 loss 0.400" in monitor.logs.value
-    assert "step <b>5</b> / 5" in monitor.stats.value
+    assert "<b>step 5/5</b>" in monitor.stats.value
     assert "cost " in monitor.stats.value
     assert "rank 0" in monitor.ranks.value
     assert monitor.cancel_button.disabled

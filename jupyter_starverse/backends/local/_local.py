@@ -30,6 +30,7 @@ from jupyter_starverse._settings import Settings
 from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError, StarverseError
 from jupyter_starverse.experiments import (
     ExperimentPaths,
+    NodeRecord,
     ResumePlan,
     RunPaths,
     RunStatus,
@@ -48,6 +49,8 @@ from jupyter_starverse.watch import follow_logs, read_rank_records, tail_run_log
 
 from .._torchrun import LOCAL_ADDR, WORKER_MODULE, LaunchPlan, job_env, make_local_plan, render_plan
 from ..templates import check_template, framework_args, write_framework_files
+from ._attempts import PREEMPT_RESTARTS
+from ._supervisor import BUDGET_EVERY_S
 
 __all__ = ["LocalBackend"]
 
@@ -56,6 +59,8 @@ HEARTBEAT_S = 5.0  # how often the supervisor of a new job stamps its heartbeat
 STALE_BEATS = 3  # heartbeats a supervisor may miss before another host counts it dead ...
 STALE_MARGIN_S = 15.0  # ... plus this margin (a slow shared file system, clocks a little apart)
 STARTUP_GRACE_S = 60.0  # from submit to the supervisor's first heartbeat
+GRACE_S = 30.0  # from SIGTERM (cancel, budget, preemption drill) to SIGKILL
+BUDGET_STARTUP_S = 10.0  # a capped job needs this long to start and train before its first checkpoint
 
 
 class LocalBackend(LaunchBackend):
@@ -67,13 +72,28 @@ class LocalBackend(LaunchBackend):
         Where experiments and the store live.
     port
         Port of the rendezvous store; ``None`` picks a free one. A port in use is refused.
+    grace
+        Seconds from SIGTERM to SIGKILL when the job is stopped (cancel, budget cap, drill);
+        also what the budget cap's margin is computed from.
+    preempt_restarts
+        How many times a job is relaunched after a preemption or a lost process or node
+        (failures of the script itself are retried ``JobSpec.max_restarts`` times).
     """
 
     name = "local"
 
-    def __init__(self, settings: Settings, *, port: int | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        port: int | None = None,
+        grace: float = GRACE_S,
+        preempt_restarts: int = PREEMPT_RESTARTS,
+    ) -> None:
         self.settings = settings
         self.port = port
+        self.grace = grace
+        self.preempt_restarts = preempt_restarts
 
     # -- planning -----------------------------------------------------------------
     def _entry(self, spec: JobSpec, run: RunPaths) -> tuple[list[str], bool]:
@@ -160,9 +180,13 @@ class LocalBackend(LaunchBackend):
         check_template(spec)
         self._check_gpu(spec)
         if spec.budget is not None:  # costs: a capped job must be priced, or its cap could not hold
-            from jupyter_starverse.costs import check_priced, load_price_table
+            from jupyter_starverse.costs import check_budget_covers, check_priced, load_price_table
 
-            check_priced(spec, load_price_table(self.settings))
+            table = load_price_table(self.settings)
+            check_priced(spec, table)
+            # the supervisor stops a capped job this long before its budget (see _supervisor.check_budget)
+            margin = BUDGET_EVERY_S + self.grace + 1.0
+            check_budget_covers(spec, table, startup_s=BUDGET_STARTUP_S, stop_margin_s=margin)
         self._check_script(spec)
         if spec.secrets:
             missing = [k for k in spec.secrets if k not in os.environ]
@@ -254,34 +278,34 @@ class LocalBackend(LaunchBackend):
                 stack.callback(catalog.hold(name, job_id, pid=pid).release)
         return stack
 
-    def _start_supervisor(self, run: RunPaths, sock: socket.socket) -> int:
-        fd = sock.fileno()
-        env = {**os.environ, **self.settings.to_env()}
-        env.pop("STARVERSE_JOB_ID", None)
-        argv = [sys.executable, "-m", _SUPERVISOR_MODULE, str(run.root), "--listen-fd", str(fd)]
-        with run.root.joinpath("supervisor.log").open("ab") as log:
-            proc = subprocess.Popen(
-                [*argv, "--heartbeat", str(HEARTBEAT_S)],
-                env=env,
-                cwd=run.root,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                pass_fds=(fd,),
-                start_new_session=True,
+    def _start_supervisor(self, run: RunPaths, sock: socket.socket | None) -> int:
+        return start_supervisor(run, self.settings, sock, grace=self.grace, preempt_restarts=self.preempt_restarts)
+
+    def preempt(self, job_id: str, *, node: int | None = None) -> Job:
+        """The preemption drill: the supervisor SIGTERMs the workers of ``node`` (default: the last).
+
+        They checkpoint (with the backend's grace period before SIGKILL); the job goes
+        ``preempted -> resuming -> running`` and resumes from that checkpoint.
+        """
+        run = self.run_paths(job_id)
+        job = self.get(job_id)
+        if not job.state.active:
+            raise ConflictError(
+                f"job {job_id} is {job.state.value}: only a running job can be preempted",
+                hint="start a job (`starverse launch SCRIPT`) and run the drill while it trains",
             )
-        # status.json belongs to the supervisor from now on; its pid goes into a file of its own
-        record = process_record(proc.pid).to_json()
-        write_json(run.root / "supervisor.json", {"pid": proc.pid, "started": time.time(), "process": record})
-        _reap_later(proc)
-        return proc.pid
+        if node is not None and not 0 <= node < job.spec.nodes:
+            raise BadInputError(f"node {node} is not a node of {job_id} (0..{job.spec.nodes - 1})", field="node")
+        by = {"host": host_identity().host, "pid": os.getpid(), "user": self.settings.user}
+        write_json(run.preempt, {"node": node, "time": time.time(), "by": by})
+        return self.get(job_id)
 
     # -- reading ------------------------------------------------------------------
     def _job(self, run: RunPaths) -> Job:
         spec = JobSpec.from_json(read_json(run.spec))
         status = read_status(run) or RunStatus(job_id=run.job_id)
         if not status.finished_state:
-            status = _fail_if_supervisor_gone(run, status)
+            status = _fail_if_supervisor_gone(run, status, self.settings)
         state, reason = status.state, status.reason
         nodes = tuple(
             NodeStatus(
@@ -307,6 +331,7 @@ class LocalBackend(LaunchBackend):
             finished=status.finished,
             reason=reason,
             nodes=nodes,
+            restarts=status.restarts,
         )
 
     def run_paths(self, job_id: str) -> RunPaths:
@@ -385,6 +410,53 @@ class LocalBackend(LaunchBackend):
         return ckpt.step if ckpt else None
 
 
+def start_supervisor(
+    run: RunPaths,
+    settings: Settings,
+    sock: socket.socket | None,
+    *,
+    grace: float = GRACE_S,
+    preempt_restarts: int = PREEMPT_RESTARTS,
+    resume: bool = False,
+) -> int:
+    """Start the detached supervisor of ``run`` (``sock``: the bound rendezvous port; ``None``: its own)."""
+    env = {**os.environ, **settings.to_env()}
+    env.pop("STARVERSE_JOB_ID", None)
+    argv = [sys.executable, "-m", _SUPERVISOR_MODULE, str(run.root)]
+    fds: tuple[int, ...] = ()
+    if sock is not None:
+        argv += ["--listen-fd", str(sock.fileno())]
+        fds = (sock.fileno(),)
+    argv += ["--heartbeat", str(HEARTBEAT_S), "--grace", f"{grace:g}", "--preempt-restarts", str(preempt_restarts)]
+    if resume:
+        argv.append("--resume")
+    with run.root.joinpath("supervisor.log").open("ab") as log:
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=run.root,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            pass_fds=fds,
+            start_new_session=True,
+        )
+    # status.json belongs to the supervisor from now on; its pid goes into a file of its own
+    record = process_record(proc.pid).to_json()
+    write_json(
+        run.root / "supervisor.json",
+        {
+            "pid": proc.pid,
+            "started": time.time(),
+            "process": record,
+            "grace": grace,
+            "preempt_restarts": preempt_restarts,
+        },
+    )
+    _reap_later(proc)
+    return proc.pid
+
+
 def _supervisor_record(run: RunPaths, status: RunStatus) -> ProcessRecord | None:
     """The supervisor as the supervisor recorded itself, else as ``submit`` recorded it.
 
@@ -422,11 +494,15 @@ def _heartbeat_age(run: RunPaths, status: RunStatus) -> tuple[float, float]:
     return time.time() - since, STARTUP_GRACE_S + STALE_MARGIN_S
 
 
-def _fail_if_supervisor_gone(run: RunPaths, status: RunStatus) -> RunStatus:
-    """``status``, or the job marked failed when its supervisor is known to be gone.
+def _fail_if_supervisor_gone(run: RunPaths, status: RunStatus, settings: Settings | None = None) -> RunStatus:
+    """``status``, or the job resumed or marked failed when its supervisor is known to be gone.
 
-    On the supervisor's host its death is seen at once and the job's processes are stopped.
-    From another host only a stale heartbeat counts; a live job's status is never rewritten.
+    Its nodes' billing intervals end at the supervisor's last heartbeat (not when someone
+    looks). On the supervisor's host its death is seen at once: its agents got SIGTERM from
+    it (``PR_SET_PDEATHSIG``) and checkpoint; a new supervisor takes the job over and resumes
+    it when the preemption budget allows, else the job is marked failed and its processes
+    stopped. From another host only a stale heartbeat counts; a live job's status is never
+    rewritten.
     """
     verdict = _supervisor_alive(run, status)
     if verdict:
@@ -446,12 +522,75 @@ def _fail_if_supervisor_gone(run: RunPaths, status: RunStatus) -> RunStatus:
     fresh = read_status(run) or status  # it may have finished, or beaten, between the two reads
     if fresh.finished_state or (verdict is None and fresh.heartbeat != status.heartbeat):
         return fresh
+    end = fresh.heartbeat if fresh.heartbeat else time.time()
+    if verdict is False and settings is not None and fresh.nodes:
+        taken = _take_over(run, fresh, settings, end)
+        if taken is not None:
+            return taken
+        if fresh.state in ("preempted", "resuming") and not _claim(run, fresh.attempt, "fail"):
+            return read_status(run) or fresh  # another reader is taking it over right now
     if verdict is False:
         stop_pids(job_processes(run.job_id, pid_dir=run.pids), grace=2.0)
-    finished = fresh.heartbeat if verdict is None and fresh.heartbeat else time.time()
-    fresh = replace(fresh, state="failed", reason=why, finished=finished)
+    fresh = replace(fresh, state="failed", reason=why, finished=end, nodes=_closed(fresh, end, "failed"))
+    write_status(run, fresh)
+    _final_cost(run, fresh, settings)
+    return fresh
+
+
+def _closed(status: RunStatus, end: float, state: str) -> tuple[NodeRecord, ...]:
+    """The nodes with every open billing interval ended at ``end`` (the last heartbeat)."""
+    nodes = []
+    for n in status.nodes:
+        launches = tuple((a, b if b is not None else max(a, end)) for a, b in n.launches)
+        done = n.state in ("succeeded", "failed", "cancelled")
+        nodes.append(replace(n, launches=launches, state=n.state if done else state, finished=n.finished or end))
+    return tuple(nodes)
+
+
+def _claim(run: RunPaths, attempt: int, what: str) -> bool:
+    """Only one reader acts on a dead supervisor's attempt (``O_EXCL`` file)."""
+    try:
+        fd = os.open(run.root / f".{what}-{attempt}.claim", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    os.close(fd)
+    return True
+
+
+def _take_over(run: RunPaths, status: RunStatus, settings: Settings, end: float) -> RunStatus | None:
+    """Start a new supervisor that resumes the job, if its preemption budget allows; else ``None``."""
+    data = read_json(run.root / "supervisor.json")
+    data = data if isinstance(data, dict) else {}
+    budget = int(data.get("preempt_restarts", PREEMPT_RESTARTS))
+    grace = float(data.get("grace", GRACE_S))
+    if status.preemptions >= budget or run.cancel.exists():
+        return None
+    if not _claim(run, status.attempt, "takeover"):
+        return read_status(run) or status
+    reason = "lost: the job's supervisor died; a new one resumes the job from its newest checkpoint"
+    fresh = replace(status, state="preempted", reason=reason, nodes=_closed(status, end, "preempted"))
+    write_status(run, fresh)
+    pid = start_supervisor(run, settings, None, grace=grace, preempt_restarts=budget, resume=True)
+    fresh = replace(fresh, supervisor=None, supervisor_pid=pid)
     write_status(run, fresh)
     return fresh
+
+
+def _final_cost(run: RunPaths, status: RunStatus, settings: Settings | None) -> None:
+    """Rewrite ``cost.json`` from the closed intervals (a dead supervisor wrote its last reading)."""
+    if settings is None:
+        return
+    try:
+        from jupyter_starverse.costs import job_cost, load_price_table, write_cost
+        from jupyter_starverse.experiments import node_intervals
+
+        spec = JobSpec.from_json(read_json(run.spec))
+        end = status.finished or time.time()
+        cost = job_cost(spec, node_intervals(status), load_price_table(settings), now=end, job_id=run.job_id,
+                        user=settings.user)  # fmt: skip
+        write_cost(run.root, cost)
+    except Exception:  # the meter must not break reading a job
+        return
 
 
 def _runs_folder(pid: int, run: RunPaths) -> bool:

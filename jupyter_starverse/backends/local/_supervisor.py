@@ -1,10 +1,18 @@
 """One detached process per local job: ``python -m jupyter_starverse.backends.local._supervisor RUN_DIR``.
 
-It hosts the c10d rendezvous store (so any node may die and be relaunched), starts one
-``torchrun`` agent per node in its own session, records every state change in
-``status.json``, relaunches a node killed by a signal (up to ``max_restarts`` times),
-enforces the budget cap, honours ``cancel.json``, and on the way out leaves no process
-of the job behind. It outlives the kernel or shell that submitted the job.
+It hosts the c10d rendezvous store, starts one ``torchrun`` agent per node in its own session
+(torchrun itself never restarts: ``--max-restarts=0``), records every state change in
+``status.json``, and owns every relaunch: an *attempt* is one launch of all nodes (its own
+rendezvous round). When an attempt ends early, the first event in time is its root cause
+(see ``_attempts``): a preemption (a SIGTERM nobody asked for) or a lost process or node is
+relaunched under the preemption budget (``--preempt-restarts``, default 3), a failure under
+``JobSpec.max_restarts``; the job goes ``preempted -> resuming -> running`` and the ranks resume
+from the newest checkpoint. A node that loses only its agent has its ranks SIGTERMed, so they
+checkpoint before the whole group is relaunched. It enforces the budget cap (graceful stop
+with a margin of the real grace period, SIGKILL at the cap), honours ``cancel.json`` and
+``preempt.json`` (the drill), and on the way out leaves no process of the job behind. Agents
+get SIGTERM when it dies (``PR_SET_PDEATHSIG``). It outlives the kernel or shell that
+submitted the job.
 
 Every ``--heartbeat`` seconds it stamps ``heartbeat`` into ``status.json``: a reader on another
 host (a second pod sharing the experiments folder) cannot see its pid and judges it by that
@@ -14,16 +22,20 @@ alone; a job is cancelled from there through ``cancel.json``, which this loop po
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from dataclasses import replace
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from jupyter_starverse._procs import job_processes, process_record, signal_pids, stop_pids
+from jupyter_starverse._procs import job_processes, pid_alive, process_record, signal_pids, stop_pids
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.experiments import (
     NodeRecord,
@@ -37,14 +49,26 @@ from jupyter_starverse.experiments import (
 from jupyter_starverse.jobmodel import JobSpec
 
 from .._torchrun import LOCAL_ADDR, LaunchPlan, NodePlan
+from ._attempts import (
+    PREEMPT_EXIT,
+    PREEMPT_RESTARTS,
+    Event,
+    archive_attempt,
+    banner,
+    classify,
+    lost_work,
+    oom_kills,
+    signal_name,
+)
 
 __all__ = ["main", "root_cause"]
 
 POLL_S = 0.2
 HEARTBEAT_S = 5.0  # default; the backend passes its own with --heartbeat
-BUDGET_EVERY_S = 2.0
-STOP_GRACE_S = 30.0
-BUDGET_GRACE_S = 25.0  # the runtime exits at most 25 s after SIGTERM, checkpoint included
+BUDGET_EVERY_S = 0.5
+GRACE_S = 30.0  # default time from SIGTERM to SIGKILL (the backend passes its own with --grace)
+SETTLE_S = 3.0  # after a process of an attempt ends badly, how long the others get to end on their own
+HARD_LOOKAHEAD_S = 2.0  # a hard stop shows in the meter within: poll + SIGKILL + the started second
 _STRIP_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -62,7 +86,16 @@ def root_cause(run: RunPaths) -> str | None:
 
 
 class _Supervisor:
-    def __init__(self, run: RunPaths, listen_fd: int | None, heartbeat: float = HEARTBEAT_S) -> None:
+    def __init__(
+        self,
+        run: RunPaths,
+        listen_fd: int | None,
+        heartbeat: float = HEARTBEAT_S,
+        *,
+        grace: float = GRACE_S,
+        preempt_restarts: int = PREEMPT_RESTARTS,
+        resume: bool = False,
+    ) -> None:
         self.run = run
         self.spec = JobSpec.from_json(read_json(run.spec))
         self.plan = LaunchPlan.from_json(read_json(run.plan))
@@ -72,13 +105,32 @@ class _Supervisor:
         self.status = status if status is not None else RunStatus(job_id=self.plan.job_id, created=time.time())
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.logs: dict[int, BinaryIO] = {}
-        self.relaunches = 0
         self.stop_reason: str | None = None
         self.stop_state = "cancelled"
         self.store: Any = None
+        self.port = self.plan.port
         self._next_budget = 0.0
         self.heartbeat_every = max(0.05, heartbeat)
         self._next_beat = 0.0
+        self.grace = max(0.5, grace)
+        self.preempt_restarts = max(0, preempt_restarts)
+        self.resume = resume
+        self.hard = False
+        self._budget_stop = False
+        self._stop_sent = 0.0
+        self._new_attempt()
+
+    def _new_attempt(self) -> None:
+        self.attempt_started = time.time()
+        self.agent_exit: dict[int, int] = {}
+        self.agent_seen: dict[int, float] = {}
+        self.workers: dict[int, tuple[int, int]] = {}  # rank -> (pid, node) of this attempt
+        self.worker_seen: dict[int, float] = {}
+        self.vanished: dict[int, tuple[int, float]] = {}
+        self.log_offsets: dict[int, int] = {}
+        self.oom_before: int | None = None
+        self.drill = False
+        self.drill_deadline: tuple[float, list[int]] | None = None
 
     # -- bookkeeping --------------------------------------------------------------
     def save(self, **changes: Any) -> None:
@@ -104,18 +156,44 @@ class _Supervisor:
         env.update(self.settings.to_env())
         return env
 
+    def node_argv(self, node: NodePlan) -> list[str]:
+        """The node's torchrun command for this attempt: its own rendezvous round, no torchrun restarts."""
+        attempt = self.status.attempt
+        done: set[str] = set()
+        out = []
+        for arg in node.argv:
+            key = arg.split("=", 1)[0]
+            if key not in done and key in ("--rdzv-id", "--rdzv-endpoint", "--max-restarts"):
+                done.add(key)
+                if key == "--rdzv-id":
+                    arg = f"--rdzv-id={self.plan.job_id}" + (f"-a{attempt}" if attempt else "")
+                elif key == "--rdzv-endpoint" and self.port:
+                    arg = f"--rdzv-endpoint={LOCAL_ADDR}:{self.port}"
+                elif key == "--max-restarts":
+                    arg = "--max-restarts=0"  # the supervisor relaunches the whole job (see _attempts)
+            out.append(arg)
+        return out
+
     def start_node(self, node: NodePlan) -> None:
         log = self.logs.get(node.index)
         if log is None:
             log = self.logs[node.index] = self.run.node_log(node.index).open("ab")
+        env = {
+            **self.base_env(),
+            **node.env,
+            "STARVERSE_ATTEMPT": str(self.status.attempt),
+            "STARVERSE_PREEMPT_EXIT": str(PREEMPT_EXIT),
+            "STARVERSE_STOP_GRACE": f"{self.grace:g}",
+        }
         proc = subprocess.Popen(
-            list(node.argv),
-            env={**self.base_env(), **node.env},
+            self.node_argv(node),
+            env=env,
             cwd=self.run.root,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=_die_with_parent,  # a dead supervisor SIGTERMs its agents: ranks checkpoint, billing ends
         )
         self.procs[node.index] = proc
         now = time.time()
@@ -132,14 +210,21 @@ class _Supervisor:
         )
 
     def host_store(self) -> None:
-        """Serve the rendezvous store on the socket ``submit`` bound (no port race)."""
+        """Serve the rendezvous store on the socket ``submit`` bound (no port race), or on a new one."""
         from datetime import timedelta
 
         from torch._C._distributed_c10d import TCPStore
 
+        if self.listen_fd is None:  # a supervisor that took over a job binds a port of its own
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((LOCAL_ADDR, 0))
+            sock.listen(128)
+            self._own_socket = sock
+            self.listen_fd = sock.fileno()
+            self.port = sock.getsockname()[1]
         self.store = TCPStore(
             LOCAL_ADDR,
-            int(self.plan.port or 0),
+            int(self.port or 0),
             is_master=True,
             wait_for_workers=False,
             timeout=timedelta(seconds=600),
@@ -147,36 +232,263 @@ class _Supervisor:
             use_libuv=False,
         )
 
-    # -- the loop -----------------------------------------------------------------
+    # -- requests -----------------------------------------------------------------
     def request_stop(self, reason: str, state: str = "cancelled") -> None:
         if self.stop_reason is None:
             self.stop_reason, self.stop_state = reason, state
 
-    def on_exit(self, index: int, code: int) -> None:
+    def tick(self) -> None:
+        """Heartbeat, cancel.json, the preemption drill and the budget: once per poll."""
+        self.beat()
+        cancel = read_json(self.run.cancel)
+        if isinstance(cancel, dict):
+            self.request_stop(str(cancel.get("reason") or "cancelled"), "cancelled")
+        drill = read_json(self.run.preempt)
+        if isinstance(drill, dict) and self.stop_reason is None:
+            with contextlib.suppress(OSError):
+                self.run.preempt.unlink()
+            self.preempt_drill(drill)
+        if self.drill_deadline is not None and time.time() >= self.drill_deadline[0]:
+            signal_pids([p for p in self.drill_deadline[1] if pid_alive(p)], signal.SIGKILL)
+            self.drill_deadline = None
+        self.check_budget()
+
+    def preempt_drill(self, request: dict[str, Any]) -> None:
+        """``jobs preempt``: SIGTERM the workers of one node as a provider would, SIGKILL after the grace."""
+        node = request.get("node")
+        node = node if isinstance(node, int) and 0 <= node < len(self.plan.nodes) else len(self.plan.nodes) - 1
+        self.read_workers(time.time())
+        pids = [pid for pid, n in self.workers.values() if n == node]
+        if not pids:
+            agent = self.procs.get(node)
+            pids = [agent.pid] if agent is not None and agent.poll() is None else []
+        self.drill = True
+        signal_pids(pids, signal.SIGTERM)
+        self.drill_deadline = (time.time() + self.grace, pids)
+        print(f"preemption drill: SIGTERM to node {node} ({pids})", file=sys.stderr, flush=True)
+
+    def check_budget(self, *, final: bool = False) -> None:
+        """Meter the cost into ``cost.json`` and enforce the cap.
+
+        Graceful stop (SIGTERM: the runtime checkpoints) when the cost ``BUDGET_EVERY_S +
+        grace + 1`` s from now reaches the budget, ``grace`` being the real time this supervisor
+        gives a stopping job before SIGKILL; hard stop (SIGKILL now) when the cost
+        ``HARD_LOOKAHEAD_S`` from now reaches it, whatever the job does with its SIGTERM.
+        """
+        if not final and time.monotonic() < self._next_budget:
+            return
+        self._next_budget = time.monotonic() + BUDGET_EVERY_S
+        try:
+            from jupyter_starverse.costs import check_budget, load_price_table, write_cost
+
+            decision = check_budget(
+                self.spec,
+                node_intervals(self.status),
+                load_price_table(self.settings),
+                now=time.time(),
+                grace=0.0 if final else BUDGET_EVERY_S + self.grace + 1.0,
+                hard_lookahead=None if final or self.hard else HARD_LOOKAHEAD_S,
+                job_id=self.plan.job_id,
+                user=self.settings.user,
+            )
+            reason = None if final else decision.reason if decision.stop and not self._budget_stop else None
+            write_cost(self.run.root, decision.cost, reason=reason)
+        except Exception as e:
+            print(f"cost meter: {e}", file=sys.stderr, flush=True)
+            self._next_budget = time.monotonic() + 60.0  # costs: retry an unreadable price each minute, not each poll
+            return
+        self.status = replace(self.status, cost=str(decision.cost.amount))
+        if final or not decision.stop:
+            return
+        if decision.hard_stop and decision.budget is not None:
+            from jupyter_starverse.costs import hard_budget_reason
+
+            why = (
+                f"the job had not exited {time.time() - self._stop_sent:.0f} s after SIGTERM"
+                if self._budget_stop
+                else f"less than {HARD_LOOKAHEAD_S:.0f} s of budget left"
+            )
+            self.hard_kill(hard_budget_reason(decision.cost, decision.budget, why=why))
+        elif decision.reason and not self._budget_stop:
+            self._budget_stop = True
+            self._stop_sent = time.time()
+            self.request_stop(decision.reason, "cancelled")
+
+    def hard_kill(self, reason: str) -> None:
+        """SIGKILL every process of the job now and close the billing intervals at this moment."""
+        from jupyter_starverse.costs import write_cost
+
+        self.hard = True
+        signal_pids(job_processes(self.plan.job_id, pid_dir=self.run.pids), signal.SIGKILL)
+        for p in self.procs.values():
+            with contextlib.suppress(Exception):
+                p.wait(timeout=5)
         now = time.time()
+        for n in self.status.nodes:
+            if n.launches and n.launches[-1][1] is None:
+                self.set_node(n.index, launches=(*n.launches[:-1], (n.launches[-1][0], now)))
+        self.stop_reason, self.stop_state = reason, "cancelled"
+        try:
+            from jupyter_starverse.costs import job_cost, load_price_table
+
+            cost = job_cost(
+                self.spec, node_intervals(self.status), load_price_table(self.settings), now=now,
+                job_id=self.plan.job_id, user=self.settings.user,
+            )  # fmt: skip
+            write_cost(self.run.root, cost, reason=reason)
+        except Exception as e:
+            print(f"cost meter: {e}", file=sys.stderr, flush=True)
+
+    # -- watching an attempt ----------------------------------------------------------
+    def read_workers(self, now: float) -> None:
+        """Pids of this attempt's workers (``pids/rankN.json`` written since it started)."""
+        if len(self.workers) >= self.spec.world_size:
+            return
+        for f in self.run.pids.glob("rank*.json") if self.run.pids.is_dir() else ():
+            data = read_json(f) if f.is_file() else None
+            if not isinstance(data, dict) or float(data.get("started") or 0) < self.attempt_started - 1.0:
+                continue
+            rank = int(data.get("rank", -1))
+            if rank not in self.workers and isinstance(data.get("pid"), int):
+                self.workers[rank] = (int(data["pid"]), int(data.get("node") or 0))
+                self.worker_seen[rank] = now
+
+    def watch_workers(self, now: float) -> None:
+        self.read_workers(now)
+        for rank, (pid, node) in self.workers.items():
+            if rank in self.vanished:
+                continue
+            if pid_alive(pid):
+                self.worker_seen[rank] = now
+            else:
+                self.vanished[rank] = (node, self.worker_seen.get(rank, self.attempt_started))
+        if self.status.state == "resuming" and len(self.workers) >= self.spec.world_size:
+            self.save(state="running")
+
+    def live_workers(self) -> list[int]:
+        return [pid for rank, (pid, _) in self.workers.items() if rank not in self.vanished and pid_alive(pid)]
+
+    def stop_records(self) -> bool:
+        return self.run.stops.is_dir() and any(self.run.stops.glob("rank*.json"))
+
+    def on_exit(self, index: int, code: int, now: float) -> None:
         rec = self.node(index)
         launches = (*rec.launches[:-1], (rec.launches[-1][0], now)) if rec.launches else ()
-        if code == 0:
-            self.set_node(index, state="succeeded", exit_code=0, finished=now, launches=launches)
-            return
-        killed = code < 0
-        reason = f"killed by signal {-code}" if killed else f"agent exited with code {code}"
-        if killed and self.stop_reason is None and self.relaunches < self.plan.max_node_relaunches:
-            self.relaunches += 1
-            stop_pids(job_processes(self.plan.job_id, node=index, pid_dir=self.run.pids), grace=2.0)
-            self.set_node(
-                index,
-                reason=f"{reason}; relaunched ({self.relaunches}/{self.plan.max_node_relaunches})",
-                launches=launches,
-            )
-            self.start_node(self.plan.nodes[index])
-            return
-        self.set_node(index, state="failed", exit_code=code, finished=now, reason=reason, launches=launches)
-        if self.stop_reason is None:
-            cause = root_cause(self.run) or self.last_log_line(index)
-            self.request_stop(
-                f"node {index} failed ({reason})" + (f"; first error: {cause}" if cause else ""), "failed"
-            )
+        state = "succeeded" if code == 0 else "failed"
+        reason = (
+            None if code == 0 else f"killed by {signal_name(-code)}" if code < 0 else f"agent exited with code {code}"
+        )
+        self.set_node(index, state=state, exit_code=code, finished=now, reason=reason, launches=launches)
+
+    def term_survivors(self) -> None:
+        """SIGTERM the agents still running (they pass it on) and the workers of agents that are gone."""
+        alive = [p.pid for i, p in self.procs.items() if i not in self.agent_exit and p.poll() is None]
+        orphans = [pid for rank, (pid, node) in self.workers.items() if node in self.agent_exit and pid_alive(pid)]
+        signal_pids(alive + orphans, signal.SIGTERM)
+
+    def run_attempt(self) -> str:
+        """Watch one launch of every node: ``succeeded``, ``stopped`` (by us) or ``ended`` (early)."""
+        trigger: float | None = None
+        termed: float | None = None
+        while True:
+            self.tick()
+            now = time.time()
+            self.watch_workers(now)
+            for index, proc in self.procs.items():
+                if index in self.agent_exit:
+                    continue
+                code = proc.poll()
+                if code is None:
+                    self.agent_seen[index] = now
+                else:
+                    self.agent_exit[index] = code
+                    self.on_exit(index, code, now)
+            if self.stop_reason is not None:
+                return "stopped"
+            everyone_out = len(self.agent_exit) == len(self.procs) and not self.live_workers()
+            if everyone_out:
+                clean = all(c == 0 for c in self.agent_exit.values()) and not self.stop_records()
+                return "succeeded" if clean else "ended"
+            if trigger is None and (any(c != 0 for c in self.agent_exit.values()) or self.stop_records()):
+                trigger = now
+                if any(c < 0 for c in self.agent_exit.values()):  # a node lost its agent: its ranks still run
+                    self.term_survivors()
+                    termed = now
+            if trigger is not None:
+                settle = self.grace if self.stop_records() else SETTLE_S
+                if termed is None and now - trigger > settle:
+                    self.term_survivors()
+                    termed = now
+                elif termed is not None and now - termed > self.grace:
+                    signal_pids(job_processes(self.plan.job_id, pid_dir=self.run.pids), signal.SIGKILL)
+            time.sleep(POLL_S)
+
+    # -- recovering -----------------------------------------------------------------
+    def per_second(self) -> tuple[Decimal | None, str | None]:
+        try:
+            from jupyter_starverse.costs import job_rate_per_second, load_price_table
+
+            table = load_price_table(self.settings)
+            return job_rate_per_second(self.spec, table), table.currency
+        except Exception:
+            return None, None
+
+    def recover(self) -> bool:
+        """Name what ended the attempt, record the work lost, and relaunch if the budgets allow."""
+        attempt = self.status.attempt
+        root, _events = classify(
+            self.run,
+            attempt=attempt,
+            started=self.attempt_started,
+            agents={i: (self.agent_exit.get(i), self.agent_seen.get(i, self.attempt_started)) for i in self.procs},
+            vanished=self.vanished,
+            log_offsets=self.log_offsets,
+            oom_before=self.oom_before,
+            drill=self.drill,
+        )
+        failed_nodes = [i for i, c in sorted(self.agent_exit.items()) if c != 0]
+        if root is None:
+            cause = next((x for x in (self.last_log_line(i) for i in failed_nodes) if x), None)
+            root = Event(time.time(), "failed", cause or "the job's processes ended before the last step")
+        per_second, currency = self.per_second()
+        event = lost_work(
+            self.run, attempt=attempt, started=self.attempt_started, when=root.time,
+            per_second=per_second, currency=currency,
+        )  # fmt: skip
+        kind = root.kind
+        if kind == "failed":
+            used, allowed = self.status.restarts - self.status.preemptions, self.spec.max_restarts
+            budget = f"max_restarts={allowed}"
+        else:
+            used, allowed = self.status.preemptions, self.preempt_restarts
+            budget = f"{allowed} preemption restart{'s' if allowed != 1 else ''}"
+        again = used < allowed and self.stop_reason is None
+        where = f"node {failed_nodes[0]} failed: " if kind == "failed" and failed_nodes else f"{kind}: "
+        reason = f"{where}{root.cause}; {replace(event, kind=kind).lost_text()}"
+        event = replace(event, kind=kind, cause=root.cause, action="resumed" if again else "final")
+        events = (*self.status.events, event)
+        if not again:
+            self.save(events=events)
+            self.request_stop(f"{reason}; no restarts left ({budget})", "failed")
+            return False
+        now = time.time()
+        nodes = tuple(
+            replace(n, state="preempted", finished=n.finished or now) if n.state in ("failed", "succeeded") else n
+            for n in self.status.nodes
+        )
+        self.save(state="preempted", reason=reason, events=events, nodes=nodes)
+        archive_attempt(self.run, attempt)
+        resume_at = (event.checkpoint_step + 1) if event.checkpoint_step is not None else 0
+        text = f"{reason}; resuming from step {resume_at} (restart {used + 1} of {allowed})"
+        banner(self.run, self.spec.world_size, f"--- restart {attempt + 1} (attempt {attempt + 1}): {text} ---")
+        self.save(
+            state="resuming",
+            reason=text,
+            attempt=attempt + 1,
+            restarts=self.status.restarts + 1,
+            preemptions=self.status.preemptions + (0 if kind == "failed" else 1),
+        )
+        return True
 
     def last_log_line(self, index: int) -> str | None:
         """The agent's last words, when no rank recorded an error (it failed before any rank ran)."""
@@ -191,81 +503,101 @@ class _Supervisor:
         last = errors[-1] if errors else lines[-1] if lines else None
         return f"node {index}: {last[:300]}" if last else None
 
-    def check_budget(self, *, final: bool = False) -> None:
-        """Meter the cost into ``cost.json``; at the cap stop gracefully (SIGTERM: the runtime checkpoints).
-
-        The decision looks ``BUDGET_EVERY_S + BUDGET_GRACE_S`` ahead: the time a stop takes
-        (SIGTERM, checkpoint, exit) is still billed, so the job is stopped that much earlier.
-        """
-        if not final and time.monotonic() < self._next_budget:
-            return
-        self._next_budget = time.monotonic() + BUDGET_EVERY_S
-        try:
-            from jupyter_starverse.costs import check_budget, load_price_table, write_cost
-
-            decision = check_budget(
-                self.spec,
-                node_intervals(self.status),
-                load_price_table(self.settings),
-                now=time.time(),
-                grace=0.0 if final else BUDGET_EVERY_S + BUDGET_GRACE_S,
-                job_id=self.plan.job_id,
-                user=self.settings.user,
-            )
-            # the final reading keeps the reason recorded when the cap stopped the job
-            write_cost(self.run.root, decision.cost, reason=None if final else decision.reason)
-        except Exception as e:
-            print(f"cost meter: {e}", file=sys.stderr, flush=True)
-            self._next_budget = time.monotonic() + 60.0  # costs: retry an unreadable price each minute, not each poll
-            return
-        self.status = replace(self.status, cost=str(decision.cost.amount))
-        if decision.stop and decision.reason and not final:
-            self.request_stop(decision.reason, "cancelled")
-
-    def stop_all(self) -> None:
-        running = [p.pid for p in self.procs.values() if p.poll() is None]
-        signal_pids(running, signal.SIGTERM)  # agents forward SIGTERM to their workers
-        deadline = time.monotonic() + STOP_GRACE_S
-        while time.monotonic() < deadline and any(p.poll() is None for p in self.procs.values()):
+    def take_over(self) -> None:
+        """Resume a job whose supervisor died: its agents got SIGTERM (their ranks checkpoint)."""
+        deadline = time.monotonic() + self.grace
+        while job_processes(self.plan.job_id, pid_dir=self.run.pids) and time.monotonic() < deadline:
             self.beat()
             time.sleep(POLL_S)
+        stop_pids(job_processes(self.plan.job_id, pid_dir=self.run.pids), grace=2.0)
+        attempt = self.status.attempt
+        when = self.status.heartbeat or time.time()
+        per_second, currency = self.per_second()
+        started = max((n.launches[-1][0] for n in self.status.nodes if n.launches), default=when)
+        cause = "the job's supervisor died (billing closed at its last heartbeat)"
+        event = lost_work(
+            self.run, attempt=attempt, started=started, when=when, per_second=per_second, currency=currency
+        )
+        event = replace(event, kind="lost", cause=cause, action="resumed")
+        archive_attempt(self.run, attempt)
+        resume_at = (event.checkpoint_step + 1) if event.checkpoint_step is not None else 0
+        text = f"lost: {cause}; {event.lost_text()}; resuming from step {resume_at}"
+        banner(self.run, self.spec.world_size, f"--- restart {attempt + 1} (attempt {attempt + 1}): {text} ---")
+        self.save(
+            state="resuming",
+            reason=text,
+            attempt=attempt + 1,
+            restarts=self.status.restarts + 1,
+            preemptions=self.status.preemptions + 1,
+            events=(*self.status.events, event),
+        )
+
+    def launch_attempt(self) -> None:
+        self._new_attempt()
+        for node in self.plan.nodes:
+            with contextlib.suppress(OSError):
+                self.log_offsets[node.index] = self.run.node_log(node.index).stat().st_size
+        self.oom_before = oom_kills()
+        for node in self.plan.nodes:
+            self.start_node(node)
+
+    # -- the job --------------------------------------------------------------------
+    def stop_all(self) -> None:
+        """Stop on our own request: SIGTERM, ``grace`` seconds to checkpoint, then SIGKILL."""
+        if not self.hard:
+            self.term_survivors()
+            self._stop_sent = self._stop_sent or time.time()
+            deadline = time.monotonic() + self.grace
+            while time.monotonic() < deadline and not self.hard:
+                if all(p.poll() is not None for p in self.procs.values()) and not self.live_workers():
+                    break
+                self.beat()
+                self.check_budget()  # the cap holds while a stopping job takes its time
+                time.sleep(POLL_S)
+            else:
+                if not self.hard and (any(p.poll() is None for p in self.procs.values()) or self.live_workers()):
+                    self.kill_after_grace()
         stop_pids(job_processes(self.plan.job_id, pid_dir=self.run.pids), grace=2.0)
         for p in self.procs.values():
             p.wait()
 
-    def loop(self) -> None:
-        while True:
-            self.beat()
-            cancel = read_json(self.run.cancel)
-            if isinstance(cancel, dict):
-                self.request_stop(str(cancel.get("reason") or "cancelled"), "cancelled")
-            # costs: meter every job (cost.json feeds `starverse cost total`); only a budget can stop it
-            self.check_budget()
-            for index, proc in list(self.procs.items()):
-                if self.node(index).state == "running" and (code := proc.poll()) is not None:
-                    self.on_exit(index, code)
-            if self.stop_reason is not None:
-                return
-            if all(n.state == "succeeded" for n in self.status.nodes):
-                return
-            time.sleep(POLL_S)
+    def kill_after_grace(self) -> None:
+        signal_pids(job_processes(self.plan.job_id, pid_dir=self.run.pids), signal.SIGKILL)
+        if self._budget_stop and self.stop_reason:
+            from jupyter_starverse.costs import BUDGET_REASON_PREFIX
+
+            if self.stop_reason.startswith(BUDGET_REASON_PREFIX):
+                head = self.stop_reason.split("; stopped gracefully", 1)[0]
+                self.stop_reason = (
+                    f"{head}; hard stop (SIGKILL: the job had not exited {self.grace:.0f} s after SIGTERM)"
+                )
+        elif self.stop_reason:
+            self.stop_reason += f" (SIGKILL after the {self.grace:.0f} s grace period)"
 
     def run_job(self) -> None:
-        self.save(
-            state="running",
-            started=time.time(),
-            supervisor_pid=os.getpid(),
-            supervisor=process_record(os.getpid()),
-            heartbeat=time.time(),
-            heartbeat_every=self.heartbeat_every,
-            port=self.plan.port,
-            nodes=tuple(NodeRecord(n.index) for n in self.plan.nodes),
-        )
+        now = time.time()
+        common = {
+            "supervisor_pid": os.getpid(),
+            "supervisor": process_record(os.getpid()),
+            "heartbeat": now,
+            "heartbeat_every": self.heartbeat_every,
+        }
+        if self.resume and self.status.nodes:
+            self.save(**common)
+        else:
+            self.save(
+                state="running", started=now, port=self.plan.port,
+                nodes=tuple(NodeRecord(n.index) for n in self.plan.nodes), **common,
+            )  # fmt: skip
         try:
-            for node in self.plan.nodes:
-                self.start_node(node)
             self.host_store()
-            self.loop()
+            self.save(port=self.port)
+            if self.resume:
+                self.take_over()
+            while True:
+                self.launch_attempt()
+                if self.run_attempt() != "ended" or not self.recover():
+                    break
         except Exception as e:
             self.request_stop(f"supervisor error: {type(e).__name__}: {e}", "failed")
         finally:
@@ -291,13 +623,37 @@ class _Supervisor:
             log.close()
 
 
+def _load_libc() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+_LIBC = _load_libc()
+
+
+def _die_with_parent() -> None:
+    """In the forked agent: get SIGTERM when the supervisor dies (Linux ``PR_SET_PDEATHSIG``)."""
+    if _LIBC is not None:
+        _LIBC.prctl(1, int(signal.SIGTERM), 0, 0, 0)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jupyter_starverse.backends.local._supervisor")
     parser.add_argument("run_dir")
     parser.add_argument("--listen-fd", type=int, default=None)
     parser.add_argument("--heartbeat", type=float, default=HEARTBEAT_S, help="seconds between heartbeats")
+    parser.add_argument("--grace", type=float, default=GRACE_S, help="seconds from SIGTERM to SIGKILL")
+    parser.add_argument("--preempt-restarts", type=int, default=PREEMPT_RESTARTS, help="relaunches after preemptions")
+    parser.add_argument("--resume", action="store_true", help="take over a job whose supervisor died")
     args = parser.parse_args(argv)
-    sup = _Supervisor(RunPaths(Path(args.run_dir)), args.listen_fd, args.heartbeat)
+    sup = _Supervisor(
+        RunPaths(Path(args.run_dir)), args.listen_fd, args.heartbeat,
+        grace=args.grace, preempt_restarts=args.preempt_restarts, resume=args.resume,
+    )  # fmt: skip
 
     def _term(signum: int, _frame: object) -> None:
         sup.request_stop(f"supervisor received signal {signum}", "cancelled")

@@ -1,0 +1,196 @@
+"""Faults on real local jobs: how fast they recover, what they redo, what they cost.
+
+Run from the repository root::
+
+    python benchmarks/bench_faults.py [--steps 80] [--every 10] [--sleep 0.1]
+
+Each scenario runs a 2-node x 2-process CPU job (gloo, ``jupyter_starverse.runtime``, a
+checkpoint every ``--every`` steps, a budget cap) and injects one fault once training passed
+step 15:
+
+- ``worker kill``: SIGKILL of rank 2;
+- ``agent kill``: SIGKILL of node 1's torchrun agent alone (its rank keeps running);
+- ``preemption``: SIGTERM of rank 2 (what a provider sends);
+- ``supervisor kill``: SIGKILL of the job's supervisor (a reader notices and a new one takes over).
+
+Printed per scenario: recovery time (fault -> the first step of the next attempt), steps redone
+(steps logged again by rank 0), final state, restarts, money billed against the cap. Goal:
+every run ``succeeded``, at most one checkpoint interval redone, worker recovery <= 15 s,
+node-level events (agent, preemption of a node, supervisor) <= 30 s, no run billed past its cap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from jupyter_starverse._settings import Settings  # noqa: E402
+from jupyter_starverse.backends.local._local import LocalBackend  # noqa: E402
+from jupyter_starverse.costs import read_cost  # noqa: E402
+from jupyter_starverse.experiments import read_metrics, read_status  # noqa: E402
+from jupyter_starverse.jobmodel import JobSpec  # noqa: E402
+
+TRAIN = """
+import os, time, torch
+from jupyter_starverse import runtime as sv
+
+ctx = sv.init()
+torch.manual_seed(0)
+model = sv.wrap(torch.nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+x, y = torch.ones(16, 8), torch.zeros(16, 1)
+sleep = float(os.environ.get("STEP_SLEEP", "0"))
+for step in sv.steps(model=model, optimizer=opt):
+    loss = (model(x) - y).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    sv.log_metrics(step, loss=loss)
+    time.sleep(sleep)
+"""
+
+BUDGET = Decimal("1.00")
+PRICE_PER_NODE_HOUR = "3.6"  # 0.001 per node-second
+
+
+def _pid(run: Path, rank: int) -> int:
+    return int(json.loads((run / "pids" / f"rank{rank}.json").read_text())["pid"])
+
+
+def _kill_worker(run: Path) -> None:
+    os.kill(_pid(run, 2), signal.SIGKILL)
+
+
+def _kill_agent(run: Path) -> None:
+    status = read_status(run)
+    assert status is not None and status.nodes[1].pid
+    os.kill(status.nodes[1].pid, signal.SIGKILL)
+
+
+def _preempt(run: Path) -> None:
+    os.kill(_pid(run, 2), signal.SIGTERM)
+
+
+def _kill_supervisor(run: Path) -> None:
+    status = read_status(run)
+    assert status is not None and status.supervisor_pid
+    os.kill(status.supervisor_pid, signal.SIGKILL)
+
+
+SCENARIOS: dict[str, Callable[[Path], None]] = {
+    "worker kill": _kill_worker,
+    "agent kill": _kill_agent,
+    "preemption": _preempt,
+    "supervisor kill": _kill_supervisor,
+}
+
+
+def _rank0(run: Path) -> list[tuple[int, float]]:
+    return [(p.step, p.time or 0.0) for p in read_metrics(run, from_logs=False) if p.rank == 0]
+
+
+def run_one(backend: LocalBackend, name: str, fault: Callable[[Path], None], args: argparse.Namespace) -> dict:
+    spec = JobSpec(
+        name=name.replace(" ", "-"), code=TRAIN, nodes=2, procs_per_node=2, steps=args.steps,
+        checkpoint_every=args.every, budget=BUDGET, env={"STEP_SLEEP": str(args.sleep)},
+    )  # fmt: skip
+    job = backend.submit(spec)
+    run = Path(job.experiment_dir)
+    deadline = time.monotonic() + 300
+    while not any(s >= 15 for s, _ in _rank0(run)):
+        if time.monotonic() > deadline or backend.get(job.id).state.finished:
+            raise SystemExit(f"{name}: the job never reached step 15: {backend.get(job.id).reason}")
+        time.sleep(0.05)
+    before = _rank0(run)
+    at = time.time()
+    fault(run)
+    while True:
+        current = backend.get(job.id)  # a reader: notices a dead supervisor too
+        if current.state.finished:
+            break
+        if time.monotonic() > deadline + 300:
+            raise SystemExit(f"{name}: the job did not finish")
+        time.sleep(0.05)
+    points = _rank0(run)
+    # recovery: the fault -> the first step of the next attempt (its nodes' second launch)
+    status = read_status(run)
+    relaunch = min((n.launches[1][0] for n in status.nodes if len(n.launches) > 1), default=None) if status else None
+    later = [t for _, t in points if relaunch is not None and t > relaunch]
+    resumed_at = min(later) if later else None
+    last_before = max(s for s, _ in before)
+    redone = sum(1 for s, t in points if t > at and s <= last_before)
+    record = read_cost(job.experiment_dir)
+    return {
+        "scenario": name,
+        "recovery_s": None if resumed_at is None else resumed_at - at,
+        "redone": redone,
+        "state": current.state.value,
+        "restarts": current.restarts,
+        "last_step": max(s for s, _ in points),
+        "billed": record.cost.amount,
+        "exact": record.cost.exact_amount,
+        "cause": (read_status(run).events or [None])[-1],  # type: ignore[union-attr]
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=80)
+    parser.add_argument("--every", type=int, default=10)
+    parser.add_argument("--sleep", type=float, default=0.1)
+    parser.add_argument("--only", default=None, help="one scenario")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        prices = Path(tmp) / "prices.json"
+        prices.write_text(json.dumps({"currency": "CNY", "gpus": {"rtx4090": {"on_demand": "1.8"}},
+                                      "cpu_node": {"on_demand": PRICE_PER_NODE_HOUR}}))  # fmt: skip
+        settings = Settings.from_env({"STARVERSE_HOME": tmp, "STARVERSE_PRICES": str(prices)})
+        os.environ["STARVERSE_PRICES"] = str(prices)
+        backend = LocalBackend(settings)
+        rows = []
+        for name, fault in SCENARIOS.items():
+            if args.only and args.only != name:
+                continue
+            rows.append(run_one(backend, name, fault, args))
+            print(f"  done: {name}", file=sys.stderr, flush=True)
+    header = ("scenario", "recovery", "redone", "state", "restarts", "last step", "billed / cap", "cause")
+    table = [header]
+    for r in rows:
+        cause = r["cause"]
+        table.append((
+            r["scenario"],
+            "-" if r["recovery_s"] is None else f"{r['recovery_s']:.1f} s",
+            f"{r['redone']} (<= {args.every})",
+            r["state"],
+            str(r["restarts"]),
+            f"{r['last_step']}/{args.steps - 1}",
+            f"{r['exact']:.4f} / {BUDGET} CNY" + (" OVER" if r["exact"] > BUDGET else ""),
+            cause.cause if cause else "-",
+        ))  # fmt: skip
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    ok = all(
+        r["state"] == "succeeded"
+        and r["redone"] <= args.every
+        and r["exact"] <= BUDGET
+        and r["recovery_s"] is not None
+        and r["recovery_s"] <= (15 if r["scenario"] == "worker kill" else 30)  # the others lose a node
+        for r in rows
+    )
+    print("goal met" if ok else "goal NOT met")
+
+
+if __name__ == "__main__":
+    main()
