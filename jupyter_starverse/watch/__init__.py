@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ._follow import follow_logs
 from ._progress import JobProgress, RankRecord, RankView, format_duration, summarize
-from ._ranks import read_job_metrics, read_rank_records
+from ._ranks import first_rank_error, read_job_metrics, read_rank_records
 from ._reader import MetricsFollower, last_lines, tail_run_logs
 from ._watch import JobWatch, Meter
 
@@ -19,6 +19,7 @@ __all__ = [
     "MetricsFollower",
     "RankRecord",
     "RankView",
+    "first_rank_error",
     "follow_logs",
     "format_duration",
     "last_lines",

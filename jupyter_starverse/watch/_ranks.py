@@ -9,7 +9,7 @@ from jupyter_starverse.jobmodel import Job
 
 from ._progress import RankRecord
 
-__all__ = ["read_job_metrics", "read_rank_records"]
+__all__ = ["first_rank_error", "read_job_metrics", "read_rank_records"]
 
 
 def read_job_metrics(job: Job) -> list[MetricPoint]:
@@ -43,3 +43,21 @@ def read_rank_records(job: Job) -> list[RankRecord]:
             )
         )
     return out
+
+
+def first_rank_error(run: RunPaths) -> str | None:
+    """The earliest error any rank recorded, as ``rank R (node N): Error: message``."""
+    first: dict[str, object] | None = None
+    if run.errors.is_dir():
+        for f in run.errors.glob("rank*.json"):
+            data = read_json(f)
+            if isinstance(data, dict) and (first is None or _time(data) < _time(first)):
+                first = data
+    if first is None:
+        return None
+    return f"rank {first.get('rank')} (node {first.get('node')}): {first.get('error')}"
+
+
+def _time(record: dict[str, object]) -> float:
+    value = record.get("time", 0)
+    return float(value) if isinstance(value, (int, float)) else 0.0

@@ -13,7 +13,6 @@ by writing ``cancel.json``, which the supervisor acts on.
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import errno
 import os
@@ -21,7 +20,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -44,9 +42,9 @@ from jupyter_starverse.experiments import (
     write_json,
     write_status,
 )
-from jupyter_starverse.jobmodel import Job, JobSpec, JobState, LaunchBackend, LogLine, NodeStatus
-from jupyter_starverse.watch import follow_logs, read_rank_records, tail_run_logs
+from jupyter_starverse.jobmodel import Job, JobSpec, JobState, NodeStatus
 
+from .._runfolder import RunFolderBackend
 from .._torchrun import LOCAL_ADDR, WORKER_MODULE, LaunchPlan, job_env, make_local_plan, render_plan
 from ..templates import check_template, framework_args, write_framework_files
 from ._attempts import PREEMPT_RESTARTS
@@ -63,7 +61,7 @@ GRACE_S = 30.0  # from SIGTERM (cancel, budget, preemption drill) to SIGKILL
 BUDGET_STARTUP_S = 10.0  # a capped job needs this long to start and train before its first checkpoint
 
 
-class LocalBackend(LaunchBackend):
+class LocalBackend(RunFolderBackend):
     """Local processes, one torchrun agent per node, gloo on CPU.
 
     Parameters
@@ -350,33 +348,8 @@ class LocalBackend(LaunchBackend):
                 continue  # a half-written or foreign folder is not a job
         return sorted(jobs, key=lambda j: j.created, reverse=True)
 
-    def logs(self, job_id: str, *, follow: bool = False, rank: int | None = None) -> Iterator[LogLine]:
-        run = self.run_paths(job_id)
-        job = self.get(job_id)
-        return follow_logs(
-            run,
-            world_size=job.spec.world_size,
-            nodes=job.spec.nodes,
-            rank=rank,
-            follow=follow,
-            finished=lambda: self.get(job_id).state.finished,
-        )
-
-    def tail(
-        self, job_id: str, *, lines: int = 20, rank: int | None = None, job: Job | None = None
-    ) -> builtins.list[LogLine]:
-        """The last lines, read from the ends of the run's log files (a 200 MB log costs the same as 2 KB)."""
-        job = job if job is not None else self.get(job_id)
-        fast = tail_run_logs(job, read_rank_records(job), lines=lines, rank=rank)
-        return fast if fast is not None else super().tail(job_id, lines=lines, rank=rank, job=job)
-
-    def wait(self, job_id: str, *, timeout: float | None = None) -> Job:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            job = self.get(job_id)
-            if job.state.finished or (deadline is not None and time.monotonic() >= deadline):
-                return job
-            time.sleep(0.2)
+    def run_of(self, job_id: str) -> RunPaths:
+        return self.run_paths(job_id)
 
     def cancel(self, job_id: str, *, reason: str = "cancelled by user", timeout: float = 60.0) -> Job:
         run = self.run_paths(job_id)

@@ -61,7 +61,7 @@ from ._attempts import (
     signal_name,
 )
 
-__all__ = ["main", "root_cause"]
+__all__ = ["main"]
 
 POLL_S = 0.2
 HEARTBEAT_S = 5.0  # default; the backend passes its own with --heartbeat
@@ -70,19 +70,6 @@ GRACE_S = 30.0  # default time from SIGTERM to SIGKILL (the backend passes its o
 SETTLE_S = 3.0  # after a process of an attempt ends badly, how long the others get to end on their own
 HARD_LOOKAHEAD_S = 2.0  # a hard stop shows in the meter within: poll + SIGKILL + the started second
 _STRIP_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
-
-
-def root_cause(run: RunPaths) -> str | None:
-    """The earliest error any rank recorded, as ``rank R (node N): Error: message``."""
-    first: dict[str, Any] | None = None
-    if run.errors.is_dir():
-        for f in run.errors.glob("rank*.json"):
-            data = read_json(f)
-            if isinstance(data, dict) and (first is None or data.get("time", 0) < first.get("time", 0)):
-                first = data
-    if first is None:
-        return None
-    return f"rank {first.get('rank')} (node {first.get('node')}): {first.get('error')}"
 
 
 class _Supervisor:

@@ -17,7 +17,6 @@ import re
 import shutil
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +31,10 @@ from jupyter_starverse.experiments import (
     read_json,
     write_json,
 )
-from jupyter_starverse.jobmodel import Job, JobSpec, JobState, LaunchBackend, LogLine, NodeStatus
-from jupyter_starverse.watch import follow_logs, read_rank_records, tail_run_logs
+from jupyter_starverse.jobmodel import Job, JobSpec, JobState, NodeStatus
+from jupyter_starverse.watch import first_rank_error
 
+from .._runfolder import RunFolderBackend
 from .._torchrun import job_env
 from ..templates import check_template, framework_args, write_framework_files
 from ._commands import (
@@ -80,19 +80,6 @@ def _budget_stop(run_dir: Path) -> str | None:
     return reason if reason and reason.startswith(BUDGET_REASON_PREFIX) else None
 
 
-def _first_error(run: RunPaths) -> str | None:
-    """The earliest error any rank recorded, as ``rank R (node N): Error: message``."""
-    first: dict[str, Any] | None = None
-    if run.errors.is_dir():
-        for f in run.errors.glob("rank*.json"):
-            data = read_json(f)
-            if isinstance(data, dict) and (first is None or data.get("time", 0) < first.get("time", 0)):
-                first = data
-    if first is None:
-        return None
-    return f"rank {first.get('rank')} (node {first.get('node')}): {first.get('error')}"
-
-
 def _last_words(path: Path) -> str | None:
     """The last error-looking line of a log (the batch shell's or an agent's)."""
     try:
@@ -105,7 +92,7 @@ def _last_words(path: Path) -> str | None:
     return errors[-1][:300] if errors else None
 
 
-class SlurmBackend(LaunchBackend):
+class SlurmBackend(RunFolderBackend):
     """Jobs as sbatch scripts: ``srun`` starts one torchrun agent per node.
 
     Parameters
@@ -439,7 +426,7 @@ class SlurmBackend(LaunchBackend):
             finished = float(when) if isinstance(when, (int, float)) else None
             if code == 0:
                 return JobState.SUCCEEDED, None, None, finished, ()
-            cause = _first_error(run) or _last_words(run.logs / "batch.log")
+            cause = first_rank_error(run) or _last_words(run.logs / "batch.log")
             return (
                 JobState.FAILED,
                 f"exit code {code}" + (f"; first error: {cause}" if cause else ""),
@@ -467,7 +454,7 @@ class SlurmBackend(LaunchBackend):
             return _budget_stop(run.root) if spec.budget is not None else None
         if state is JobState.CANCELLED:
             return f"cancelled in Slurm ({info.state}){tries}"
-        cause = _first_error(run) or _last_words(run.logs / "batch.log") or _last_words(run.node_log(0))
+        cause = first_rank_error(run) or _last_words(run.logs / "batch.log") or _last_words(run.node_log(0))
         code = f", exit code {info.exit_code}" if info.exit_code is not None else ""
         return f"Slurm state {info.state}{code}{tries}" + (f"; first error: {cause}" if cause else "")
 
@@ -488,33 +475,8 @@ class SlurmBackend(LaunchBackend):
                 continue  # a half-written or foreign record is not a job
         return sorted(jobs, key=lambda j: j.created, reverse=True)
 
-    def logs(self, job_id: str, *, follow: bool = False, rank: int | None = None) -> Iterator[LogLine]:
-        run, _ = self._find(job_id)
-        job = self.get(job_id)
-        return follow_logs(
-            run,
-            world_size=job.spec.world_size,
-            nodes=job.spec.nodes,
-            rank=rank,
-            follow=follow,
-            finished=lambda: self.get(job_id).state.finished,
-        )
-
-    def tail(
-        self, job_id: str, *, lines: int = 20, rank: int | None = None, job: Job | None = None
-    ) -> builtins.list[LogLine]:
-        """The last lines, read from the ends of the run's log files (as the local backend does)."""
-        job = job if job is not None else self.get(job_id)
-        fast = tail_run_logs(job, read_rank_records(job), lines=lines, rank=rank)
-        return fast if fast is not None else super().tail(job_id, lines=lines, rank=rank, job=job)
-
-    def wait(self, job_id: str, *, timeout: float | None = None) -> Job:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            job = self.get(job_id)
-            if job.state.finished or (deadline is not None and time.monotonic() >= deadline):
-                return job
-            time.sleep(self.poll)
+    def run_of(self, job_id: str) -> RunPaths:
+        return self._find(job_id)[0]
 
     def cancel(self, job_id: str, *, reason: str = "cancelled by user", timeout: float = 60.0) -> Job:
         """SIGTERM to every rank (they checkpoint), ``scancel`` after the grace; the job ends cancelled.
