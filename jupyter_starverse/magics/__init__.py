@@ -13,6 +13,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
+from .._settings import Settings
 from ..cli import HelpShown, parse
 from ..client import Starverse
 from ..errors import StarverseError
@@ -31,9 +32,10 @@ class StarverseMagics(Magics):
 
     @property
     def client(self) -> Starverse:
-        """One facade per kernel, built on first use from the kernel's environment."""
-        if self._client is None:
-            self._client = Starverse()
+        """The facade of the kernel's environment now (rebuilt when a ``STARVERSE_*`` variable changed)."""
+        settings = Settings.from_env()
+        if self._client is None or self._client.settings != settings:
+            self._client = Starverse(settings)
         return self._client
 
     @line_cell_magic

@@ -66,7 +66,7 @@ def test_cli_store_verbs(capsys: pytest.CaptureFixture[str], src: Path) -> None:
         (["store", "add", "x", "/definitely/missing/folder"], 3, "does not exist"),
         (["store", "add", "a/b", "."], 2, "not allowed"),
         (["store", "evict", "--max-bytes", "lots"], 2, "not a size"),
-        (["store"], 2, "no command"),
+        (["store", "nope"], 2, "invalid choice"),
     ],
 )
 def test_cli_bad_input(capsys: pytest.CaptureFixture[str], argv: list[str], code: int, needle: str) -> None:

@@ -37,7 +37,7 @@ test.describe('Starverse jobs', () => {
     await expect(monitor.locator('.starverse-state').first()).toHaveText('succeeded', { timeout: 180 * 1000 });
     await expect(monitor.locator('svg.starverse-chart polyline')).toHaveCount(1);
     await expect(monitor.locator('.starverse-log')).toContainText('[0] all steps done');
-    await expect(monitor.locator('.starverse-stats')).toContainText('step 5 / 5');
+    await expect(monitor.locator('.starverse-stats')).toContainText('step 5/5');
     await expect(monitor.locator('button', { hasText: 'Finished' })).toBeDisabled();
     await monitor.screenshot({ path: path.join(ARTIFACTS, 'starverse-monitor.png') });
 
