@@ -1,4 +1,4 @@
-"""What every backend whose ranks write into a run folder shares: logs, tails and waiting.
+"""What every backend whose ranks write into a run folder shares: checks, mounts, logs, tails, waiting.
 
 The local and Slurm backends both keep a job's per-rank logs in its experiment run folder
 (shared storage), so reading them is the same code; only how a job id maps to its folder
@@ -11,9 +11,12 @@ import builtins
 import time
 from abc import abstractmethod
 from collections.abc import Iterator
+from pathlib import Path
 
+from jupyter_starverse._settings import Settings
+from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError
 from jupyter_starverse.experiments import RunPaths
-from jupyter_starverse.jobmodel import Job, LaunchBackend, LogLine
+from jupyter_starverse.jobmodel import Job, JobSpec, LaunchBackend, LogLine
 from jupyter_starverse.watch import follow_logs, read_rank_records, tail_run_logs
 
 __all__ = ["RunFolderBackend"]
@@ -22,8 +25,44 @@ __all__ = ["RunFolderBackend"]
 class RunFolderBackend(LaunchBackend):
     """A backend whose jobs' logs live in their run folder."""
 
+    settings: Settings
     #: Seconds between two looks at a job in :meth:`wait`.
     poll: float = 0.2
+
+    def check_script(self, spec: JobSpec) -> None:
+        """The script exists and compiles (a command is the user's to check); nothing starts otherwise."""
+        if spec.command:
+            return
+        if spec.code is not None:
+            source, where = spec.code, "the training code"
+        else:
+            path = Path(spec.script or "").expanduser()
+            if not path.is_file():
+                raise BadInputError(
+                    f"script {str(path)!r} does not exist", field="script", hint="give the path of a Python file"
+                )
+            source, where = path.read_text(errors="replace"), str(path)
+        try:
+            compile(source, where, "exec")
+        except SyntaxError as e:
+            raise BadInputError(
+                f"{where} has a syntax error on line {e.lineno}: {e.msg}",
+                field="script",
+                hint="fix it; nothing was started",
+            ) from None
+
+    def mounts(self, spec: JobSpec) -> tuple[dict[str, str], dict[str, str]]:
+        """The store path of every mounted entry (same path on every node), and the store's job env."""
+        from jupyter_starverse.catalog import Catalog
+
+        catalog = Catalog(self.settings)
+        paths: dict[str, str] = {}
+        for name in spec.mounts:
+            try:
+                paths[name] = str(catalog.mount(name))
+            except (NotFoundError, ConflictError, BadInputError) as e:
+                raise BadInputError(f"mount {name!r}: {e.message}", field="mounts", hint=e.hint) from e
+        return paths, catalog.job_env()
 
     @abstractmethod
     def run_of(self, job_id: str) -> RunPaths:

@@ -22,10 +22,11 @@ from ._estimate import SPOT_NOTE, Comparison, Estimate, Resources, compare, esti
 from ._meter import Cost, IntervalLike, NodeCost, NodeInterval, burn_rate, check_priced, intervals_of, job_cost
 from ._money import MAX_SECONDS, billable_seconds, parse_duration, parse_money
 from ._prices import GpuPrice, Package, PriceTable, load_price_table, parse_price_table
-from ._record import COST_FILE, CostRecord, UserTotal, read_cost, user_total, write_cost
+from ._record import COST_FILE, CostRecord, UserTotal, budget_stop_reason, read_cost, user_total, write_cost
 from ._service import CostService, Preview
 
 __all__ = [
+    "budget_stop_reason",
     "BUDGET_REASON_PREFIX",
     "COST_FILE",
     "MAX_SECONDS",

@@ -174,3 +174,19 @@ def user_total(experiments: str | os.PathLike[str], user: str) -> UserTotal:
             sums[record.cost.currency] = sums.get(record.cost.currency, Decimal(0)) + record.cost.amount
     records.sort(key=lambda r: r.cost.as_of, reverse=True)
     return UserTotal(user, tuple(sorted(sums.items())), tuple(records), tuple(unreadable))
+
+
+def budget_stop_reason(experiment_dir: str | os.PathLike[str] | None) -> str | None:
+    """Why a job stopped itself at its budget cap (the ``cost.json`` its runtime wrote), if it did.
+
+    Read by the backends that have no supervisor beside the job (Kubernetes, Slurm).
+    """
+    from ._cap import BUDGET_REASON_PREFIX
+
+    if not experiment_dir:
+        return None
+    try:
+        reason = read_cost(experiment_dir).reason
+    except (OSError, BadInputError):
+        return None
+    return reason if reason and reason.startswith(BUDGET_REASON_PREFIX) else None

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_starverse._settings import Settings
+from jupyter_starverse.costs import budget_stop_reason
 from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError
 from jupyter_starverse.experiments import ExperimentPaths, plan_resume, read_json, write_json
 from jupyter_starverse.jobmodel import Job, JobSpec, JobState, LaunchBackend, LogLine
@@ -34,17 +35,6 @@ from ._watch import watch_job
 __all__ = ["RECORD", "KubernetesBackend"]
 
 RECORD = "kubernetes.json"
-
-
-def _budget_stop(run_dir: str) -> str | None:
-    """Why the job stopped itself at its budget cap (``cost.json`` written by the runtime), if it did."""
-    from jupyter_starverse.costs import BUDGET_REASON_PREFIX, read_cost
-
-    try:
-        reason = read_cost(run_dir).reason if run_dir else None
-    except (OSError, BadInputError):
-        return None
-    return reason if reason and reason.startswith(BUDGET_REASON_PREFIX) else None
 
 
 def _kind_of(obj: Any) -> str:
@@ -295,7 +285,7 @@ class KubernetesBackend(LaunchBackend):
             created=parse_time(meta.get("creationTimestamp")) or 0.0,
             started=st.started,
             finished=st.finished,
-            reason=st.reason or (_budget_stop(run_dir) if st.state.finished and spec.budget is not None else None),
+            reason=st.reason or (budget_stop_reason(run_dir) if st.state.finished and spec.budget else None),
             nodes=nodes,
         )
 

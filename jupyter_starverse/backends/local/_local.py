@@ -25,7 +25,7 @@ from pathlib import Path
 
 from jupyter_starverse._procs import ProcessRecord, alive, host_identity, job_processes, process_record, stop_pids
 from jupyter_starverse._settings import Settings
-from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError, StarverseError
+from jupyter_starverse.errors import BadInputError, ConflictError, StarverseError
 from jupyter_starverse.experiments import (
     ExperimentPaths,
     NodeRecord,
@@ -101,43 +101,6 @@ class LocalBackend(RunFolderBackend):
         script = str(run.script) if spec.code else str(Path(spec.script or "").expanduser().absolute())
         return ["-m", WORKER_MODULE, script, *spec.args, *extra], False
 
-    def _check_script(self, spec: JobSpec) -> None:
-        if spec.command:
-            return
-        if spec.code is not None:
-            source, where = spec.code, "the training code"
-        else:
-            path = Path(spec.script or "").expanduser()
-            if not path.is_file():
-                raise BadInputError(
-                    f"script {str(path)!r} does not exist", field="script", hint="give the path of a Python file"
-                )
-            source, where = path.read_text(errors="replace"), str(path)
-        try:
-            compile(source, where, "exec")
-        except SyntaxError as e:
-            raise BadInputError(
-                f"{where} has a syntax error on line {e.lineno}: {e.msg}",
-                field="script",
-                hint="fix it; nothing was launched",
-            ) from None
-
-    def _mounts(self, spec: JobSpec) -> tuple[dict[str, str], dict[str, str]]:
-        if not spec.mounts:
-            from jupyter_starverse.catalog import Catalog
-
-            return {}, Catalog(self.settings).job_env()
-        from jupyter_starverse.catalog import Catalog
-
-        catalog = Catalog(self.settings)
-        paths: dict[str, str] = {}
-        for name in spec.mounts:
-            try:
-                paths[name] = str(catalog.mount(name))
-            except (NotFoundError, ConflictError, BadInputError) as e:
-                raise BadInputError(f"mount {name!r}: {e.message}", field="mounts", hint=e.hint) from e
-        return paths, catalog.job_env()
-
     def _check_gpu(self, spec: JobSpec) -> None:
         if spec.is_gpu and not any(Path("/dev").glob("nvidia[0-9]*")):
             raise BadInputError(
@@ -185,7 +148,7 @@ class LocalBackend(RunFolderBackend):
             # the supervisor stops a capped job this long before its budget (see _supervisor.check_budget)
             margin = BUDGET_EVERY_S + self.grace + 1.0
             check_budget_covers(spec, table, startup_s=BUDGET_STARTUP_S, stop_margin_s=margin)
-        self._check_script(spec)
+        self.check_script(spec)
         if spec.secrets:
             missing = [k for k in spec.secrets if k not in os.environ]
             if missing:
@@ -195,7 +158,7 @@ class LocalBackend(RunFolderBackend):
                     field="secrets",
                     hint="export the variables before launching (their values never reach the experiment folder)",
                 )
-        return self._mounts(spec)
+        return self.mounts(spec)
 
     def resume_plan(self, spec: JobSpec) -> ResumePlan:
         """Checkpoint step, old and new world size of ``spec`` resumed into its experiment."""

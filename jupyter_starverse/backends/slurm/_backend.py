@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_starverse._settings import Settings
-from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError, StarverseError
+from jupyter_starverse.costs import budget_stop_reason
+from jupyter_starverse.errors import BadInputError, NotFoundError, StarverseError
 from jupyter_starverse.experiments import (
     ExperimentPaths,
     ResumePlan,
@@ -67,17 +68,6 @@ _STUCK = {
     "QOSMaxNodePerJobLimit": "the QOS allows fewer nodes: ask for fewer or pick another STARVERSE_SLURM_QOS",
     "ReqNodeNotAvail": "some required nodes are down or drained (`sinfo -R` says why)",
 }
-
-
-def _budget_stop(run_dir: Path) -> str | None:
-    """Why the job stopped itself at its budget cap (``cost.json`` written by the runtime), if it did."""
-    from jupyter_starverse.costs import BUDGET_REASON_PREFIX, read_cost
-
-    try:
-        reason = read_cost(str(run_dir)).reason
-    except (OSError, BadInputError):
-        return None
-    return reason if reason and reason.startswith(BUDGET_REASON_PREFIX) else None
 
 
 def _last_words(path: Path) -> str | None:
@@ -127,39 +117,6 @@ class SlurmBackend(RunFolderBackend):
             hint=f"add {spec.accelerator}=PARTITION to STARVERSE_SLURM_PARTITIONS, or launch with another --gpu",
         )
 
-    def _check_script(self, spec: JobSpec) -> None:
-        if spec.command:
-            return
-        if spec.code is not None:
-            source, where = spec.code, "the training code"
-        else:
-            path = Path(spec.script or "").expanduser()
-            if not path.is_file():
-                raise BadInputError(
-                    f"script {str(path)!r} does not exist", field="script", hint="give the path of a Python file"
-                )
-            source, where = path.read_text(errors="replace"), str(path)
-        try:
-            compile(source, where, "exec")
-        except SyntaxError as e:
-            raise BadInputError(
-                f"{where} has a syntax error on line {e.lineno}: {e.msg}",
-                field="script",
-                hint="fix it; nothing was submitted",
-            ) from None
-
-    def _mounts(self, spec: JobSpec) -> tuple[dict[str, str], dict[str, str]]:
-        from jupyter_starverse.catalog import Catalog
-
-        catalog = Catalog(self.settings)
-        paths: dict[str, str] = {}
-        for name in spec.mounts:
-            try:
-                paths[name] = str(catalog.mount(name))
-            except (NotFoundError, ConflictError, BadInputError) as e:
-                raise BadInputError(f"mount {name!r}: {e.message}", field="mounts", hint=e.hint) from e
-        return paths, catalog.job_env()
-
     def validate(self, spec: JobSpec, *, secrets: bool = True) -> tuple[dict[str, str], dict[str, str]]:
         """Every check ``submit`` makes before writing anything; returns mounts and store env."""
         check_template(spec)
@@ -168,7 +125,7 @@ class SlurmBackend(RunFolderBackend):
             from jupyter_starverse.costs import check_priced, load_price_table
 
             check_priced(spec, load_price_table(self.settings))
-        self._check_script(spec)
+        self.check_script(spec)
         if secrets:
             missing = [k for k in spec.secrets if k not in os.environ]
             if missing:
@@ -178,7 +135,7 @@ class SlurmBackend(RunFolderBackend):
                     field="secrets",
                     hint="export the variables before launching (the script names them, never their values)",
                 )
-        return self._mounts(spec)
+        return self.mounts(spec)
 
     def resume_plan(self, spec: JobSpec) -> ResumePlan:
         """Checkpoint step, old and new world size of ``spec`` resumed into its experiment."""
@@ -451,7 +408,7 @@ class SlurmBackend(RunFolderBackend):
         if state is JobState.RUNNING:
             return f"running{tries}" if tries else None
         if state is JobState.SUCCEEDED:
-            return _budget_stop(run.root) if spec.budget is not None else None
+            return budget_stop_reason(run.root) if spec.budget is not None else None
         if state is JobState.CANCELLED:
             return f"cancelled in Slurm ({info.state}){tries}"
         cause = first_rank_error(run) or _last_words(run.logs / "batch.log") or _last_words(run.node_log(0))
