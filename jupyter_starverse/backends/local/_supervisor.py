@@ -39,6 +39,7 @@ from jupyter_starverse._procs import job_processes, pid_alive, process_record, s
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.experiments import (
     NodeRecord,
+    RunEvent,
     RunPaths,
     RunStatus,
     node_intervals,
@@ -464,18 +465,25 @@ class _Supervisor:
             for n in self.status.nodes
         )
         self.save(state="preempted", reason=reason, events=events, nodes=nodes)
+        self.resume_next(attempt, event, reason, f" (restart {used + 1} of {allowed})", preempted=kind != "failed")
+        return True
+
+    def resume_next(
+        self, attempt: int, event: RunEvent, head: str, tail: str = "", *, preempted: bool, **changes: Any
+    ) -> None:
+        """Keep ``attempt``'s records apart, mark the logs, and record the job as resuming from its checkpoint."""
         archive_attempt(self.run, attempt)
         resume_at = (event.checkpoint_step + 1) if event.checkpoint_step is not None else 0
-        text = f"{reason}; resuming from step {resume_at} (restart {used + 1} of {allowed})"
+        text = f"{head}; resuming from step {resume_at}{tail}"
         banner(self.run, self.spec.world_size, f"--- restart {attempt + 1} (attempt {attempt + 1}): {text} ---")
         self.save(
             state="resuming",
             reason=text,
             attempt=attempt + 1,
             restarts=self.status.restarts + 1,
-            preemptions=self.status.preemptions + (0 if kind == "failed" else 1),
+            preemptions=self.status.preemptions + int(preempted),
+            **changes,
         )
-        return True
 
     def last_log_line(self, index: int) -> str | None:
         """The agent's last words, when no rank recorded an error (it failed before any rank ran)."""
@@ -506,18 +514,8 @@ class _Supervisor:
             self.run, attempt=attempt, started=started, when=when, per_second=per_second, currency=currency
         )
         event = replace(event, kind="lost", cause=cause, action="resumed")
-        archive_attempt(self.run, attempt)
-        resume_at = (event.checkpoint_step + 1) if event.checkpoint_step is not None else 0
-        text = f"lost: {cause}; {event.lost_text()}; resuming from step {resume_at}"
-        banner(self.run, self.spec.world_size, f"--- restart {attempt + 1} (attempt {attempt + 1}): {text} ---")
-        self.save(
-            state="resuming",
-            reason=text,
-            attempt=attempt + 1,
-            restarts=self.status.restarts + 1,
-            preemptions=self.status.preemptions + 1,
-            events=(*self.status.events, event),
-        )
+        head = f"lost: {cause}; {event.lost_text()}"
+        self.resume_next(attempt, event, head, preempted=True, events=(*self.status.events, event))
 
     def launch_attempt(self) -> None:
         self._new_attempt()
