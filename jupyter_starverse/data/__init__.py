@@ -1,0 +1,1 @@
+"""Data preparation: sensitive-field scan and de-identification, dedup, quality scores."""
