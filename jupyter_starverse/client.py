@@ -9,6 +9,7 @@ two processes see the same world.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import json
 import os
@@ -26,7 +27,7 @@ from .jobmodel import LaunchBackend
 if TYPE_CHECKING:
     from .catalog import Catalog
     from .costs import CostService, Preview, PriceTable
-    from .experiments import ResumePlan
+    from .experiments import JobIndex, JobPage, ResumePlan
     from .jobmodel import Job, JobSpec
     from .modes import Mode, ModeService, SmokeResult
     from .watch import JobWatch
@@ -332,6 +333,50 @@ class Starverse:
                 jobs.setdefault((job.backend, job.id), job)
         ordered = sorted(jobs.values(), key=lambda j: j.created, reverse=True)
         return JobsAcross(tuple(ordered), tuple(notes))
+
+    @functools.cached_property
+    def job_index(self) -> JobIndex:
+        """Cached summaries of every run folder of the experiments root (see ``experiments.JobIndex``)."""
+        from .experiments import JobIndex
+
+        return JobIndex(self.settings.experiments)
+
+    def job_page(
+        self,
+        *,
+        state: tuple[str, ...] = (),
+        backend: tuple[str, ...] = (),
+        experiment: tuple[str, ...] = (),
+        since: float | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+        sweep: bool | None = None,
+    ) -> JobPage:
+        """One page of the job list of every backend from the job index, newest first.
+
+        Rows of unfinished jobs are asked of their backend (a job whose supervisor died, a
+        pod that finished); a backend that does not answer leaves its row as cached, with a note.
+        """
+        from .experiments import page_etag
+        from .watch import job_summary
+
+        page = self.job_index.page(
+            state=state, backend=backend, experiment=experiment, since=since, offset=offset, limit=limit, sweep=sweep
+        )
+        configured = self.job_backends()
+        items, notes = [], []
+        for row in page.items:
+            if row.is_finished or row.backend not in configured:
+                items.append(row)
+                continue
+            try:
+                items.append(job_summary(self.backend(row.backend).get(row.id), row))
+            except (BackendUnavailableError, NotFoundError) as e:
+                notes.append(f"{row.backend}: not reachable, its jobs are shown as last recorded ({e.message})")
+                items.append(row)
+        return dataclasses.replace(
+            page, items=tuple(items), notes=tuple(dict.fromkeys(notes)), etag=page_etag(items, page.total)
+        )
 
     def jobs(self, *, backend: str | None = None) -> list[Job]:
         """Jobs known to ``backend`` (default: every configured, reachable backend), newest first."""

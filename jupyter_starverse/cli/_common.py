@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterator, MutableMapping
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from .._json import to_jsonable
 from ..errors import BadInputError, StarverseError, error_kind
@@ -18,13 +22,123 @@ __all__ = [
     "CommandParser",
     "HelpShown",
     "Presenter",
+    "StatusLine",
     "UsageError",
     "add_json_flag",
     "exit_code_for",
+    "interrupted_text",
     "notes",
     "render",
     "to_jsonable",
+    "tracking",
 ]
+
+_SPINNER = "|/-\\"
+
+
+class StatusLine:
+    """One line on stderr saying what is happening now, from the first second of a long command.
+
+    On a terminal it is redrawn in place with a spinner and the seconds elapsed; elsewhere (a
+    pipe, a log file, a notebook cell) each new text is one line ``... text``. ``close`` clears
+    the line (or leaves ``final`` in its place).
+    """
+
+    def __init__(self, stream: TextIO | None = None, *, tty: bool | None = None, every: float = 0.2) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = tty if tty is not None else bool(getattr(self.stream, "isatty", lambda: False)())
+        self.text = ""
+        self.started = time.monotonic()
+        self._since = self.started
+        self._width = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if self.tty:
+            self._thread = threading.Thread(target=self._spin, args=(every,), name="starverse-status", daemon=True)
+            self._thread.start()
+
+    def update(self, text: str) -> None:
+        """Say what happens now (a repeated text only moves the spinner)."""
+        with self._lock:
+            if text == self.text:
+                return
+            self.text, self._since = text, time.monotonic()
+            if self.tty:
+                self._draw()
+            else:
+                print(f"... {text}", file=self.stream, flush=True)
+
+    def _draw(self) -> None:
+        frame = _SPINNER[int((time.monotonic() - self.started) / 0.2) % len(_SPINNER)]
+        line = f"{frame} {self.text} ({time.monotonic() - self._since:.0f}s)"
+        pad = " " * max(0, self._width - len(line))
+        self.stream.write(f"\r{line}{pad}")
+        self.stream.flush()
+        self._width = len(line)
+
+    def _spin(self, every: float) -> None:
+        while not self._stop.wait(every):
+            with self._lock:
+                if self.text:
+                    self._draw()
+
+    def close(self, final: str | None = None) -> None:
+        """Stop the spinner; ``final`` stays as the last line."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+        with self._lock:
+            if self.tty and self._width:
+                self.stream.write("\r" + " " * self._width + "\r")
+                self._width = 0
+            if final:
+                print(final, file=self.stream, flush=True)
+            self.stream.flush()
+
+    def __enter__(self) -> StatusLine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# The job a command is following right now, so Ctrl-C can say which one keeps running.
+_TRACKED: list[tuple[str, str | None, str]] = []
+
+
+@contextlib.contextmanager
+def tracking(job_id: str, backend: str | None = None, *, what: str = "job") -> Iterator[None]:
+    """While this lasts, an interrupt names ``job_id`` and how to follow or cancel it."""
+    entry = (job_id, backend, what)
+    _TRACKED.append(entry)
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise  # kept: the front door's interrupt message names the job
+    except BaseException:
+        _untrack(entry)
+        raise
+    _untrack(entry)
+
+
+def _untrack(entry: tuple[str, str | None, str]) -> None:
+    with contextlib.suppress(ValueError):
+        _TRACKED.remove(entry)
+
+
+def interrupted_text() -> str:
+    """What Ctrl-C prints: ``interrupted`` and, when a job was being followed, its id and the commands."""
+    if not _TRACKED:
+        return "interrupted"
+    job_id, backend, what = _TRACKED[-1]
+    _TRACKED.clear()
+    flag = f" --backend {backend}" if backend and backend != "local" else ""
+    return (
+        f"interrupted; {what} {job_id} keeps running\n"
+        f"  cancel it: starverse jobs cancel {job_id}{flag}\n"
+        f"  follow it: starverse jobs logs -f {job_id}{flag}"
+    )
 
 
 class Presenter:
@@ -55,6 +169,10 @@ class Presenter:
     def show(self, result: object) -> object:
         """What the front door displays for a command's ``result`` (the terminal renders it as text)."""
         return result
+
+    def status(self) -> StatusLine:
+        """A line saying what a long command is doing now (stderr: a spinner on a terminal)."""
+        return StatusLine()
 
 
 class UsageError(BadInputError):

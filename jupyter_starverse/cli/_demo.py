@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jupyter_starverse._format import format_bytes, format_count, format_duration, format_metric, format_step
 from jupyter_starverse.client import Starverse
 from jupyter_starverse.errors import StarverseError
-from jupyter_starverse.experiments import read_metrics
-from jupyter_starverse.jobmodel import JobSpec, JobState
+from jupyter_starverse.experiments import MetricPoint, read_metrics
+from jupyter_starverse.jobmodel import Job, JobSpec, JobState, LaunchBackend
+from jupyter_starverse.watch import read_rank_records, startup_phase
 
-from ._common import add_json_flag
+from ._common import add_json_flag, tracking
 
 __all__ = ["DEMO_DATASET", "DemoEvent", "make_demo_text", "register"]
 
@@ -45,7 +47,7 @@ def make_demo_text(folder: Path) -> Path:
 
 @dataclass(frozen=True)
 class DemoEvent:
-    """One line of the demo's progress (``kind``: dataset, submitted, step, done)."""
+    """One line of the demo's progress (``kind``: phase, dataset, submitted, step, done)."""
 
     kind: str
     message: str
@@ -58,7 +60,13 @@ class DemoEvent:
         return self.message
 
 
+def _phase(kind: str, message: str, **data: Any) -> DemoEvent:
+    return DemoEvent(kind, message, data)
+
+
 def _demo(client: Starverse, args: argparse.Namespace) -> Iterator[DemoEvent]:
+    t0 = time.monotonic()
+    yield _phase("phase", f"creating the demo dataset {DEMO_DATASET} in the store", phase="dataset")
     catalog = client.catalog
     source = make_demo_text(client.settings.home / "demo-source" / DEMO_DATASET)
     catalog.add_dataset(DEMO_DATASET, str(source), description="starverse demo corpus")
@@ -66,7 +74,8 @@ def _demo(client: Starverse, args: argparse.Namespace) -> Iterator[DemoEvent]:
     mounted = catalog.mount(DEMO_DATASET)
     yield DemoEvent(
         "dataset",
-        f"dataset {DEMO_DATASET}: {status.files} files, {status.size} bytes, mounted at {mounted}",
+        f"dataset {DEMO_DATASET}: {format_count(status.files)} files, {format_bytes(status.size)}, "
+        f"mounted at {mounted}",
         {"dataset": DEMO_DATASET, "path": str(mounted), "bytes": status.size},
     )
     from jupyter_starverse.backends import example_script
@@ -82,41 +91,58 @@ def _demo(client: Starverse, args: argparse.Namespace) -> Iterator[DemoEvent]:
         checkpoint_every=max(1, args.steps // 3),
         experiment="demo",
     )
+    yield _phase("phase", "checking the script and starting the job's supervisor", phase="submit")
     backend = client.backend("local")
     job = backend.submit(client.prepare(spec))
-    t0 = time.monotonic()
     yield DemoEvent(
         "submitted",
-        f"job {job.id}: {spec.nodes} nodes x {spec.procs_per_node} processes (torchrun, gloo, ddp), {spec.steps} steps",
+        f"job {job.id}: {spec.nodes} nodes x {spec.procs_per_node} processes (torchrun, gloo, ddp), "
+        f"{format_count(spec.steps)} steps",
         {"job_id": job.id, "experiment_dir": job.experiment_dir},
     )
-    shown = -1
-    every = max(1, args.steps // 6)
-    while True:
-        job = backend.get(job.id)
-        points = read_metrics(Path(job.experiment_dir), from_logs=False)
-        for p in points:
-            if p.step > shown and (p.step % every == 0 or p.step == args.steps - 1):
-                shown = p.step
-                loss = p.values.get("loss", float("nan"))
-                yield DemoEvent(
-                    "step",
-                    f"step {p.step:>4}/{args.steps}  loss {loss:.3f}  ({time.monotonic() - t0:.0f}s)",
-                    {"step": p.step, "loss": loss},
-                )
-        if job.state.finished:
-            break
-        time.sleep(0.5)
+    with tracking(job.id, "local", what="demo job"):
+        job, points = yield from _follow(backend, job, args.steps, t0)
     if job.state is not JobState.SUCCEEDED:
         raise StarverseError(f"demo job {job.id} {job.state.value}: {job.reason}", hint=f"starverse jobs logs {job.id}")
     losses = [p.values["loss"] for p in points if "loss" in p.values]
     first, last = (losses[0], losses[-1]) if losses else (float("nan"), float("nan"))
     yield DemoEvent(
         "done",
-        f"loss {first:.3f} -> {last:.3f} in {len(losses)} steps, {time.monotonic() - t0:.0f}s\n"
-        f"experiment folder: {job.experiment_dir}",
+        f"loss {format_metric(first)} -> {format_metric(last)} in {len(losses)} steps, "
+        f"{format_duration(time.monotonic() - t0)}\nexperiment folder: {job.experiment_dir}",
         {"job_id": job.id, "first_loss": first, "last_loss": last, "experiment_dir": job.experiment_dir},
     )
+
+
+def _follow(
+    backend: LaunchBackend, job: Job, steps: int, t0: float
+) -> Generator[DemoEvent, None, tuple[Job, list[MetricPoint]]]:
+    """Say what the job does while it starts (nodes, rendezvous, process group), then every few steps."""
+    shown = -1
+    said = ""
+    every = max(1, steps // 6)
+    points: list[MetricPoint] = []
+    while True:
+        job = backend.get(job.id)
+        points = read_metrics(Path(job.experiment_dir), from_logs=False)
+        if not points and not job.state.finished:
+            phase = startup_phase(job, read_rank_records(job))
+            if phase != said:
+                said = phase
+                yield _phase("phase", f"{phase} ({format_duration(time.monotonic() - t0)})", phase=phase)
+        for p in points:
+            if p.step > shown and (p.step % every == 0 or p.step == steps - 1):
+                shown = p.step
+                loss = p.values.get("loss", float("nan"))
+                yield DemoEvent(
+                    "step",
+                    f"{format_step(p.step + 1, steps)}  loss {format_metric(loss)}  "
+                    f"({format_duration(time.monotonic() - t0)})",
+                    {"step": p.step, "loss": loss},
+                )
+        if job.state.finished:
+            return job, points
+        time.sleep(0.5)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

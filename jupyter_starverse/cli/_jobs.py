@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import datetime
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -11,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_starverse._format import (
+    format_count,
     format_duration,
     format_metric,
     format_rate,
@@ -20,13 +23,13 @@ from jupyter_starverse._format import (
     state_badge,
 )
 from jupyter_starverse.client import Starverse
-from jupyter_starverse.errors import StarverseError
-from jupyter_starverse.experiments import Progress, latest_checkpoint, progress, read_metrics
+from jupyter_starverse.errors import BadInputError, StarverseError
+from jupyter_starverse.experiments import JobSummary, Progress, latest_checkpoint, progress, read_metrics
 from jupyter_starverse.jobmodel import Job, JobState
 
 from ._common import add_json_flag
 
-__all__ = ["JobDetail", "JobList", "detail", "register"]
+__all__ = ["JobDetail", "JobList", "detail", "parse_since", "register"]
 
 
 def _ago(t: float | None) -> str:
@@ -56,33 +59,55 @@ def _table(rows: list[tuple[str, ...]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
 
+def _row_topology(s: JobSummary) -> str:
+    return f"{s.nodes}x{s.procs_per_node} {s.template} {s.accelerator}"
+
+
+def _row_runtime(s: JobSummary) -> str:
+    if s.started is None:
+        return "-"
+    return format_duration((s.finished or time.time()) - s.started)
+
+
 @dataclass(frozen=True)
 class JobList:
-    """``jobs ls``: one row per job (of every reachable backend unless one was named)."""
+    """``jobs ls``: one row per job (of every backend unless one was named), one page of them."""
 
-    jobs: tuple[Job, ...]
+    jobs: tuple[JobSummary, ...]
     notes: tuple[str, ...] = ()
+    total: int | None = None  # rows that matched the filters (None: all of them are here)
+    offset: int = 0
 
     def to_json(self) -> list[dict[str, Any]]:
         return [j.to_json() for j in self.jobs]
 
     def _rows(self) -> list[tuple[str, ...]]:
         return [
-            (j.id, _title(j), j.backend, j.state.value, _topology(j), _ago(j.created), _duration(j)) for j in self.jobs
+            (j.id, j.title, j.backend, j.state, _row_topology(j), _ago(j.created), _row_runtime(j)) for j in self.jobs
         ]
+
+    def _paging(self) -> list[str]:
+        if self.total is None or (self.offset == 0 and self.total <= len(self.jobs)):
+            return []
+        last = self.offset + len(self.jobs)
+        more = f"; next: --offset {last}" if last < self.total else ""
+        return [f"jobs {format_count(self.offset + 1)}-{format_count(last)} of {format_count(self.total)}{more}"]
 
     def __str__(self) -> str:
         if not self.jobs:
             text = "no jobs (start one with `starverse launch SCRIPT` or `starverse demo`)"
+            if self.total is None or self.total or self.offset:
+                text = "no jobs match" if self.offset == 0 else "no more jobs"
         else:
             text = _table([("ID", "NAME", "BACKEND", "STATE", "TOPOLOGY", "CREATED", "RUNTIME"), *self._rows()])
-        return "\n".join([text, *(f"note: {n}" for n in self.notes)])
+        return "\n".join([text, *self._paging(), *(f"note: {n}" for n in self.notes)])
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         pretty_text(p, str(self))
 
     def _repr_html_(self) -> str:
-        notes = "".join(f"<div><small>note: {escape(n)}</small></div>" for n in self.notes)
+        notes = "".join(f"<div><small>{escape(n)}</small></div>" for n in self._paging())
+        notes += "".join(f"<div><small>note: {escape(n)}</small></div>" for n in self.notes)
         if not self.jobs:
             return f"<div>{escape(str(self).splitlines()[0])}</div>{notes}"
         rows = [(*r[:3], state_badge(r[3]), *r[4:]) for r in self._rows()]
@@ -152,9 +177,41 @@ def detail(job: Job) -> JobDetail:
     return JobDetail(job, progress(points, total=job.spec.steps), ckpt.step if ckpt else None)
 
 
+def parse_since(text: str | None, *, now: float | None = None) -> float | None:
+    """``--since``: ``30m``, ``2h``, ``7d``, ``90s`` ago, or a date/time ``2026-12-01[T10:00]`` (UTC)."""
+    if text is None:
+        return None
+    now = time.time() if now is None else now
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text)
+    if m:
+        return now - float(m.group(1)) * _UNITS[m.group(2)]
+    try:
+        when = datetime.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise BadInputError(
+            f"--since {text!r} is neither a duration nor a date",
+            field="since",
+            hint="e.g. --since 30m, --since 2d, --since 2026-12-01 or --since 2026-12-01T10:00",
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return when.timestamp()
+
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
 def _ls(client: Starverse, args: argparse.Namespace) -> JobList:
-    found = client.list_jobs(backend=args.backend)
-    return JobList(found.jobs, found.notes)
+    limit = args.limit if args.limit and args.limit > 0 else None
+    page = client.job_page(
+        state=tuple(args.state or ()),
+        backend=(args.backend,) if args.backend else (),
+        experiment=tuple(args.experiment or ()),
+        since=parse_since(args.since),
+        offset=args.offset,
+        limit=limit,
+    )
+    return JobList(page.items, page.notes, page.total, page.offset)
 
 
 def _show(client: Starverse, args: argparse.Namespace) -> JobDetail:
@@ -203,8 +260,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         q.add_argument("--backend", default=None, help="local or kubernetes (default: every configured backend)")
         add_json_flag(q)
 
-    q = jobs.add_parser("ls", help="jobs, newest first")
+    q = jobs.add_parser("ls", help="jobs, newest first (from the job index: fast with thousands of runs)")
     common(q, job_id=False)
+    q.add_argument(
+        "--state", action="append", choices=[s.value for s in JobState], metavar="STATE",
+        help="only jobs in this state (repeatable): pending, running, succeeded, failed, cancelled, ...",
+    )  # fmt: skip
+    q.add_argument("--experiment", action="append", metavar="NAME", help="only runs of this experiment (repeatable)")
+    q.add_argument("--since", default=None, metavar="WHEN", help="only jobs active since: 30m, 2h, 7d or a date")
+    q.add_argument("--limit", type=int, default=50, metavar="N", help="at most N jobs (default: 50; 0: all)")
+    q.add_argument("--offset", type=int, default=0, metavar="N", help="skip the N newest matching jobs")
     q.set_defaults(run=_ls)
     q = jobs.add_parser("show", help="state, nodes, progress and checkpoint of a job")
     common(q)

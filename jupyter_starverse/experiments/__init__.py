@@ -17,6 +17,7 @@ from ._checkpoints import (
     scan_checkpoints,
     verify_checkpoint,
 )
+from ._index import JobIndex, JobPage, JobSummary, page_etag
 from ._layout import ExperimentPaths, RunPaths, find_run, list_runs, new_job_id, read_json, write_json
 from ._metrics import MetricPoint, Progress, metric_point, parse_log_metrics, progress, read_metrics
 from ._status import NodeInterval, NodeRecord, RunEvent, RunStatus, node_intervals, read_status, write_status
@@ -27,6 +28,9 @@ __all__ = [
     "CheckpointScan",
     "ExperimentPaths",
     "IgnoredCheckpoint",
+    "JobIndex",
+    "JobPage",
+    "JobSummary",
     "MetricPoint",
     "NodeInterval",
     "NodeRecord",
@@ -44,6 +48,7 @@ __all__ = [
     "new_job_id",
     "node_intervals",
     "open_trusted_checkpoint",
+    "page_etag",
     "parse_log_metrics",
     "plan_resume",
     "progress",

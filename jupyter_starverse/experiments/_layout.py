@@ -30,6 +30,8 @@ from typing import Any
 
 from jupyter_starverse.errors import InvalidNameError, NotFoundError
 
+from ._index import note_change
+
 __all__ = ["ExperimentPaths", "RunPaths", "find_run", "list_runs", "new_job_id", "read_json", "write_json"]
 
 
@@ -239,6 +241,7 @@ def write_json(path: Path, data: Any) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    note_change(path)  # a run's spec/status/record: the job index re-reads that run
 
 
 def read_json(path: Path) -> Any:

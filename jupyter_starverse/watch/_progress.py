@@ -15,13 +15,13 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from jupyter_starverse._format import format_duration as _format_duration
-from jupyter_starverse.experiments import MetricPoint, progress
+from jupyter_starverse.experiments import JobSummary, MetricPoint, progress
 from jupyter_starverse.jobmodel import Job, JobState
 
 if TYPE_CHECKING:
     from jupyter_starverse.costs import Cost
 
-__all__ = ["JobProgress", "RankRecord", "RankView", "format_duration", "summarize"]
+__all__ = ["JobProgress", "RankRecord", "RankView", "format_duration", "job_summary", "startup_phase", "summarize"]
 
 _NOT_VALUES = {"step", "time", "rank", "node", "world_size", "epoch"}
 
@@ -161,8 +161,13 @@ def _rank_view(job: Job, rank: int, records: Sequence[RankRecord], last_step_of:
     elif rec is None and job.state is JobState.RUNNING:
         state = JobState.PENDING  # its worker has not started yet
     return RankView(
-        rank, node, local, state, last_step_of.get(rank),
-        pid=rec.pid if rec else None, restarts=rec.attempt if rec else 0,
+        rank,
+        node,
+        local,
+        state,
+        last_step_of.get(rank),
+        pid=rec.pid if rec else None,
+        restarts=rec.attempt if rec else 0,
         error=rec.error if failed_now and rec else None,
     )
 
@@ -244,4 +249,57 @@ def summarize(
         cost_text=cost_text,
         ranks=tuple(views),
         restarts=job.restarts,
+    )
+
+
+def startup_phase(job: Job, ranks: Sequence[RankRecord] = (), *, step: int | None = None) -> str:
+    """What a job is doing right now, in words a person follows while it starts.
+
+    ``queued``, ``starting 2 nodes``, ``waiting for rendezvous (1/4 ranks up)``,
+    ``joining the process group (4/4 ranks up)``, ``training, step 3/60``, then the final state.
+    ``ranks`` are the workers' own records (a rank writes one as soon as torchrun started it);
+    ``step`` is the last step any rank logged.
+    """
+    spec = job.spec
+    if job.state.finished:
+        return job.state.value + (f": {job.reason}" if job.reason else "")
+    if step is not None:
+        return "training, " + ("step " + (f"{step + 1}/{spec.steps}" if spec.steps else f"{step + 1}"))
+    if job.state is JobState.PENDING and not job.nodes:
+        return "queued: waiting for the scheduler to place the job" if job.backend != "local" else "starting"
+    if job.state.value in ("preempted", "resuming"):
+        return f"{job.state.value}: resuming from the newest checkpoint" + (f" ({job.reason})" if job.reason else "")
+    started = [n for n in job.nodes if n.state is not JobState.PENDING]
+    up = len({r.rank for r in ranks})
+    if up == 0:
+        if not started:
+            return f"starting {spec.nodes} node{'s' if spec.nodes != 1 else ''}"
+        return f"waiting for rendezvous ({len(started)}/{spec.nodes} node{'s' if spec.nodes != 1 else ''} up)"
+    if up < spec.world_size:
+        return f"waiting for rendezvous ({up}/{spec.world_size} ranks up)"
+    return f"joining the process group and loading the model ({up}/{spec.world_size} ranks up)"
+
+
+def job_summary(job: Job, cached: JobSummary | None = None) -> JobSummary:
+    """The job-list row of ``job`` as its backend sees it now (the cached row's cost is kept)."""
+    spec = job.spec
+    return JobSummary(
+        id=job.id,
+        backend=job.backend,
+        name=spec.name,
+        title=spec.title,
+        experiment=spec.experiment_name,
+        run_dir=job.experiment_dir,
+        state=job.state.value,
+        created=job.created,
+        started=job.started,
+        finished=job.finished,
+        reason=job.reason,
+        nodes=spec.nodes,
+        procs_per_node=spec.procs_per_node,
+        template=spec.template,
+        accelerator=spec.accelerator,
+        steps=spec.steps,
+        restarts=job.restarts,
+        cost=cached.cost if cached is not None else None,
     )
