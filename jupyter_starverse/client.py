@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .catalog import Catalog
     from .costs import CostService, Preview, PriceTable
     from .experiments import JobIndex, JobPage, ResumePlan
+    from .feedback import ChatSessions, FeedbackService
     from .jobmodel import Job, JobSpec
     from .modes import Mode, ModeService, SmokeResult
     from .watch import JobWatch
@@ -203,6 +204,20 @@ class Starverse:
         from .catalog import Catalog
 
         return Catalog(self.settings)
+
+    @functools.cached_property
+    def feedback(self) -> FeedbackService:
+        """Thumbs up/down logs on the store: record, table, versions, preference pairs and labels."""
+        from .feedback import FeedbackService
+
+        return FeedbackService(self.settings, self.catalog)
+
+    @functools.cached_property
+    def chats(self) -> ChatSessions:
+        """Chat sessions of this process, each a model in a worker process of its own."""
+        from .feedback import ChatSessions
+
+        return ChatSessions(self.settings, self.catalog)
 
     def backend(self, name: str | None = None, *, port: int | None = None) -> LaunchBackend:
         """The launch backend ``name`` (default: ``settings.backend``), built once.

@@ -1,1 +1,33 @@
-"""Feedback: thumbs up/down on a model's answers, kept as a versioned dataset in the store."""
+"""Feedback: thumbs up/down on a model's answers, kept as a versioned dataset in the store.
+
+``FeedbackService`` (``client.feedback``) appends records to a live log any number of
+processes write at once, shows them as a table, freezes versions ``NAME@N`` in the store and
+exports preference pairs and unpaired labels; ``ChatSession`` streams a model's answers from a
+worker process of its own.
+"""
+
+from __future__ import annotations
+
+from ._chat import ChatSession, ChatSessions, ChatTurn, resolve_model
+from ._pairs import LabelExample, PreferencePair, make_labels, make_pairs
+from ._records import VOTES, FeedbackRecord, effective
+from ._service import EXPORT_KINDS, FeedbackService, FeedbackSnapshot, FeedbackTable, SnapshotFile
+
+__all__ = [
+    "EXPORT_KINDS",
+    "VOTES",
+    "ChatSession",
+    "ChatSessions",
+    "ChatTurn",
+    "FeedbackRecord",
+    "FeedbackService",
+    "FeedbackSnapshot",
+    "FeedbackTable",
+    "LabelExample",
+    "PreferencePair",
+    "SnapshotFile",
+    "effective",
+    "make_labels",
+    "make_pairs",
+    "resolve_model",
+]

@@ -1,0 +1,106 @@
+"""The chat worker process: loads one model and streams answers, one JSON line per piece.
+
+Run as ``python -m jupyter_starverse.feedback._worker MODEL_FOLDER``; it outlives no one: it
+stops when its stdin closes (the kernel or server that started it is gone). Protocol, JSON
+lines:
+
+- in: ``{"id", "messages": [{"role", "content"}], "max_new_tokens", "temperature", "seed"}``
+- out: ``{"ready": true, "model"}`` once; per request ``{"id", "piece"}`` ... then
+  ``{"id", "done": true, "text", "tokens", "seconds"}`` or ``{"id", "error"}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+
+def _emit(obj: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def _prompt_ids(tok: Any, messages: list[dict[str, str]]) -> list[int]:
+    if getattr(tok, "chat_template", None):
+        ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+            ids = ids["input_ids"]
+        return [int(i) for i in ids]
+    text = "\n".join(f"{m['role']}: {m['content']}" for m in messages) + "\nassistant:"
+    return [int(i) for i in tok(text)["input_ids"]]
+
+
+def generate(model: Any, tok: Any, request: dict[str, Any]) -> None:
+    """Stream one answer for ``request`` (greedy at temperature 0, else sampling)."""
+    import torch
+
+    rid = request.get("id")
+    started = time.monotonic()
+    max_new = int(request.get("max_new_tokens", 64))
+    temperature = float(request.get("temperature", 0.0))
+    gen = torch.Generator().manual_seed(int(request.get("seed", 0)))
+    ids = torch.tensor([_prompt_ids(tok, request["messages"])])
+    eos = {tok.eos_token_id} if tok.eos_token_id is not None else set()
+    limit = getattr(model.config, "max_position_embeddings", None)
+    out: list[int] = []
+    sent = ""
+    past = None
+    step_ids = ids
+    with torch.no_grad():
+        for _ in range(max_new):
+            if limit is not None and ids.shape[1] + len(out) >= limit:
+                break
+            res = model(input_ids=step_ids, past_key_values=past, use_cache=True)
+            past = res.past_key_values
+            logits = res.logits[0, -1].float()
+            if temperature > 0:
+                probs = torch.softmax(logits / temperature, dim=-1)
+                nxt = int(torch.multinomial(probs, 1, generator=gen))
+            else:
+                nxt = int(torch.argmax(logits))
+            if nxt in eos:
+                break
+            out.append(nxt)
+            text = tok.decode(out, skip_special_tokens=True)
+            if not text.endswith("\ufffd") and text.startswith(sent) and len(text) > len(sent):
+                _emit({"id": rid, "piece": text[len(sent) :]})
+                sent = text
+            step_ids = torch.tensor([[nxt]])
+    text = tok.decode(out, skip_special_tokens=True)
+    if len(text) > len(sent) and text.startswith(sent):
+        _emit({"id": rid, "piece": text[len(sent) :]})
+    _emit({"id": rid, "done": True, "text": text, "tokens": len(out), "seconds": time.monotonic() - started})
+
+
+def main(argv: list[str]) -> int:
+    folder = argv[0]
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        torch.set_num_threads(int(os.environ.get("STARVERSE_CHAT_THREADS", "1")))
+        tok = AutoTokenizer.from_pretrained(folder)
+        model: Any = AutoModelForCausalLM.from_pretrained(folder)
+        model.eval()
+    except Exception as e:  # the parent shows this to the user
+        _emit({"ready": False, "error": f"{type(e).__name__}: {e}"})
+        return 1
+    _emit({"ready": True, "model": folder})
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        request: dict[str, Any] = {}
+        try:
+            request = json.loads(line)
+            generate(model, tok, request)
+        except Exception as e:  # one bad request must not end the session
+            _emit({"id": request.get("id"), "error": f"{type(e).__name__}: {e}"})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

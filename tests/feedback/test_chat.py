@@ -1,0 +1,80 @@
+"""Chat with a tiny model pulled through the store, in a worker process, with feedback from two writers."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from jupyter_starverse.client import Starverse
+from jupyter_starverse.errors import BadInputError, NotFoundError
+
+
+def test_chat_streams_and_two_concurrent_writers_label_it(client: Starverse, tiny_ref: str) -> None:
+    session = client.chats.start(tiny_ref)
+    try:
+        assert session.alive and session.model == tiny_ref
+        seen: list[str] = []
+        turn = session.ask("How many cards do I need?", max_new_tokens=12, on_piece=seen.append)
+        streamed = list(turn.stream())
+        turn.wait(60)
+        assert 0 < turn.tokens <= 12  # greedy stops at 12 tokens or at </s>
+        assert streamed == turn.pieces == seen and "".join(streamed) == turn.text
+        assert turn.text.strip(), "the model answered nothing"
+        again = session.ask("How many cards do I need?", max_new_tokens=12).wait(60)
+        assert again.text == turn.text  # greedy: the same prompt gives the same answer
+        other = session.ask([{"role": "user", "content": "训练一个大模型"}], max_new_tokens=8).wait(60)
+
+        def label(who: str, vote: str) -> None:
+            for t in (turn, other):
+                client.feedback.record(
+                    "chat",
+                    model=session.model,
+                    prompt=t.prompt,
+                    answer=t.text,
+                    vote=vote,
+                    answer_id=t.id,
+                    session=session.id,
+                    user=who,
+                )
+
+        writers = [threading.Thread(target=label, args=(w, v)) for w, v in (("ana", "up"), ("bo", "up"))]
+        for w in writers:
+            w.start()
+        for w in writers:
+            w.join()
+        client.feedback.record(
+            "chat",
+            model=session.model,
+            prompt=other.prompt,
+            answer=other.text,
+            vote="down",
+            better="需要很多显卡和数据。",
+            answer_id=other.id,
+            user="chen",
+        )
+    finally:
+        session.close()
+    assert not session.alive
+    table = client.feedback.table("chat")
+    assert table.total == 5 and {r.model for r in table.records} == {tiny_ref}
+    pairs = client.feedback.pairs("chat")
+    assert [(p.prompt, p.chosen) for p in pairs] == [("训练一个大模型", "需要很多显卡和数据。")]
+
+
+def test_chat_refuses_bad_models_and_messages(client: Starverse, tiny_folder: Path) -> None:
+    with pytest.raises(BadInputError):
+        client.chats.start("/no/such/folder")
+    with pytest.raises(NotFoundError):
+        client.chats.start("exp:nothing-here")
+    with pytest.raises(NotFoundError):
+        client.chats.get("nope")
+    session = client.chats.start(str(tiny_folder))
+    try:
+        with pytest.raises(BadInputError):
+            session.ask([{"role": "assistant", "content": "hi"}])
+        with pytest.raises(BadInputError):
+            session.ask("")
+    finally:
+        client.chats.close(session.id)
