@@ -15,7 +15,7 @@ from typing import Any
 
 from .._version import __version__
 from ..errors import StarverseError
-from ._common import CommandParser, HelpShown, Presenter, UsageError, exit_code_for, notes, render
+from ._common import CommandParser, HelpShown, Presenter, UsageError, exit_code_for, interrupted_text, notes, render
 
 __all__ = ["HelpShown", "Presenter", "build_parser", "main", "parse"]
 
@@ -132,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return exit_code_for(e)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print(interrupted_text(), file=sys.stderr)  # the followed job's id and how to cancel it
         return 130
     return 0
 
