@@ -27,10 +27,13 @@ from .jobmodel import LaunchBackend
 if TYPE_CHECKING:
     from .catalog import Catalog
     from .costs import CostService, Preview, PriceTable
+    from .data import DataPrep
     from .experiments import JobIndex, JobPage, ResumePlan
     from .feedback import ChatSessions, FeedbackService
     from .jobmodel import Job, JobSpec
     from .modes import Mode, ModeService, SmokeResult
+    from .pipelines import PipelineService
+    from .recipes import RecipeService
     from .watch import JobWatch
 
 __all__ = ["Info", "JobsAcross", "LaunchPreview", "Starverse"]
@@ -206,6 +209,13 @@ class Starverse:
         return Catalog(self.settings)
 
     @functools.cached_property
+    def data(self) -> DataPrep:
+        """Data preparation: scan, clean, dedup and score store datasets into new versions."""
+        from .data import DataPrep
+
+        return DataPrep(self.settings, self.catalog)
+
+    @functools.cached_property
     def feedback(self) -> FeedbackService:
         """Thumbs up/down logs on the store: record, table, versions, preference pairs and labels."""
         from .feedback import FeedbackService
@@ -218,6 +228,23 @@ class Starverse:
         from .feedback import ChatSessions
 
         return ChatSessions(self.settings, self.catalog)
+
+    @functools.cached_property
+    def recipes(self) -> RecipeService:
+        """Training recipes (CPT, SFT, DPO, KTO, reward, LLaMA-Factory, Megatron, reproductions) as JobSpecs."""
+        from .recipes import RecipeService
+
+        return RecipeService(self.settings, catalog=self.catalog, costs=self.costs)
+
+    @functools.cached_property
+    def pipelines(self) -> PipelineService:
+        """``.svpipeline`` documents: check, price, export (sbatch, YAML, Python) and run as dependent jobs."""
+        import sys
+
+        from .pipelines import PipelineService
+
+        # a run started without waiting is driven by the CLI's hidden `pipeline drive RUN_ID`
+        return PipelineService(self, driver=(sys.executable, "-m", "jupyter_starverse.cli", "pipeline", "drive"))
 
     def backend(self, name: str | None = None, *, port: int | None = None) -> LaunchBackend:
         """The launch backend ``name`` (default: ``settings.backend``), built once.

@@ -26,6 +26,7 @@ BILLING_MODES = ("on_demand", "daily", "weekly", "spot")
 _NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SECRET_REF_RE = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?/[-._a-zA-Z0-9]+$")
+_JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _RESERVED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "STARVERSE_EXPERIMENT_DIR")
 
 
@@ -74,6 +75,10 @@ class JobSpec:
         Lower-case letters, digits, ``.``, ``_``, ``-`` (max 63); becomes part of the job id.
         Any other text (``Big_Run.v1``, ``my run``, ``训练-模型``) is kept as ``display_name``
         and a valid name is derived from it (:func:`job_name_of`).
+    after
+        Ids of jobs that must succeed before this one starts (a pipeline's earlier steps).
+        The Slurm backend submits with ``--dependency=afterok:...``; pipelines wait for them
+        themselves on the other backends.
     display_name
         The name as a person wrote it (shown by ``jobs ls``/``show`` and the monitor);
         ``None`` when ``name`` is already what they wrote.
@@ -148,6 +153,7 @@ class JobSpec:
     cpu: str | None = None
     memory: str | None = None
     display_name: str | None = None
+    after: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -179,6 +185,10 @@ class JobSpec:
             set_(self, "command", tuple(str(c) for c in self.command))
         set_(self, "args", tuple(str(a) for a in self.args))
         set_(self, "mounts", tuple(self.mounts))
+        set_(self, "after", tuple(str(a) for a in self.after))
+        for dep in self.after:
+            if not _JOB_ID_RE.match(dep):
+                raise _bad("after", f"{dep[:64]!r} is not a job id", "name the ids of earlier jobs, e.g. ['prep-3f2a']")
         _positive_int("nodes", self.nodes, upper=4096)
         _positive_int("procs_per_node", self.procs_per_node, upper=64)
         _positive_int("tensor_parallel", self.tensor_parallel, upper=4096)
@@ -268,6 +278,7 @@ class JobSpec:
         data["command"] = list(self.command) if self.command is not None else None
         data["args"] = list(self.args)
         data["mounts"] = list(self.mounts)
+        data["after"] = list(self.after)
         data["env"] = dict(self.env)
         data["secrets"] = dict(self.secrets)
         data["budget"] = str(self.budget) if self.budget is not None else None
@@ -295,7 +306,7 @@ class JobSpec:
         for key, value in data.items():
             _check_type(key, value)
         kwargs = dict(data)
-        for key in ("command", "args", "mounts"):
+        for key in ("command", "args", "mounts", "after"):
             if isinstance(kwargs.get(key), Sequence) and not isinstance(kwargs.get(key), str):
                 kwargs[key] = tuple(kwargs[key])
         return cls(**kwargs)
@@ -306,7 +317,7 @@ _TEXT_FIELDS = ("name", "script", "code", "accelerator", "template", "framework"
                 "image", "cpu", "memory", "display_name")  # fmt: skip
 _OPTIONAL = ("script", "code", "command", "steps", "checkpoint_every", "budget", "experiment", "image", "cpu",
              "memory", "display_name")  # fmt: skip
-_LIST_FIELDS = ("command", "args", "mounts")
+_LIST_FIELDS = ("command", "args", "mounts", "after")
 _MAP_FIELDS = ("env", "secrets")
 _INT_FIELDS = ("nodes", "procs_per_node", "tensor_parallel", "pipeline_parallel", "steps", "max_restarts",
                "checkpoint_every")  # fmt: skip
@@ -356,7 +367,7 @@ def _check_type_of(key: str, value: object) -> None:
             raise _bad(key, f"has too many items ({len(value)})")
         for item in value:
             ok = isinstance(item, str) or (
-                key != "mounts" and isinstance(item, (int, float)) and not isinstance(item, bool)
+                key not in ("mounts", "after") and isinstance(item, (int, float)) and not isinstance(item, bool)
             )
             if not ok or len(str(item)) > _MAX_TEXT:
                 raise _bad(key, f"items must be strings, got {type(item).__name__}", 'e.g. ["--lr", "0.1"]')

@@ -22,7 +22,7 @@ from typing import Any
 
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.costs import budget_stop_reason
-from jupyter_starverse.errors import BadInputError, NotFoundError, StarverseError
+from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError, StarverseError
 from jupyter_starverse.experiments import (
     ExperimentPaths,
     ResumePlan,
@@ -235,6 +235,8 @@ class SlurmBackend(RunFolderBackend):
         job_id = new_job_id(spec.name)
         launch, _ = self.plan(spec, job_id, mounts=mounts, store_env=store_env)
         self._check_nodes(launch.partition, spec.nodes)
+        after = self._slurm_ids(spec.after)  # a pipeline's earlier steps must succeed first
+        depend = [f"--dependency=afterok:{':'.join(after)}", "--kill-on-invalid-dep=yes"] if after else []
         run = exp.run(job_id)
         now = time.time()
         record: dict[str, Any] = {
@@ -253,7 +255,8 @@ class SlurmBackend(RunFolderBackend):
             script = run.root / SCRIPT
             script.write_text(render_script(launch))
             write_json(run.root / RECORD, record)
-            proc = run_slurm(["sbatch", "--parsable", str(script)], env=submit_env(), check=False)
+            argv = ["sbatch", "--parsable", *depend, str(script)]
+            proc = run_slurm(argv, env=submit_env(), check=False)
             if proc.returncode != 0:
                 raise submit_error(
                     proc.stderr or proc.stdout,
@@ -290,6 +293,13 @@ class SlurmBackend(RunFolderBackend):
         _, record = self._find(job_id)
         sid = record.get("slurm_job_id")
         return str(sid) if sid else None
+
+    def _slurm_ids(self, job_ids: tuple[str, ...]) -> list[str]:
+        """Slurm's ids of the jobs ``spec.after`` names (``--dependency=afterok``)."""
+        ids = [self.slurm_id(job_id) for job_id in job_ids]
+        if None in ids:
+            raise ConflictError("a job this one depends on is still being submitted", hint="submit it again")
+        return [i for i in ids if i]
 
     def _job(self, run: RunPaths, record: dict[str, Any]) -> Job:
         spec = JobSpec.from_json(record["spec"])

@@ -1,0 +1,198 @@
+"""A pipeline as files someone can read and run: sbatch scripts, Kubernetes YAML, a Python script.
+
+Every job text comes from the facade's ``preview`` (the renderer ``starverse launch --dry-run``
+uses), so an export says exactly what ``pipeline run`` would start. What is added here is only
+the order: ``submit.sh`` chains the sbatch scripts with ``--dependency=afterok``, the YAML lists
+the jobs in order, and the Python script runs the same pipeline through the API.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jupyter_starverse._version import __version__
+from jupyter_starverse.errors import BadInputError
+from jupyter_starverse.experiments import ExperimentPaths
+
+from ._model import Pipeline
+from ._plan import StepPlan, plan
+
+if TYPE_CHECKING:
+    from ._facade import Facade
+
+__all__ = ["EXPORT_FORMATS", "ExportFile", "PipelineExport", "export"]
+
+EXPORT_FORMATS = ("sbatch", "yaml", "python")
+_PLACEHOLDER = "<job-id>"  # what the renderers write where a submitted job has its id
+
+
+@dataclass(frozen=True)
+class ExportFile:
+    """One exported file: its name in the export folder, text and whether it is executable."""
+
+    name: str
+    text: str
+    executable: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "text": self.text, "executable": self.executable}
+
+
+@dataclass(frozen=True)
+class PipelineExport:
+    """The files of one export format; ``main`` is the one to run (``submit.sh``, the YAML, the script)."""
+
+    name: str
+    format: str
+    files: tuple[ExportFile, ...]
+    written: tuple[str, ...] = ()  # where ``write`` put them
+
+    @property
+    def main(self) -> ExportFile:
+        return self.files[0]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "format": self.format, "files": [f.to_json() for f in self.files],
+                "written": list(self.written)}  # fmt: skip
+
+    def __str__(self) -> str:
+        if len(self.files) == 1:
+            return self.main.text.rstrip()
+        return "\n".join(f"# ==> {f.name} <==\n{f.text.rstrip()}\n" for f in self.files).rstrip()
+
+    def write(self, folder: Path) -> PipelineExport:
+        """Write every file into ``folder`` (each through a temp file and a rename)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        written = []
+        for f in self.files:
+            target = folder / f.name
+            tmp = target.with_name(f".{target.name}.tmp")
+            tmp.write_text(f.text)
+            tmp.chmod(0o755 if f.executable else 0o644)
+            tmp.replace(target)
+            written.append(str(target))
+        return PipelineExport(self.name, self.format, self.files, tuple(written))
+
+
+def export(pipeline: Pipeline, facade: Facade, *, fmt: str, base_dir: Path) -> PipelineExport:
+    """``pipeline`` as ``sbatch`` (submit.sh + one script per step), ``yaml`` (Kubernetes) or ``python``."""
+    if fmt not in EXPORT_FORMATS:
+        raise BadInputError(f"export format {fmt!r} is unknown", field="format",
+                            hint=f"use one of {', '.join(EXPORT_FORMATS)}")  # fmt: skip
+    steps = plan(pipeline, facade, base_dir=base_dir)
+    if fmt == "python":
+        return PipelineExport(pipeline.name, fmt, (_python(pipeline, base_dir),))
+    if fmt == "yaml":
+        return PipelineExport(pipeline.name, fmt, (_yaml(pipeline, steps, facade),))
+    scripts = [ExportFile(f"{s.node}.sbatch", facade.preview(s.spec, backend="slurm", output="sbatch").rendered)
+               for s in steps]  # fmt: skip
+    return PipelineExport(pipeline.name, fmt, (_submit(pipeline, steps, facade), *scripts))
+
+
+def _submit(pipeline: Pipeline, steps: list[StepPlan], facade: Facade) -> ExportFile:
+    """``submit.sh``: each step's script with a fresh job id, after the steps it waits for (afterok)."""
+    experiments = facade.settings.experiments
+    lines = [
+        "#!/bin/bash",
+        f"# Submit the pipeline {_line(pipeline.name)!r} to Slurm (jupyter_starverse {__version__}).",
+        "# Each step's sbatch script (beside this file) is what `starverse launch --backend slurm",
+        "# --dry-run` renders; this script gives it a job id, makes its run folder and submits it",
+        "# with --dependency=afterok on the steps it waits for: a step starts only when they succeeded.",
+        "# `starverse pipeline run FILE --backend slurm` does the same and records the jobs for",
+        "# `starverse jobs`; use this file where starverse is not installed on the submit host.",
+        "set -euo pipefail",
+        'here=$(cd "$(dirname "$0")" && pwd)',
+        'stamp=$(date -u +%Y%m%d-%H%M%S)-$(printf "%04x" $((RANDOM % 65536)))',
+        "",
+    ]
+    var = {s.node: f"sid_{i}" for i, s in enumerate(steps)}
+    for i, step in enumerate(steps):
+        run = ExperimentPaths.of(experiments, step.spec.experiment_name).run(_PLACEHOLDER).root
+        folder = str(run).replace(_PLACEHOLDER, f'"$id_{i}"')
+        deps = ":".join(f"${{{var[a]}}}" for a in step.after)
+        depend = f" --dependency=afterok:{deps} --kill-on-invalid-dep=yes" if deps else ""
+        lines += [
+            f"# step {step.node}: {step.spec.nodes} node(s) x {step.spec.procs_per_node}"
+            + (f", after {', '.join(step.after)}" if step.after else ""),
+            f'id_{i}={shlex.quote(step.spec.name)}-"$stamp"',
+            f"mkdir -p {_quote_path(folder)}/logs",
+            f'{var[step.node]}=$(sed "s/{_PLACEHOLDER}/$id_{i}/g" "$here"/{shlex.quote(step.node + ".sbatch")} '
+            f"| sbatch --parsable{depend} | cut -d';' -f1)",
+            f'echo "{step.node}: Slurm job ${{{var[step.node]}}} (run folder {_line(str(run))})"'.replace(
+                _PLACEHOLDER, f"$id_{i}"
+            ),
+            "",
+        ]
+    return ExportFile("submit.sh", "\n".join(lines), executable=True)
+
+
+def _quote_path(text_with_var: str) -> str:
+    """Double-quote a path that holds one ``"$id_N"`` expansion, escaping what double quotes expand."""
+    parts = text_with_var.split('"')
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2 == 1:  # the "$id_N" piece
+            out.append(part)
+        else:
+            out.append(part.replace("\\", "\\\\").replace("$", "\\$").replace("`", "\\`"))
+    return '"' + "".join(out) + '"'
+
+
+def _line(text: str) -> str:
+    return " ".join(text.split()).replace('"', "'").replace("$", "").replace("`", "'")
+
+
+def _yaml(pipeline: Pipeline, steps: list[StepPlan], facade: Facade) -> ExportFile:
+    """Every step's Kubernetes objects in order; each is applied once the steps before it succeeded."""
+    docs = [
+        f"# The pipeline {_line(pipeline.name)!r} on Kubernetes (jupyter_starverse {__version__}): one job per",
+        "# step, in order. Kubernetes has no dependencies between Jobs: apply a step's objects when the",
+        "# steps it waits for have succeeded, or let `starverse pipeline run FILE --backend kubernetes`",
+        "# do it (it submits each step when the previous ones succeeded).",
+    ]
+    for step in steps:
+        text = facade.preview(step.spec, backend="kubernetes", output="yaml").rendered.strip()
+        after = f"after {', '.join(step.after)}" if step.after else "first"
+        docs.append(f"---\n# step {step.node} ({after})\n{text}")
+    return ExportFile(f"{_stem(pipeline)}.yaml", "\n".join(docs) + "\n")
+
+
+def _python(pipeline: Pipeline, base_dir: Path) -> ExportFile:
+    """A script that runs the same pipeline through the API (``client.pipelines.run``)."""
+    doc = json.dumps(pipeline.to_json(), indent=4, sort_keys=True, ensure_ascii=False)
+    text = f'''"""Run the pipeline {pipeline.name!r} through the jupyter_starverse API.
+
+Each step starts when the steps it waits for succeeded (Slurm: --dependency=afterok),
+exactly as `starverse pipeline run` does. Written by jupyter_starverse {__version__}.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+from jupyter_starverse.client import Starverse
+from jupyter_starverse.pipelines import Pipeline
+
+PIPELINE = json.loads(r"""
+{doc}
+""")
+# Relative script paths in the steps are read from here (the pipeline file's folder).
+BASE_DIR = Path({str(base_dir)!r})
+
+if __name__ == "__main__":
+    client = Starverse()
+    run = client.pipelines.run(Pipeline.from_json(PIPELINE), base_dir=BASE_DIR, wait=True)
+    print(run)
+    sys.exit(0 if run.state == "succeeded" else 1)
+'''
+    return ExportFile(f"{_stem(pipeline)}.py", text, executable=True)
+
+
+def _stem(pipeline: Pipeline) -> str:
+    from jupyter_starverse.jobmodel._spec import job_name_of
+
+    return job_name_of(pipeline.name)

@@ -1,0 +1,40 @@
+"""What a pipeline needs of the facade (``client.Starverse`` satisfies it; no import of it here)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from jupyter_starverse._settings import Settings
+    from jupyter_starverse.catalog import Catalog
+    from jupyter_starverse.costs import CostService
+    from jupyter_starverse.jobmodel import Job, JobSpec, LaunchBackend
+
+__all__ = ["Facade", "Rendered"]
+
+
+class Rendered(Protocol):
+    """A dry run's rendered plan (``client.LaunchPreview``)."""
+
+    @property
+    def rendered(self) -> str: ...
+
+
+class Facade(Protocol):
+    """The services a pipeline composes: the catalog, prices, the backends' renderers and launch."""
+
+    settings: Settings
+
+    @property
+    def catalog(self) -> Catalog: ...
+
+    @property
+    def costs(self) -> CostService: ...
+
+    def default_accelerator(self) -> str: ...
+
+    def preview(self, spec: JobSpec, *, backend: str | None = ..., output: str = ...) -> Rendered: ...
+
+    def launch(self, spec: JobSpec, *, backend: str | None = ...) -> Job: ...
+
+    def backend(self, name: str | None = ..., *, port: int | None = ...) -> LaunchBackend: ...

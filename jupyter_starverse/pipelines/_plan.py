@@ -1,0 +1,320 @@
+"""From a pipeline to its jobs, and what is wrong with each node before anything runs.
+
+:func:`plan` turns every step into the :class:`~jupyter_starverse.jobmodel.JobSpec` it launches
+(entries it is fed become mounts, the first dataset's folder ``DATA_PATH``, the first model's
+``MODEL_PATH``). :func:`check` asks the catalog whether the entries are there, the backends'
+own renderers whether the job can start there (GPU pool, Slurm partition, script, mounts), and
+the price table what each step costs; every finding is an :class:`Issue` pinned to a node and
+a field, so the canvas shows it on the node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jupyter_starverse._format import format_money
+from jupyter_starverse.backends import example_script
+from jupyter_starverse.errors import BadInputError, StarverseError
+from jupyter_starverse.jobmodel import JobSpec
+from jupyter_starverse.jobmodel._spec import job_name_of
+
+from ._model import Node, Pipeline
+
+if TYPE_CHECKING:
+    from jupyter_starverse.costs import Preview
+
+    from ._facade import Facade
+
+__all__ = ["Issue", "PipelineCheck", "StepCost", "StepPlan", "check", "plan", "step_plan"]
+
+# JobSpec / backend error fields -> the node form's field.
+_FIELD = {
+    "accelerator": "gpu",
+    "gpu_type": "gpu",
+    "procs_per_node": "gpus_per_node",
+    "mounts": "data",
+    "script": "script",
+    "nodes": "nodes",
+    "tensor_parallel": "tensor_parallel",
+    "pipeline_parallel": "pipeline_parallel",
+    "template": "template",
+    "budget": "budget",
+    "billing": "billing",
+    "steps": "steps",
+    "env": "env",
+    "name": "name",
+    "experiment": "experiment",
+}
+DEFAULT_HOURS = 1.0
+
+
+@dataclass(frozen=True)
+class Issue:
+    """Something wrong (``error``: the pipeline cannot run) or worth knowing (``warning``) about a node."""
+
+    node: str | None
+    message: str
+    level: str = "error"
+    field: str | None = None
+    hint: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"node": self.node, "field": self.field, "level": self.level, "message": self.message,
+                "hint": self.hint}  # fmt: skip
+
+    def __str__(self) -> str:
+        where = f"{self.node}" + (f".{self.field}" if self.field else "") if self.node else "pipeline"
+        return f"{self.level}: {where}: {self.message}" + (f" ({self.hint})" if self.hint else "")
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """One step as the job it launches: the spec, its backend and the steps it waits for."""
+
+    node: str
+    spec: JobSpec
+    backend: str
+    after: tuple[str, ...]
+    hours: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"node": self.node, "spec": self.spec.to_json(), "backend": self.backend, "after": list(self.after),
+                "hours": self.hours}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """A step's price: the launch preview over its estimated hours, or why it has none."""
+
+    node: str
+    preview: Preview | None
+    reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"node": self.node, "preview": self.preview.to_json() if self.preview else None, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class PipelineCheck:
+    """Every issue of every node, each step's cost and the whole pipeline's estimate."""
+
+    name: str
+    issues: tuple[Issue, ...]
+    costs: tuple[StepCost, ...]
+    currency: str
+    total_low: Decimal
+    total_high: Decimal
+    unpriced: tuple[str, ...] = ()
+    info: dict[str, dict[str, Any]] = field(default_factory=dict)  # per node: world size, dp, data paths
+
+    @property
+    def ok(self) -> bool:
+        return not any(i.level == "error" for i in self.issues)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "ok": self.ok,
+            "issues": [i.to_json() for i in self.issues],
+            "costs": [c.to_json() for c in self.costs],
+            "currency": self.currency,
+            "total_low": str(self.total_low),
+            "total_high": str(self.total_high),
+            "total": self.total_text,
+            "unpriced": list(self.unpriced),
+            "info": self.info,
+        }
+
+    @property
+    def total_text(self) -> str:
+        low, high = format_money(self.total_low, self.currency), format_money(self.total_high, self.currency)
+        text = low if self.total_low == self.total_high else f"{low} - {high}"
+        return text + (f" (without {', '.join(self.unpriced)}: not priced)" if self.unpriced else "")
+
+    def __str__(self) -> str:
+        lines = [f"pipeline {self.name}: " + ("ok" if self.ok else "has errors")]
+        lines += [f"  {issue}" for issue in self.issues]
+        for cost in self.costs:
+            est = cost.preview.estimate if cost.preview else None
+            lines.append(f"  cost {cost.node}: {est.figure if est else cost.reason}")
+        lines.append(f"  estimated total: {self.total_text}")
+        return "\n".join(lines)
+
+
+def _int(node: Node, key: str, default: int) -> int:
+    value = node.params.get(key, default)
+    return value if isinstance(value, int) else default
+
+
+def step_plan(pipeline: Pipeline, node: Node, *, base_dir: Path, default_accelerator: str,
+              paths: dict[str, str | None] | None = None, after_ids: tuple[str, ...] = ()) -> StepPlan:  # fmt: skip
+    """The job of step ``node``; ``paths`` maps entry refs to their store folders (``DATA_PATH``)."""
+    p = node.params
+    template = str(p.get("template", "ddp"))
+    script = p.get("script")
+    if script:
+        path = Path(str(script)).expanduser()
+        script = str(path if path.is_absolute() else (base_dir / path).absolute())
+    else:
+        script = str(example_script(template))
+    env = {str(k): str(v) for k, v in dict(p.get("env") or {}).items()}
+    mounts: list[str] = []
+    for entry in pipeline.inputs(node.id):
+        if entry.is_step:
+            continue
+        ref = str(entry.params.get("ref", ""))
+        mounts.append(ref)
+        var = "DATA_PATH" if entry.kind == "dataset" else "MODEL_PATH"
+        folder = (paths or {}).get(ref)
+        if folder and var not in env:
+            env[var] = folder
+    budget = p.get("budget")
+    spec = JobSpec(
+        name=job_name_of(f"{pipeline.name}-{node.id}"),
+        display_name=f"{pipeline.name}: {node.id}",
+        script=script,
+        args=tuple(str(a) for a in p.get("args") or ()),
+        nodes=_int(node, "nodes", 1),
+        procs_per_node=_int(node, "gpus_per_node", 1),
+        accelerator=str(p.get("gpu") or default_accelerator),
+        template=template,
+        tensor_parallel=_int(node, "tensor_parallel", 1),
+        pipeline_parallel=_int(node, "pipeline_parallel", 1),
+        mounts=tuple(dict.fromkeys(mounts)),
+        env=env,
+        steps=p.get("steps"),
+        billing=str(p.get("billing", "on_demand")),
+        budget=Decimal(str(budget)) if budget not in (None, "") else None,
+        experiment=p.get("experiment"),
+        after=after_ids,
+    )
+    after = tuple(n.id for n in pipeline.inputs(node.id) if n.is_step)
+    hours = float(p.get("hours", DEFAULT_HOURS))
+    return StepPlan(node.id, spec, str(p.get("backend") or pipeline.backend), after, hours)
+
+
+def _entry_paths(pipeline: Pipeline, facade: Facade, issues: list[Issue]) -> dict[str, str | None]:
+    """Each entry node's store folder; a missing or unpulled entry is an issue on its node."""
+    paths: dict[str, str | None] = {}
+    feeds = {e.source for e in pipeline.edges}
+    for node in pipeline.nodes:
+        if node.is_step:
+            continue
+        ref = str(node.params.get("ref") or "")
+        if not ref:
+            issues.append(Issue(node.id, f"pick a {node.kind} from the catalog", field="ref"))
+            continue
+        if node.id not in feeds:
+            issues.append(Issue(node.id, "feeds no step", "warning", "ref", "drop it onto a training step"))
+        try:
+            status = facade.catalog.status(ref)
+        except StarverseError as e:
+            issues.append(Issue(node.id, f"{ref}: {e.message}", field="ref", hint=e.hint))
+            paths[ref] = None
+            continue
+        if status.state != "cached":
+            issues.append(Issue(node.id, f"{status.ref} is {status.state}, not pulled", field="ref",
+                                hint=f"pull it first: starverse store pull {status.ref}"))  # fmt: skip
+            paths[ref] = None
+            continue
+        paths[ref] = status.path
+    return paths
+
+
+def _parallel_issue(node: Node) -> Issue | None:
+    """data x tensor x pipeline parallel must be the step's card count (nodes x GPUs per node)."""
+    cards = _int(node, "nodes", 1) * _int(node, "gpus_per_node", 1)
+    tp, pp = _int(node, "tensor_parallel", 1), _int(node, "pipeline_parallel", 1)
+    dp = node.params.get("data_parallel")
+    if isinstance(dp, int) and dp * tp * pp != cards:
+        return Issue(node.id, f"data {dp} x tensor {tp} x pipeline {pp} = {dp * tp * pp}, but the step has "
+                     f"{cards} card(s)", field="data_parallel",
+                     hint=f"make the product {cards}, or change nodes / GPUs per node")  # fmt: skip
+    if dp is None and cards % (tp * pp):
+        return Issue(node.id, f"tensor {tp} x pipeline {pp} = {tp * pp} does not divide {cards} card(s)",
+                     field="tensor_parallel", hint="choose degrees whose product divides nodes x GPUs")  # fmt: skip
+    return None
+
+
+def plan(pipeline: Pipeline, facade: Facade, *, base_dir: Path,
+         paths: dict[str, str | None] | None = None) -> list[StepPlan]:  # fmt: skip
+    """Every step's job in dependency order; the first bad step raises ``BadInputError``."""
+    if not pipeline.steps:
+        raise BadInputError(f"pipeline {pipeline.name!r} has no step", field="nodes",
+                            hint="add a training step from the palette")  # fmt: skip
+    if paths is None:
+        issues: list[Issue] = []
+        paths = _entry_paths(pipeline, facade, issues)
+        errors = [i for i in issues if i.level == "error"]
+        if errors:
+            raise BadInputError(str(errors[0]), field=errors[0].field, hint=errors[0].hint)
+    out = []
+    for node in pipeline.steps:
+        bad = _parallel_issue(node)
+        if bad:
+            raise BadInputError(f"step {node.id}: {bad.message}", field=bad.field, hint=bad.hint)
+        out.append(step_plan(pipeline, node, base_dir=base_dir, paths=paths,
+                             default_accelerator=facade.default_accelerator()))  # fmt: skip
+    return out
+
+
+def check(pipeline: Pipeline, facade: Facade, *, base_dir: Path) -> PipelineCheck:
+    """Every issue of ``pipeline`` (pinned to nodes) and its cost; starts nothing."""
+    issues: list[Issue] = []
+    paths = _entry_paths(pipeline, facade, issues)
+    bad_entries = {i.node for i in issues if i.level == "error"}
+    costs: list[StepCost] = []
+    info: dict[str, dict[str, Any]] = {}
+    currency = facade.costs.prices.currency
+    low = high = Decimal(0)
+    unpriced: list[str] = []
+    if not pipeline.steps:
+        issues.append(Issue(None, "the pipeline has no step", hint="drag a training step from the palette"))
+    for node in pipeline.steps:
+        parallel = _parallel_issue(node)
+        if parallel:
+            issues.append(parallel)
+        waits = [n.id for n in pipeline.inputs(node.id) if n.id in bad_entries]
+        try:
+            step = step_plan(pipeline, node, base_dir=base_dir, paths=paths,
+                             default_accelerator=facade.default_accelerator())  # fmt: skip
+        except BadInputError as e:
+            issues.append(Issue(node.id, e.message.removeprefix("JobSpec."), field=_FIELD.get(e.field or ""),
+                                hint=e.hint))  # fmt: skip
+            unpriced.append(node.id)
+            continue
+        spec = step.spec
+        dp = spec.world_size // (spec.tensor_parallel * spec.pipeline_parallel) if not parallel else None
+        info[node.id] = {"cards": spec.world_size, "data_parallel": dp, "backend": step.backend,
+                         "accelerator": spec.accelerator, "job_name": spec.name, "mounts": list(spec.mounts),
+                         "paths": {ref: paths.get(ref) for ref in spec.mounts}, "script": spec.script}  # fmt: skip
+        if waits:
+            issues.append(Issue(node.id, f"its input {', '.join(waits)} is not ready", field="data"))
+        else:
+            try:  # the backend's own checks: GPU pool or partition, script, mounts, secrets
+                facade.preview(spec.replace(after=()), backend=step.backend, output=_output(step.backend))
+            except BadInputError as e:
+                issues.append(Issue(node.id, e.message.removeprefix("JobSpec."), field=_FIELD.get(e.field or ""),
+                                    hint=e.hint))  # fmt: skip
+            except StarverseError as e:
+                issues.append(Issue(node.id, f"{step.backend}: {e.message}", field="backend", hint=e.hint))
+        priced = facade.costs.preview_or_reason(spec, int(step.hours * 3600))
+        if isinstance(priced, str):
+            costs.append(StepCost(node.id, None, priced))
+            unpriced.append(node.id)
+            issues.append(Issue(node.id, priced, "warning", "gpu"))
+            continue
+        costs.append(StepCost(node.id, priced))
+        if priced.estimate is not None:
+            low += priced.estimate.low
+            high += priced.estimate.high
+        if priced.warning:
+            issues.append(Issue(node.id, priced.warning, "warning", "budget"))
+    return PipelineCheck(pipeline.name, tuple(issues), tuple(costs), currency, low, high, tuple(unpriced), info)
+
+
+def _output(backend: str) -> str:
+    return "sbatch" if backend == "slurm" else "yaml"

@@ -1,0 +1,269 @@
+"""Running a pipeline: its steps become jobs that start when the steps they wait for succeeded.
+
+A run is a folder ``<home>/pipelines/<run id>/`` with ``run.json``: the pipeline as it was
+started, the folder its relative paths are read from, and per step its job id once submitted
+(or why it never was). One process writes it (the driver: ``pipeline run`` in the foreground,
+or the detached driver the REST route starts); everyone reads it, and the jobs' own states
+come from their backends, so a status survives any restart.
+
+How steps wait: on Slurm a step whose inputs are Slurm jobs is submitted at once with
+``--dependency=afterok`` (``JobSpec.after``); anywhere else the driver waits for the inputs to
+finish and submits the step only when all of them succeeded (local: in order; Kubernetes: one
+after another). A step after a failed one is ``skipped``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jupyter_starverse._format import pretty_text
+from jupyter_starverse._procs import ProcessRecord, alive, process_record
+from jupyter_starverse.errors import BadInputError, NotFoundError, StarverseError
+from jupyter_starverse.jobmodel import Job, JobState
+
+from ._model import Pipeline
+from ._plan import StepPlan, plan
+
+if TYPE_CHECKING:
+    from ._facade import Facade
+
+__all__ = ["PipelineRun", "RunStore", "StepRun", "drive"]
+
+_RUN_ID_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789-._"
+WAITING, SKIPPED, NOT_SUBMITTED = "waiting", "skipped", "not_submitted"
+
+
+@dataclass(frozen=True)
+class StepRun:
+    """One step of a run: its job once submitted, its state (a job state, ``waiting`` or ``skipped``)."""
+
+    node: str
+    backend: str
+    state: str = WAITING
+    job_id: str | None = None
+    reason: str | None = None
+    experiment_dir: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"node": self.node, "backend": self.backend, "state": self.state, "job_id": self.job_id,
+                "reason": self.reason, "experiment_dir": self.experiment_dir}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StepRun:
+        def text(key: str) -> str | None:
+            value = data.get(key)
+            return value if isinstance(value, str) else None
+
+        return cls(str(data.get("node")), str(data.get("backend")), text("state") or WAITING, text("job_id"),
+                   text("reason"), text("experiment_dir"))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PipelineRun:
+    """A run of a pipeline: one :class:`StepRun` per step; ``state`` is the whole run's."""
+
+    run_id: str
+    name: str
+    created: float
+    steps: tuple[StepRun, ...]
+    state: str = "running"
+    driver: str | None = None  # "running", "gone" or None (finished / foreground)
+    pipeline: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "name": self.name, "created": self.created, "state": self.state,
+                "driver": self.driver, "steps": [s.to_json() for s in self.steps]}  # fmt: skip
+
+    def step(self, node: str) -> StepRun:
+        return next(s for s in self.steps if s.node == node)
+
+    def __str__(self) -> str:
+        lines = [f"pipeline run {self.run_id} ({self.name}): {self.state}"]
+        width = max((len(s.node) for s in self.steps), default=4)
+        for s in self.steps:
+            job = f"  {s.backend}:{s.job_id}" if s.job_id else ""
+            why = f"  ({s.reason})" if s.reason and s.state not in ("succeeded",) else ""
+            lines.append(f"  {s.node:<{width}}  {s.state:<10}{job}{why}")
+        if self.driver == "gone":
+            lines.append("  the driver that submits the next steps is gone: `starverse pipeline run` again")
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        pretty_text(p, str(self))
+
+
+def overall(steps: tuple[StepRun, ...]) -> str:
+    """``succeeded`` when every step did; ``failed`` when one failed, was cancelled or skipped; else ``running``."""
+    states = [s.state for s in steps]
+    if all(s == "succeeded" for s in states):
+        return "succeeded"
+    if any(s in ("failed", "cancelled", SKIPPED, NOT_SUBMITTED) for s in states) and not any(
+        s in (WAITING, "pending", "running", "preempted", "resuming") for s in states
+    ):
+        return "failed"
+    return "running"
+
+
+class RunStore:
+    """Run folders under ``<home>/pipelines``: create, read, write (temp + rename)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def folder(self, run_id: str) -> Path:
+        if (not isinstance(run_id, str) or not run_id[:1].isalnum() or len(run_id) > 128
+                or set(run_id) - set(_RUN_ID_CHARS)):  # fmt: skip
+            raise NotFoundError(f"no pipeline run {run_id!r}", hint="`starverse pipeline runs` lists them")
+        return self.root / run_id
+
+    def new(self, pipeline: Pipeline, steps: list[StepPlan], base_dir: Path) -> str:
+        from jupyter_starverse.jobmodel._spec import job_name_of
+
+        run_id = f"{job_name_of(pipeline.name)[:40]}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-"
+        run_id += secrets.token_hex(2)
+        self.folder(run_id).mkdir(parents=True, exist_ok=False)
+        self.write(run_id, {
+            "run_id": run_id, "name": pipeline.name, "created": time.time(), "base_dir": str(base_dir),
+            "pipeline": pipeline.to_json(), "driver": None,
+            "steps": [StepRun(s.node, s.backend).to_json() for s in steps],
+        })  # fmt: skip
+        return run_id
+
+    def read(self, run_id: str) -> dict[str, Any]:
+        path = self.folder(run_id) / "run.json"
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise NotFoundError(f"no pipeline run {run_id!r}", hint="`starverse pipeline runs` lists them") from None
+        if not isinstance(data, dict):
+            raise StarverseError(f"{path} is not a run record", hint="remove the folder and run the pipeline again")
+        return data
+
+    def write(self, run_id: str, data: dict[str, Any]) -> None:
+        path = self.folder(run_id) / "run.json"
+        tmp = path.with_name(f".run.json.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+        tmp.replace(path)
+
+    def ids(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted((p.name for p in self.root.iterdir() if (p / "run.json").is_file()), reverse=True)
+
+
+def _set_step(store: RunStore, run_id: str, step: StepRun) -> None:
+    data = store.read(run_id)
+    data["steps"] = [step.to_json() if s["node"] == step.node else s for s in data["steps"]]
+    store.write(run_id, data)
+
+
+def drive(facade: Facade, store: RunStore, run_id: str, *, poll: float = 0.5,
+          on_change: Callable[[str, StepRun], None] | None = None) -> None:  # fmt: skip
+    """Submit each step of run ``run_id`` once the steps it waits for succeeded; return when all are done.
+
+    The one loop behind ``pipeline run`` (foreground) and the detached driver of the REST route.
+    """
+    data = store.read(run_id)
+    pipeline = Pipeline.from_json(data["pipeline"])
+    steps = plan(pipeline, facade, base_dir=Path(data["base_dir"]))
+    data["driver"] = process_record(os.getpid()).to_json()
+    store.write(run_id, data)
+    jobs: dict[str, Job] = {}
+    failed: dict[str, str] = {}
+
+    last: dict[str, tuple[str, str | None]] = {}
+
+    def record(step: StepRun) -> None:
+        if last.get(step.node) == (step.state, step.job_id):
+            return
+        last[step.node] = (step.state, step.job_id)
+        _set_step(store, run_id, step)
+        if on_change is not None:
+            on_change(step.node, step)
+
+    try:
+        for step in steps:
+            bad = [a for a in step.after if a in failed]
+            if bad:
+                failed[step.node] = f"after {bad[0]}, which did not succeed"
+                record(StepRun(step.node, step.backend, SKIPPED, reason=failed[step.node]))
+                continue
+            chain = step.backend == "slurm" and all(jobs[a].backend == "slurm" for a in step.after)
+            if not chain:  # wait here for the inputs, and go on only when they all succeeded
+                for dep in step.after:
+                    jobs[dep] = done = _wait(facade, jobs[dep], poll)
+                    record(_step_of(dep, done))
+                    if done.state != JobState.SUCCEEDED:
+                        failed[dep] = done.reason or done.state.value
+                bad = [a for a in step.after if a in failed]
+                if bad:
+                    failed[step.node] = f"after {bad[0]}, which did not succeed"
+                    record(StepRun(step.node, step.backend, SKIPPED, reason=failed[step.node]))
+                    continue
+            spec = step.spec.replace(after=[jobs[a].id for a in step.after]) if chain else step.spec
+            try:
+                job = facade.launch(spec, backend=step.backend)
+            except StarverseError as e:
+                failed[step.node] = e.message
+                record(StepRun(step.node, step.backend, NOT_SUBMITTED, reason=f"{e.message} ({e.hint})"))
+                continue
+            jobs[step.node] = job
+            record(_step_of(step.node, job))
+        for node, job in jobs.items():
+            record(_step_of(node, _wait(facade, job, poll)))
+    finally:
+        data = store.read(run_id)
+        data["driver"] = None
+        data["finished"] = time.time()
+        store.write(run_id, data)
+
+
+def _step_of(node: str, job: Job) -> StepRun:
+    return StepRun(node, job.backend, job.state.value, job.id, job.reason, job.experiment_dir)
+
+
+def _wait(facade: Facade, job: Job, poll: float) -> Job:
+    backend = facade.backend(job.backend)
+    while True:
+        current = backend.get(job.id)
+        if current.state.finished:
+            return current
+        time.sleep(poll)
+
+
+def status(facade: Facade, store: RunStore, run_id: str) -> PipelineRun:
+    """The run with every submitted step's live state from its backend."""
+    data = store.read(run_id)
+    steps: list[StepRun] = []
+    for raw in data.get("steps", []):
+        step = StepRun.from_json(raw)
+        if step.job_id and step.state not in ("succeeded", "failed", "cancelled"):
+            try:
+                step = _step_of(step.node, facade.backend(step.backend).get(step.job_id))
+            except StarverseError as e:
+                step = StepRun(step.node, step.backend, step.state, step.job_id, f"state unknown: {e.message}")
+        steps.append(step)
+    driver: str | None = None
+    rec = ProcessRecord.from_json(data.get("driver"))
+    if rec is not None:
+        driver = "gone" if alive(rec) is False else "running"
+    state = overall(tuple(steps))
+    if driver == "gone" and state == "running" and not any(s.job_id and s.state not in ("succeeded", "failed",
+                                                               "cancelled") for s in steps):  # fmt: skip
+        state = "stopped"
+    return PipelineRun(data["run_id"], data.get("name", ""), float(data.get("created", 0)), tuple(steps), state,
+                       driver, data.get("pipeline", {}))  # fmt: skip
+
+
+def check_base_dir(base_dir: Path) -> Path:
+    if not base_dir.is_dir():
+        raise BadInputError(f"{base_dir} is not a folder", field="base_dir",
+                            hint="relative script paths are read from the pipeline file's folder")  # fmt: skip
+    return base_dir.resolve()
