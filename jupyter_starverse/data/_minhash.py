@@ -1,0 +1,292 @@
+"""MinHash LSH near-duplicate search whose memory stays bounded: band tables live on disk.
+
+Signatures are datasketch's ``affine32`` MinHash (the same values ``datasketch.MinHash`` gives
+for the same 32-bit shingle hashes; a test checks it), computed with numpy for a whole document
+at once. Each document's band keys go to one of ``partitions`` files on disk (by key); a
+partition is read back, sorted and grouped on its own, so the peak memory is one partition,
+whatever the corpus size. Candidates are then verified by the exact Jaccard similarity of their
+character shingles, read back from a spill of the normalized texts.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jupyter_starverse.errors import MissingDependencyError
+
+__all__ = ["LshIndex", "MinHasher", "Pair", "UnionFind", "lsh_params", "normalize"]
+
+_FMIX32 = (16, 0x85EBCA6B, 13, 0xC2B2AE35, 16)
+_WS = re.compile(r"\s+")
+_RECORD = 16  # bytes per (band key, doc) record
+
+
+def _np() -> Any:
+    try:
+        import numpy as np
+    except ImportError as e:  # pragma: no cover - numpy comes with datasketch
+        raise MissingDependencyError("numpy", extra="data", purpose="dedup") from e
+    return np
+
+
+def normalize(text: str) -> str:
+    """Lower case, runs of whitespace as one space: what shingles and exact hashes see."""
+    return _WS.sub(" ", text).strip().lower()
+
+
+def lsh_params(threshold: float, num_perm: int) -> tuple[int, int]:
+    """``(bands, rows)`` datasketch's MinHashLSH would pick (equal false positive/negative weights)."""
+    try:
+        from datasketch.lsh import _optimal_param  # type: ignore[import-untyped]
+    except ImportError as e:
+        raise MissingDependencyError("datasketch", extra="data", purpose="dedup") from e
+    b, r = _optimal_param(threshold, num_perm, 0.5, 0.5)
+    return int(b), int(r)
+
+
+class MinHasher:
+    """Character ``ngram`` shingles -> a ``num_perm`` MinHash signature (datasketch affine32)."""
+
+    def __init__(self, *, num_perm: int = 128, ngram: int = 5, seed: int = 1) -> None:
+        try:
+            from datasketch import MinHash  # type: ignore[import-untyped]
+        except ImportError as e:
+            raise MissingDependencyError("datasketch", extra="data", purpose="dedup") from e
+        np = _np()
+        self.np = np
+        self.num_perm, self.ngram, self.seed = num_perm, ngram, seed
+        a, b = MinHash(num_perm=num_perm, seed=seed).permutations
+        self._a = np.asarray(a, dtype=np.uint32)[None, :]
+        self._b = np.asarray(b, dtype=np.uint32)[None, :]
+        self._powers = np.array([pow(1_000_003, k, 1 << 64) for k in range(ngram)][::-1], dtype=np.uint64)
+
+    def shingles(self, norm: str) -> Any:
+        """Sorted unique 32-bit hashes of the character ``ngram``s of a normalized text."""
+        np = self.np
+        cps = np.frombuffer(norm.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
+        n = self.ngram
+        if len(cps) < n:
+            cps = np.concatenate([cps, np.zeros(n - len(cps), dtype=np.uint64)])
+        h = np.zeros(len(cps) - n + 1, dtype=np.uint64)
+        for k in range(n):
+            h += cps[k : len(cps) - n + 1 + k] * self._powers[k]
+        h *= np.uint64(0x9E3779B97F4A7C15)
+        return np.unique((h >> np.uint64(32)).astype(np.uint32))
+
+    def signature(self, shingles: Any) -> Any:
+        """The MinHash of a set of 32-bit hashes (what ``datasketch.MinHash.update_batch`` gives)."""
+        np = self.np
+        s1, m1, s2, m2, s3 = _FMIX32
+        hv = shingles.astype(np.uint32)
+        hv = hv ^ (hv >> np.uint32(s1))
+        hv = hv * np.uint32(m1)
+        hv = hv ^ (hv >> np.uint32(s2))
+        hv = hv * np.uint32(m2)
+        hv = hv ^ (hv >> np.uint32(s3))
+        return (hv[:, None] * self._a + self._b).min(axis=0)
+
+    @staticmethod
+    def jaccard(a: Any, b: Any) -> float:
+        """Exact Jaccard similarity of two sorted unique shingle arrays."""
+        np = _np()
+        if not len(a) and not len(b):
+            return 1.0
+        inter = len(np.intersect1d(a, b, assume_unique=True))
+        return inter / (len(a) + len(b) - inter)
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A verified candidate: ``dup`` (later document) against ``kept`` (earlier), with their Jaccard."""
+
+    kept: int
+    dup: int
+    similarity: float
+
+
+class UnionFind:
+    """Clusters over document numbers; the root is always the smallest (first seen) document."""
+
+    def __init__(self, n: int, path: Path | None = None) -> None:
+        np = _np()
+        if path is not None and n > 1_000_000:
+            self.parent = np.memmap(path, dtype=np.int64, mode="w+", shape=(n,))
+            self.parent[:] = np.arange(n, dtype=np.int64)
+        else:
+            self.parent = np.arange(n, dtype=np.int64)
+
+    def find(self, x: int) -> int:
+        parent = self.parent
+        root = x
+        while parent[root] != root:
+            root = int(parent[root])
+        while parent[x] != root:
+            parent[x], x = root, int(parent[x])
+        return root
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            lo, hi = (ra, rb) if ra < rb else (rb, ra)
+            self.parent[hi] = lo
+
+
+class LshIndex:
+    """Band keys spilled to ``partitions`` files under ``folder``; texts spilled for verification.
+
+    Add documents in order with :meth:`add` (``doc`` numbers increasing), then :meth:`candidates`
+    yields groups of documents that share a band, one partition in memory at a time.
+    """
+
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        hasher: MinHasher,
+        threshold: float = 0.5,
+        partitions: int = 16,
+        buffer_bytes: int = 8 << 20,
+    ) -> None:
+        np = _np()
+        self.np = np
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self.hasher = hasher
+        self.bands, self.rows = lsh_params(threshold, hasher.num_perm)
+        self.partitions = max(1, partitions)
+        rng = np.random.RandomState(12345)
+        self._mult = (
+            rng.randint(1, 1 << 62, size=(self.rows,), dtype=np.int64).astype(np.uint64) << np.uint64(1)
+        ) | np.uint64(1)
+        self._band_salt = rng.randint(1, 1 << 62, size=(self.bands,), dtype=np.int64).astype(np.uint64)
+        self._buffers: list[list[Any]] = [[] for _ in range(self.partitions)]
+        self._buffered = 0
+        self._flush_at = max(1, buffer_bytes // (_RECORD * self.bands))
+        self._texts = open(folder / "texts.bin", "wb")  # noqa: SIM115 - closed in finish()
+        self._offsets_file = open(folder / "offsets.bin", "wb")  # noqa: SIM115
+        self._pos = 0
+        self.count = 0
+
+    def band_keys(self, signature: Any) -> Any:
+        np = self.np
+        sig = signature[: self.bands * self.rows].astype(np.uint64).reshape(self.bands, self.rows)
+        keys = (sig * self._mult).sum(axis=1) ^ self._band_salt
+        keys ^= keys >> np.uint64(29)
+        return keys
+
+    def add(self, doc: int, norm: str, signature: Any) -> None:
+        """Record ``doc``'s band keys and its normalized text."""
+        np = self.np
+        keys = self.band_keys(signature)
+        part = keys % np.uint64(self.partitions)
+        records = np.empty((self.bands, 2), dtype=np.uint64)
+        records[:, 0] = keys
+        records[:, 1] = doc
+        for p in np.unique(part):
+            self._buffers[int(p)].append(records[part == p])
+        data = norm.encode("utf-8")
+        self._texts.write(data)
+        self._offsets_file.write(struct.pack("<qqq", doc, self._pos, len(data)))
+        self._pos += len(data)
+        self.count += 1
+        self._buffered += 1
+        if self._buffered >= self._flush_at:
+            self._flush()
+
+    def _flush(self) -> None:
+        np = self.np
+        for p, chunks in enumerate(self._buffers):
+            if chunks:
+                with open(self.folder / f"bands-{p:04d}.bin", "ab") as f:
+                    f.write(np.concatenate(chunks).tobytes())
+                chunks.clear()
+        self._buffered = 0
+
+    def finish(self) -> None:
+        self._flush()
+        self._texts.close()
+        self._offsets_file.close()
+
+    def _text_index(self) -> Any:
+        np = self.np
+        return np.fromfile(self.folder / "offsets.bin", dtype=np.int64).reshape(-1, 3)  # doc order
+
+    def _reader(self, index: Any, texts: Any, cache: dict[int, Any]) -> Any:
+        np = self.np
+
+        def shingles(doc: int) -> Any:
+            if doc not in cache:
+                if len(cache) > 4096:
+                    cache.clear()
+                row = index[int(np.searchsorted(index[:, 0], doc))]
+                texts.seek(int(row[1]))
+                cache[doc] = self.hasher.shingles(texts.read(int(row[2])).decode("utf-8"))
+            return cache[doc]
+
+        return shingles
+
+    def candidates(self) -> Iterator[list[int]]:
+        """Groups (sorted document numbers, at least two) sharing a band key, partition by partition."""
+        np = self.np
+        for p in range(self.partitions):
+            path = self.folder / f"bands-{p:04d}.bin"
+            if not path.exists():
+                continue
+            rec = np.fromfile(path, dtype=np.uint64).reshape(-1, 2)
+            if len(rec) < 2:
+                continue
+            order = np.lexsort((rec[:, 1], rec[:, 0]))
+            rec = rec[order]
+            keys = rec[:, 0]
+            starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+            ends = np.concatenate((starts[1:], [len(keys)]))
+            for s, e in zip(starts, ends, strict=True):
+                if e - s > 1:
+                    yield sorted({int(d) for d in rec[s:e, 1]})
+
+    def verify(self, *, threshold: float, floor: float, union: UnionFind, max_checks: int = 3) -> list[Pair]:
+        """Exact-Jaccard check of candidate groups: each member against the group's first document,
+        then its ``max_checks`` nearest earlier members. Pairs at ``threshold`` are joined; every pair
+        at ``floor`` or more is recorded (what a threshold preview replays)."""
+        index = self._text_index()
+        seen: set[tuple[int, int]] = set()
+        pairs: list[Pair] = []
+        with open(self.folder / "texts.bin", "rb") as texts:
+            shingles = self._reader(index, texts, {})
+            for group in self.candidates():
+                for j in range(1, len(group)):
+                    doc = group[j]
+                    others = dict.fromkeys([group[0], *group[max(1, j - max_checks) : j][::-1]])
+                    for other in others:
+                        if (other, doc) in seen:
+                            continue
+                        seen.add((other, doc))
+                        sim = MinHasher.jaccard(shingles(other), shingles(doc))
+                        if sim >= floor:
+                            pairs.append(Pair(other, doc, round(sim, 4)))
+                        if sim >= threshold:
+                            union.union(other, doc)
+                            break
+        return pairs
+
+    def similarity(self, a: int, b: int) -> float:
+        """Exact Jaccard of two added documents."""
+        with open(self.folder / "texts.bin", "rb") as texts:
+            shingles = self._reader(self._text_index(), texts, {})
+            return MinHasher.jaccard(shingles(a), shingles(b))
+
+    def close(self) -> None:
+        for path in self.folder.iterdir():
+            path.unlink(missing_ok=True)
+
+
+def partitions_for(docs: int, bands: int, max_memory: int) -> int:
+    """How many band files keep one partition (``docs * bands`` records of 16 bytes, sorted) in ``max_memory``."""
+    need = docs * bands * _RECORD * 3  # records, the sort order, the grouping
+    return max(1, min(4096, math.ceil(need / max(1, max_memory))))

@@ -1,0 +1,527 @@
+"""The data preparation service: every step reads a store dataset and writes a NEW version.
+
+A step reads ``NAME[@VERSION]`` (pulled first if needed) or a folder/fsspec URL, runs, and
+publishes its output as a new version of a dataset in the catalog (the source is never
+touched). The version folder holds ``data.jsonl`` and ``_starverse/`` with the report (JSON
+and HTML) and the provenance: every step since the raw data, with its parameters and counts.
+Reports are also kept under ``prepared/_reports`` on the store for listing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from jupyter_starverse._settings import Settings
+from jupyter_starverse.catalog import Catalog, DatasetRef, parse_ref
+from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError
+
+from . import _steps
+from ._html import report_html
+from ._pii import PII_TYPES, Deidentifier, find_pii
+from ._read import Doc, Malformed, Source, list_files, read_docs
+from ._types import DataReport, ReportList, StepEstimate
+
+__all__ = ["DataPrep"]
+
+Say = Callable[[str], None]
+STEPS = ("scan", "clean", "dedup", "score")
+_MALFORMED_SHOWN = 100
+_SAMPLE = 200
+
+
+class _Input:
+    def __init__(self, label: str, source: Source, provenance: list[dict[str, Any]], ref: DatasetRef | None) -> None:
+        self.label, self.source, self.provenance, self.ref = label, source, provenance, ref
+
+
+class DataPrep:
+    """Scan, clean, dedup and score datasets of the store.
+
+    Parameters
+    ----------
+    settings
+        The workspace settings (the store).
+    catalog
+        The store's catalog: where inputs come from and outputs are published.
+    """
+
+    def __init__(self, settings: Settings, catalog: Catalog) -> None:
+        self.settings = settings
+        self.catalog = catalog
+
+    # -- places ------------------------------------------------------------------------
+    @property
+    def prepared(self) -> Path:
+        """Where step outputs are written before the catalog takes them in."""
+        return self.catalog.root / "prepared"
+
+    @property
+    def reports_dir(self) -> Path:
+        return self.prepared / "_reports"
+
+    # -- inputs and outputs --------------------------------------------------------------
+    def _input(self, source: str) -> _Input:
+        if not isinstance(source, str) or not source.strip():
+            raise BadInputError(
+                "name a dataset", field="source", hint="e.g. corpus, corpus@2, ./raw or s3://bucket/raw"
+            )
+        source = source.strip()
+        if "://" in source or os.sep in source or source.startswith(".") or Path(source).exists():
+            return _Input(source, list_files(source), [], None)
+        ref = parse_ref(source)
+        if not isinstance(ref, DatasetRef):
+            raise BadInputError(
+                f"{source!r} is a model, not a dataset", field="source", hint="name a dataset of the store"
+            )
+        entry = self.catalog.entry(source)
+        self.catalog.pull(entry.ref)
+        folder = self.catalog.mount(entry.ref)
+        prov_path = folder / "_starverse" / "provenance.json"
+        provenance = json.loads(prov_path.read_text()) if prov_path.is_file() else []
+        if not provenance:
+            provenance = [
+                {"step": "raw", "source": entry.source, "output": entry.ref, "params": {}, "at": entry.added_at}
+            ]
+        return _Input(entry.ref, list_files(str(folder)), provenance, DatasetRef(entry.name, entry.version))
+
+    def _target(self, step: str, inp: _Input, to: str | None) -> DatasetRef:
+        if to:
+            ref = parse_ref(to)
+            if not isinstance(ref, DatasetRef):
+                raise BadInputError(f"{to!r} is not a dataset name", field="to", hint="e.g. corpus@clean")
+            target = DatasetRef(ref.name, ref.version or f"{step}-{time.strftime('%Y%m%d%H%M%S')}")
+        elif inp.ref is not None:
+            target = DatasetRef(inp.ref.name, f"{inp.ref.version}-{step}")
+        else:
+            raise BadInputError(
+                f"where should the {step} output go?",
+                field="to",
+                hint="pass --to NAME[@VERSION] for a folder or URL input",
+            )
+        try:
+            self.catalog.entry(str(target))
+        except NotFoundError:
+            return target
+        raise ConflictError(
+            f"{target} already exists; a step never overwrites a dataset version",
+            hint="pass --to NAME@ANOTHER-VERSION, or remove it with `starverse store rm`",
+        )
+
+    def _salt(self, salt: str | None) -> bytes | None:
+        if salt is None:
+            return None
+        kind, _, where = salt.partition(":")
+        if kind == "env" and where:
+            value = os.environ.get(where)
+            if not value:
+                raise BadInputError(
+                    f"the salt variable {where} is not set", field="salt", hint=f"export {where}=<a long random secret>"
+                )
+            return value.encode()
+        if kind == "file" and where:
+            path = Path(where).expanduser()
+            if not path.is_file():
+                raise BadInputError(
+                    f"no salt file {where}", field="salt", hint="write a long random secret to that file"
+                )
+            data = path.read_bytes().strip()
+            if not data:
+                raise BadInputError(
+                    f"the salt file {where} is empty", field="salt", hint="write a long random secret to it"
+                )
+            return data
+        raise BadInputError(
+            "the salt is given by reference: env:VARIABLE or file:PATH", field="salt", hint="e.g. --salt env:PII_SALT"
+        )
+
+    def _model(self, ref: str | None, what: str, make: Callable[[Path], Any]) -> Any:
+        if not ref:
+            return None
+        if not ref.startswith("hf:"):
+            raise BadInputError(f"the {what} is a store model, hf:ORG/REPO", field=what, hint="e.g. hf:my-org/encoder")
+        self.catalog.pull(ref)
+        return make(self.catalog.mount(ref))
+
+    # -- estimate ---------------------------------------------------------------------------
+    def estimate(self, step: str, source: str, **options: Any) -> StepEstimate:
+        """Time and peak memory of ``step`` on ``source``, from its size and a timed sample of documents."""
+        return self._estimate(step, self._input(source), options)
+
+    def _estimate(self, step: str, inp: _Input, options: Mapping[str, Any], models: Sequence[Any] = ()) -> StepEstimate:
+        if step not in STEPS:
+            raise BadInputError(f"unknown step {step!r}", field="step", hint=f"steps: {', '.join(STEPS)}")
+        size = inp.source.size
+        sample: list[Doc] = []
+        started = time.perf_counter()
+        for doc in read_docs(inp.source, text_field=options.get("text_field", "text")):
+            sample.append(doc)
+            if len(sample) >= _SAMPLE:
+                break
+        read_s = time.perf_counter() - started
+        sample_bytes = sum(len(d.text.encode()) + 16 for d in sample) or 1
+        docs = max(len(sample), round(size / (sample_bytes / max(1, len(sample))))) if sample else 0
+        started = time.perf_counter()
+        per_doc_factor = 1.0
+        if step in ("scan", "clean"):
+            for d in sample:
+                find_pii(d.text)
+        elif step == "dedup":
+            from ._minhash import MinHasher, normalize
+
+            h = MinHasher(num_perm=int(options.get("num_perm", 128)))
+            for d in sample:
+                h.signature(h.shingles(normalize(d.text)))
+            per_doc_factor = 2.0  # the second pass, verification and paragraphs
+        else:
+            for d in sample:
+                _steps.quality(d.text)
+        work_s = time.perf_counter() - started
+        for m in models:
+            if hasattr(m, "perplexity"):
+                t = time.perf_counter()
+                for d in sample[:8]:
+                    m.perplexity(d.text)
+                work_s += (time.perf_counter() - t) * len(sample) / max(1, min(8, len(sample)))
+            elif hasattr(m, "embed") and sample:
+                t = time.perf_counter()
+                m.embed([d.text for d in sample[:16]])
+                work_s += (time.perf_counter() - t) * len(sample) / max(1, min(16, len(sample)))
+        per_doc = (read_s + work_s * per_doc_factor) / max(1, len(sample))
+        model_bytes = sum(getattr(m, "params", 0) * 4 * 3 for m in models)
+        memory = 200 << 20  # the interpreter, numpy and jieba's dictionary
+        if step == "dedup":
+            memory += int(options.get("max_memory", 256 << 20)) + docs * 24
+            if any(hasattr(m, "embed") for m in models):
+                memory += docs * 4 * 384
+        memory += model_bytes
+        basis = f"{len(sample)} sampled documents, {per_doc * 1e3:.2f} ms each"
+        return StepEstimate(step, inp.label, size, docs, per_doc * docs, memory, basis)
+
+    # -- steps --------------------------------------------------------------------------------
+    def scan(
+        self,
+        source: str,
+        *,
+        text_field: str = "text",
+        types: Sequence[str] | None = None,
+        examples: int = 3,
+        say: Say | None = None,
+    ) -> DataReport:
+        """Count the sensitive fields per type, with masked examples and a suggested action (no new version)."""
+        wanted = _types(types)
+        inp = self._input(source)
+        params = {"text_field": text_field, "types": list(wanted), "examples": examples}
+        return self._run(
+            "scan",
+            inp,
+            None,
+            params,
+            say,
+            lambda docs, write, work, tick, est: _steps.scan(docs, types=wanted, examples=examples, progress=tick),
+            writes=False,
+        )
+
+    def clean(
+        self,
+        source: str,
+        *,
+        actions: Mapping[str, str] | None = None,
+        salt: str | None = None,
+        to: str | None = None,
+        text_field: str = "text",
+        examples: int = 3,
+        say: Say | None = None,
+    ) -> DataReport:
+        """Apply an action per sensitive type (default: the suggested ones) and write a new version.
+
+        ``salt`` is a reference, ``env:VARIABLE`` or ``file:PATH``; only the reference is recorded.
+        """
+        deid = Deidentifier(actions, salt=self._salt(salt))
+        inp = self._input(source)
+        target = self._target("clean", inp, to)
+        params = {"text_field": text_field, "actions": dict(deid.actions), "salt": salt}
+        return self._run(
+            "clean",
+            inp,
+            target,
+            params,
+            say,
+            lambda docs, write, work, tick, est: _steps.clean(docs, write, deid=deid, examples=examples, progress=tick),
+        )
+
+    def dedup(
+        self,
+        source: str,
+        *,
+        threshold: float = 0.7,
+        lsh_threshold: float = 0.5,
+        num_perm: int = 128,
+        ngram: int = 5,
+        paragraph_share: float | None = 0.15,
+        semantic_model: str | None = None,
+        semantic_threshold: float = 0.95,
+        max_memory: int = 256 << 20,
+        to: str | None = None,
+        text_field: str = "text",
+        say: Say | None = None,
+    ) -> DataReport:
+        """Exact, MinHash near (Jaccard-verified), paragraph (> ``paragraph_share``) and semantic duplicates."""
+        _check_unit("threshold", threshold)
+        _check_unit("lsh_threshold", lsh_threshold)
+        _check_unit("semantic_threshold", semantic_threshold)
+        if paragraph_share is not None:
+            _check_unit("paragraph_share", paragraph_share)
+        if lsh_threshold > threshold:
+            raise BadInputError(
+                "lsh_threshold must not exceed threshold",
+                field="lsh_threshold",
+                hint="candidates are found at lsh_threshold and kept at threshold, e.g. 0.5 and 0.7",
+            )
+        inp = self._input(source)
+        target = self._target("dedup", inp, to)
+        from ._models import Encoder
+
+        encoder = self._model(semantic_model, "semantic_model", Encoder)
+        params = {
+            "text_field": text_field,
+            "threshold": threshold,
+            "lsh_threshold": lsh_threshold,
+            "num_perm": num_perm,
+            "ngram": ngram,
+            "paragraph_share": paragraph_share,
+            "semantic_model": semantic_model,
+            "semantic_threshold": semantic_threshold,
+            "max_memory": max_memory,
+        }
+        models = [encoder] if encoder else []
+
+        def body(docs: Any, write: Any, work: Path, tick: Any, est: StepEstimate) -> _steps.StepResult:
+            p = _steps.DedupParams(
+                threshold,
+                lsh_threshold,
+                num_perm,
+                ngram,
+                paragraph_share,
+                max_memory,
+                encoder,
+                semantic_threshold,
+                expected_docs=est.docs,
+            )
+            return _steps.dedup(docs, write, work, params=p, progress=tick)
+
+        return self._run("dedup", inp, target, params, say, body, models=models)
+
+    def score(
+        self,
+        source: str,
+        *,
+        min_quality: float | None = 0.5,
+        lm: str | None = None,
+        max_perplexity: float | None = None,
+        encoder: str | None = None,
+        examples: Sequence[str] = (),
+        min_relevance: float | None = None,
+        to: str | None = None,
+        text_field: str = "text",
+        say: Say | None = None,
+    ) -> DataReport:
+        """Quality heuristics, perplexity under ``lm`` and relevance to ``examples``; removes past the thresholds."""
+        if max_perplexity is not None and lm is None:
+            raise BadInputError("max_perplexity needs a language model", field="lm", hint="pass --lm hf:ORG/REPO")
+        if min_relevance is not None and not examples:
+            raise BadInputError(
+                "min_relevance needs example texts",
+                field="examples",
+                hint="pass --example TEXT (repeatable) or --examples FILE",
+            )
+        inp = self._input(source)
+        target = self._target("score", inp, to)
+        from ._models import Encoder, LanguageModel
+
+        model = self._model(lm, "lm", LanguageModel)
+        enc = self._model(encoder, "encoder", Encoder)
+        sp = _steps.ScoreParams(min_quality, max_perplexity, min_relevance, tuple(examples), model, enc)
+        params = {
+            "text_field": text_field,
+            "min_quality": min_quality,
+            "lm": lm,
+            "max_perplexity": max_perplexity,
+            "encoder": encoder,
+            "examples": len(examples),
+            "min_relevance": min_relevance,
+        }
+        return self._run(
+            "score",
+            inp,
+            target,
+            params,
+            say,
+            lambda docs, write, work, tick, est: _steps.score(docs, write, params=sp, progress=tick),
+            models=[m for m in (model, enc) if m],
+        )
+
+    # -- the common run -----------------------------------------------------------------------
+    def _run(
+        self,
+        step: str,
+        inp: _Input,
+        target: DatasetRef | None,
+        params: dict[str, Any],
+        say: Say | None,
+        body: Callable[..., _steps.StepResult],
+        *,
+        writes: bool = True,
+        models: Sequence[Any] = (),
+    ) -> DataReport:
+        say = say or (lambda text: None)
+        text_field = params["text_field"]
+        estimate = self._estimate(step, inp, params, models)
+        say(str(estimate))
+        malformed: list[Malformed] = []
+        malformed_total = 0
+        passes = 0
+
+        def report(m: Malformed) -> None:
+            nonlocal malformed_total
+            if passes == 1:  # a second pass reads the same lines again
+                malformed_total += 1
+                if len(malformed) < _MALFORMED_SHOWN:
+                    malformed.append(m)
+
+        def docs() -> Iterator[Doc]:
+            nonlocal passes
+            passes += 1
+            return read_docs(inp.source, text_field=text_field, report=report)
+
+        def tick(n: int) -> None:
+            say(f"{step}: {n:,} documents")
+
+        named = (target or inp.ref or DatasetRef("input")).name
+        report_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{step}-{named}-{secrets.token_hex(2)}"
+        self.prepared.mkdir(parents=True, exist_ok=True)
+        work = self.prepared / f".work-{report_id}"
+        final = self.prepared / target.name / str(target.version) if target else None
+        staging = work / "out"
+        (staging / "_starverse").mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        try:
+            with open(staging / "data.jsonl", "w", encoding="utf-8") as out:
+
+                def write(doc: Doc, text: str) -> None:
+                    row = dict(doc.row)
+                    row[text_field] = text
+                    out.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+
+                result = body(docs, write if writes else None, work, tick, estimate)
+            elapsed = time.perf_counter() - started
+            step_record = {
+                "step": step,
+                "source": inp.label,
+                "output": str(target) if target else None,
+                "params": params,
+                "docs_in": result.docs_in,
+                "docs_out": result.docs_out,
+                "removed": result.removed,
+                "at": time.time(),
+            }
+            provenance = [*inp.provenance, step_record] if target else inp.provenance
+            rep = DataReport(
+                id=report_id,
+                step=step,
+                source=inp.label,
+                output=str(target) if target else None,
+                params=params,
+                docs_in=result.docs_in,
+                docs_out=result.docs_out,
+                removed=result.removed,
+                malformed_total=malformed_total,
+                malformed=tuple(m.to_json() for m in malformed),
+                pii=tuple(result.pii),
+                clusters=tuple(result.clusters),
+                preview=tuple(result.preview),
+                histograms=tuple(result.histograms),
+                examples=tuple(result.examples),
+                estimate=estimate,
+                elapsed_s=elapsed,
+                created_at=time.time(),
+                provenance=tuple(provenance),
+                notes=tuple(result.notes),
+            )
+            self._save_report(rep)
+            if target is None or final is None:
+                return rep
+            _write_text(staging / "_starverse" / "report.json", json.dumps(rep.to_json(), ensure_ascii=False, indent=1))
+            _write_text(staging / "_starverse" / "report.html", report_html(rep))
+            _write_text(
+                staging / "_starverse" / "provenance.json", json.dumps(provenance, ensure_ascii=False, indent=1)
+            )
+            final.parent.mkdir(parents=True, exist_ok=True)
+            if final.exists():
+                shutil.rmtree(final)  # left by a run that died before the catalog took it in
+            staging.rename(final)  # the whole version appears at once
+            self.catalog.add_dataset(
+                target.name, str(final), version=str(target.version), description=f"{step} of {inp.label}"
+            )
+            self.catalog.pull(str(target))
+            say(f"{step}: wrote {target} ({result.docs_out:,} of {result.docs_in:,} documents)")
+            return rep
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    # -- reports ---------------------------------------------------------------------------------
+    def _save_report(self, rep: DataReport) -> None:
+        self.reports_dir.mkdir(parents=True, exist_ok=True)
+        _write_text(self.reports_dir / f"{rep.id}.json", json.dumps(rep.to_json(), ensure_ascii=False))
+        _write_text(self.reports_dir / f"{rep.id}.html", report_html(rep))
+
+    def reports(self) -> ReportList:
+        """Every step's report on the store, newest first."""
+        out = []
+        if self.reports_dir.is_dir():
+            for path in self.reports_dir.glob("*.json"):
+                try:
+                    out.append(DataReport.from_json(json.loads(path.read_text())).summary())
+                except (OSError, ValueError, KeyError, TypeError):
+                    continue  # a report being written, or not ours
+        return ReportList(tuple(sorted(out, key=lambda r: r.created_at, reverse=True)))
+
+    def report(self, report_id: str) -> DataReport:
+        """One report by id (``starverse data reports`` lists them)."""
+        if not isinstance(report_id, str) or not report_id or "/" in report_id or report_id.startswith("."):
+            raise BadInputError(
+                f"{report_id!r} is not a report id", field="id", hint="`starverse data reports` lists them"
+            )
+        path = self.reports_dir / f"{report_id}.json"
+        if not path.is_file():
+            raise NotFoundError(f"no data report {report_id!r}", hint="`starverse data reports` lists them")
+        return DataReport.from_json(json.loads(path.read_text()))
+
+    def report_html(self, report_id: str) -> str:
+        return report_html(self.report(report_id))
+
+
+def _types(types: Sequence[str] | None) -> tuple[str, ...]:
+    if not types:
+        return PII_TYPES
+    bad = [t for t in types if t not in PII_TYPES]
+    if bad:
+        raise BadInputError(f"unknown sensitive type {bad[0]!r}", field="types", hint=f"types: {', '.join(PII_TYPES)}")
+    return tuple(types)
+
+
+def _check_unit(name: str, value: float) -> None:
+    if not isinstance(value, int | float) or not 0.0 < float(value) <= 1.0:
+        raise BadInputError(f"{name} must be in (0, 1], not {value!r}", field=name, hint="e.g. 0.7")
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
