@@ -86,7 +86,7 @@ class Node:
     def from_json(cls, data: Any, index: int) -> Node:
         where = f"nodes[{index}]"
         if not isinstance(data, Mapping):
-            raise _bad(where, f"expected an object, got {type(data).__name__}")
+            raise _bad(where, f"expected an object, got {type(data).__name__}", 'e.g. {"id": "train", "kind": "train"}')
         unknown = sorted(set(data) - {"id", "kind", "params", "position"})
         if unknown:
             raise _bad(where, f"unknown key(s) {', '.join(unknown)}", "a node has id, kind, params and position")
@@ -99,20 +99,21 @@ class Node:
                        f"use one of {', '.join(ENTRY_KINDS + STEP_KINDS)}")  # fmt: skip
         params = data.get("params", {})
         if not isinstance(params, Mapping):
-            raise _bad(f"node {node_id}", "params must be an object")
+            raise _bad(f"node {node_id}", "params must be an object", 'e.g. {"nodes": 2}')
         allowed = TRAIN_PARAMS if kind in STEP_KINDS else ENTRY_PARAMS
         for key, value in params.items():
             if key not in allowed:
                 raise _bad(f"node {node_id}", f"unknown parameter {key!r}", f"known: {', '.join(sorted(allowed))}")
             ok = value is None or (isinstance(value, allowed[key]) and not isinstance(value, bool))
             if not ok:
-                raise _bad(f"node {node_id}", f"{key} has the wrong type ({type(value).__name__})")
+                raise _bad(f"node {node_id}", f"{key} has the wrong type ({type(value).__name__})",
+                           f"{key} takes {' or '.join(t.__name__ for t in allowed[key])}")  # fmt: skip
         position = data.get("position") or {}
         if not isinstance(position, Mapping):
-            raise _bad(f"node {node_id}", "position must be an object {x, y}")
+            raise _bad(f"node {node_id}", "position must be an object {x, y}", 'e.g. {"x": 0, "y": 0}')
         xy = (position.get("x", 0), position.get("y", 0))
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in xy):
-            raise _bad(f"node {node_id}", "position x and y must be numbers")
+            raise _bad(f"node {node_id}", "position x and y must be numbers", 'e.g. {"x": 0, "y": 0}')
         return cls(node_id, kind, {k: v for k, v in params.items() if v is not None}, (float(xy[0]), float(xy[1])))
 
 
@@ -143,7 +144,7 @@ class Pipeline:
             raise _bad("backend", f"{self.backend!r} is unknown", f"use one of {', '.join(_BACKENDS)}",
                        field_name="backend")  # fmt: skip
         if len(self.nodes) > _MAX_NODES:
-            raise _bad("nodes", f"{len(self.nodes)} nodes; at most {_MAX_NODES}")
+            raise _bad("nodes", f"{len(self.nodes)} nodes; at most {_MAX_NODES}", "split the pipeline")
         ids = [n.id for n in self.nodes]
         dup = sorted({i for i in ids if ids.count(i) > 1})
         if dup:
@@ -153,14 +154,16 @@ class Pipeline:
         for edge in self.edges:
             for end in (edge.source, edge.target):
                 if end not in by_id:
-                    raise _bad(f"edge {edge.source} -> {edge.target}", f"no node {end!r}")
+                    raise _bad(
+                        f"edge {edge.source} -> {edge.target}", f"no node {end!r}", "connect nodes of this pipeline"
+                    )
             if edge.source == edge.target:
-                raise _bad(f"edge {edge.source} -> {edge.target}", "a node cannot feed itself")
+                raise _bad(f"edge {edge.source} -> {edge.target}", "a node cannot feed itself", "remove the edge")
             if not by_id[edge.target].is_step:
                 raise _bad(f"edge {edge.source} -> {edge.target}", f"{edge.target} is a {by_id[edge.target].kind}",
                            "only steps take inputs: draw the edge into a training step")  # fmt: skip
             if (edge.source, edge.target) in seen:
-                raise _bad(f"edge {edge.source} -> {edge.target}", "drawn twice")
+                raise _bad(f"edge {edge.source} -> {edge.target}", "drawn twice", "remove the copy")
             seen.add((edge.source, edge.target))
         self.order()  # raises on a cycle
 
@@ -227,7 +230,7 @@ class Pipeline:
             raise _bad("version", f"format {version!r} is not supported", f"this version reads format {FORMAT_VERSION}")
         nodes, edges = data.get("nodes", []), data.get("edges", [])
         if not isinstance(nodes, list) or not isinstance(edges, list):
-            raise _bad("pipeline", "nodes and edges must be lists")
+            raise _bad("pipeline", "nodes and edges must be lists", 'e.g. "nodes": [], "edges": []')
         parsed_edges = []
         for i, e in enumerate(edges):
             if (
@@ -235,7 +238,7 @@ class Pipeline:
                 or not isinstance(e.get("source"), str)
                 or not isinstance(e.get("target"), str)
             ):
-                raise _bad(f"edges[{i}]", "expected {source, target} node ids")
+                raise _bad(f"edges[{i}]", "expected {source, target} node ids", 'e.g. {"source": "a", "target": "b"}')
             parsed_edges.append(Edge(e["source"], e["target"]))
         return cls(
             name=data.get("name", "pipeline"),

@@ -1,0 +1,74 @@
+"""Checks pinned to nodes (cards, GPU pool, dataset) and the whole pipeline's cost."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+
+from jupyter_starverse.client import Starverse
+from jupyter_starverse.pipelines import Issue, Pipeline
+
+from .conftest import doc
+
+
+def _issues(client: Starverse, data: dict, folder: Path) -> list[Issue]:  # type: ignore[type-arg]
+    return list(client.pipelines.check(Pipeline.from_json(data), base_dir=folder).issues)
+
+
+def test_a_good_pipeline_has_no_issue_and_fills_the_data_path(client: Starverse, folder: Path, dataset: str) -> None:
+    found = client.pipelines.check(Pipeline.from_json(doc(data=dataset, train={"nodes": 2})), base_dir=folder)
+    assert found.ok, found.issues
+    train = found.info["train"]
+    assert train["cards"] == 2 and train["data_parallel"] == 2
+    assert train["mounts"] == [dataset]
+    assert Path(train["paths"][dataset], "train.jsonl").is_file()  # the mount's folder on the store
+    assert train["script"] == str(folder / "steps" / "train.py")
+
+
+def test_parallel_sizes_must_multiply_to_the_cards(client: Starverse, folder: Path) -> None:
+    train = {"nodes": 2, "gpus_per_node": 2, "data_parallel": 2, "tensor_parallel": 2, "pipeline_parallel": 2}
+    issues = _issues(client, doc(train=train), folder)
+    bad = [i for i in issues if i.node == "train" and i.field == "data_parallel"]
+    assert bad and "= 8, but the step has 4 card(s)" in bad[0].message
+    train["data_parallel"] = 1
+    assert not [i for i in _issues(client, doc(train=train), folder) if i.field == "data_parallel"]
+
+
+def test_a_gpu_type_without_a_pool_is_shown_on_the_node(client: Starverse, folder: Path) -> None:
+    issues = _issues(client, doc(backend="kubernetes", train={"gpu": "h900-1t"}), folder)
+    gpu = [i for i in issues if i.node == "train" and i.field == "gpu" and i.level == "error"]
+    assert gpu and "no node pool for 'h900-1t'" in gpu[0].message
+    assert not [i for i in issues if i.node == "prep" and i.level == "error"]  # the other node is fine
+
+
+def test_a_missing_or_unpulled_dataset_is_an_error_on_its_node(client: Starverse, folder: Path, tmp_path: Path) -> None:
+    issues = _issues(client, doc(data="nosuch@v1"), folder)
+    assert any(i.node == "data" and i.field == "ref" and i.level == "error" for i in issues)
+    assert any(i.node == "train" and "is not ready" in i.message for i in issues)
+    src = tmp_path / "lazy"
+    src.mkdir()
+    (src / "a.txt").write_text("x")
+    client.catalog.add_dataset("lazy", str(src), version="v1")  # registered, never pulled
+    issues = _issues(client, doc(data="lazy@v1"), folder)
+    unpulled = [i for i in issues if i.node == "data"]
+    assert unpulled and "not pulled" in unpulled[0].message and "store pull lazy@v1" in (unpulled[0].hint or "")
+
+
+def test_a_missing_script_is_an_error_on_its_node(client: Starverse, folder: Path) -> None:
+    issues = _issues(client, doc(first="steps/nope.py"), folder)
+    assert any(i.node == "prep" and i.field == "script" and "does not exist" in i.message for i in issues)
+
+
+def test_the_total_cost_is_the_sum_of_the_steps(client: Starverse, folder: Path) -> None:
+    one = client.pipelines.check(Pipeline.from_json(doc(train={"nodes": 1, "hours": 2})), base_dir=folder)
+    two = client.pipelines.check(Pipeline.from_json(doc(train={"nodes": 2, "hours": 2})), base_dir=folder)
+    rate = client.prices.price("cpu").on_demand
+    assert one.total_low == rate * 1 + rate * 2  # prep: 1 node for the default hour; train: 1 node x 2 h
+    assert two.total_low - one.total_low == rate * 2  # a second node for 2 hours
+    assert two.total_high == two.total_low > Decimal(0)
+    assert "CNY" in two.total_text
+
+
+def test_a_budget_below_the_estimate_warns_on_the_node(client: Starverse, folder: Path) -> None:
+    issues = _issues(client, doc(train={"hours": 10, "budget": "0.01"}), folder)
+    assert any(i.node == "train" and i.level == "warning" and i.field == "budget" for i in issues)

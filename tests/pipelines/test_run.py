@@ -1,0 +1,59 @@
+"""A pipeline runs headless as jobs: each step starts only after the steps it waits for succeeded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jupyter_starverse.cli import main
+from jupyter_starverse.client import Starverse
+
+from .conftest import doc, write
+
+
+def test_two_steps_run_in_order_to_success(client: Starverse, folder: Path, dataset: str,
+                                           capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    path = write(folder, doc(data=dataset, train={"nodes": 2}))
+    assert main(["pipeline", "run", str(path), "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)
+    assert run["state"] == "succeeded"
+    steps = {s["node"]: s for s in run["steps"]}
+    assert [steps[n]["state"] for n in ("prep", "train")] == ["succeeded", "succeeded"]
+    prep = client.attach(steps["prep"]["job_id"], backend="local")
+    train = client.attach(steps["train"]["job_id"], backend="local")
+    assert train.spec.nodes == 2 and train.spec.mounts == (dataset,)
+    ranks = [json.loads(p.read_text()) for p in sorted(Path(train.experiment_dir).glob("step-*.json"))]
+    assert len(ranks) == 2  # both ranks of the 2-node step ran
+    assert all(r["files"] == ["train.jsonl"] for r in ranks)  # the dropped dataset, mounted
+    first = json.loads(next(Path(prep.experiment_dir).glob("step-*.json")).read_text())
+    assert first["data"] is None  # prep was not fed the dataset
+    assert prep.finished is not None and min(r["start"] for r in ranks) >= prep.finished  # after it, not beside
+    # the run is on record: any process can read every node's state back
+    again = client.pipelines.status(run["run_id"])
+    assert [s.state for s in again.steps] == ["succeeded", "succeeded"] and again.driver is None
+
+
+def test_a_failed_step_skips_what_waits_for_it(client: Starverse, folder: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    path = write(folder, doc(first="steps/fail.py"))
+    assert main(["pipeline", "run", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert "failed" in captured.out and "skipped" in captured.out
+    assert "at step prep" in captured.err
+    run = client.pipelines.runs()[0]
+    assert [s.state for s in run.steps] == ["failed", "skipped"]
+    assert run.step("train").job_id is None  # never submitted
+    assert run.state == "failed"
+
+
+def test_a_pipeline_with_an_error_starts_nothing(client: Starverse, folder: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    path = write(folder, doc(train={"nodes": 2, "data_parallel": 3}))
+    assert main(["pipeline", "run", str(path)]) == 2
+    assert "data 3 x tensor 1 x pipeline 1 = 3, but the step has 2 card(s)" in capsys.readouterr().err
+    assert client.pipelines.runs() == [] and client.jobs(backend="local") == []
+    assert main(["pipeline", "validate", str(path)]) == 2
+    out = capsys.readouterr().out
+    assert "error: train.data_parallel" in out
