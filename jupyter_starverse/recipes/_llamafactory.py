@@ -1,0 +1,139 @@
+"""LLaMA-Factory: the recipe's parameters rendered as its training YAML and ``dataset_info.json``.
+
+LLaMA-Factory pins older transformers/trl than this project, so it lives in its own environment
+(a venv with ``llamafactory`` whose ``llamafactory-cli`` is on PATH). A launch checks for it and
+refuses with what to install when it is missing. The job runs under our torchrun: every rank
+starts LLaMA-Factory's own per-rank entry (``run_exp``, what ``FORCE_TORCHRUN=1 llamafactory-cli
+train`` starts on each rank) with the rendered files written into the run folder.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jupyter_starverse.errors import BadInputError
+from jupyter_starverse.jobmodel import JobSpec
+
+from ._model import Recipe
+
+if TYPE_CHECKING:
+    from ._service import RecipeService
+
+__all__ = ["DATASET_NAME", "ENTRY", "dataset_info", "find_llamafactory", "llamafactory_config", "llamafactory_spec",
+           "render_yaml"]  # fmt: skip
+
+DATASET_NAME = "starverse"
+ENTRY = Path(__file__).with_name("train") / "llamafactory_entry.py"
+_STAGE = {"sft": "sft", "dpo": "dpo", "kto": "kto", "reward": "rm", "cpt": "pt"}
+_INSTALL = (
+    "LLaMA-Factory needs its own environment: `python -m venv lf && lf/bin/pip install llamafactory==0.9.5` "
+    "(it pins transformers <= 5.6 and trl <= 0.24), then put lf/bin on PATH so `llamafactory-cli` is found"
+)
+
+
+def dataset_info(objective: str, files: list[str]) -> dict[str, Any]:
+    """``dataset_info.json``: one dataset named ``starverse`` over ``files`` (folders or ``*.jsonl``)."""
+    entry: dict[str, Any] = {"file_name": files[0] if len(files) == 1 else files}
+    if objective == "sft":
+        entry |= {"formatting": "sharegpt", "columns": {"messages": "messages"},
+                  "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user",
+                           "assistant_tag": "assistant", "system_tag": "system"}}  # fmt: skip
+    elif objective in ("dpo", "reward"):
+        entry |= {"ranking": True, "columns": {"prompt": "prompt", "chosen": "chosen", "rejected": "rejected"}}
+    elif objective == "kto":
+        entry |= {"columns": {"prompt": "prompt", "response": "completion", "kto_tag": "label"}}
+    else:
+        entry |= {"columns": {"prompt": "text"}}
+    return {DATASET_NAME: entry}
+
+
+def llamafactory_config(values: dict[str, Any], *, objective: str, model_dir: str, dataset_dir: str,
+                        output_dir: str, accumulation: int) -> dict[str, Any]:  # fmt: skip
+    """The training YAML (as a dict) for the recipe's parameters and the job's batch plan."""
+    precision = values.get("precision", "auto")
+    config: dict[str, Any] = {
+        "model_name_or_path": model_dir,
+        "trust_remote_code": False,
+        "stage": _STAGE[objective],
+        "do_train": True,
+        "finetuning_type": values.get("finetuning_type", "full"),
+        "dataset": DATASET_NAME,
+        "dataset_dir": dataset_dir,
+        "template": "default",
+        "cutoff_len": values["seq_len"],
+        "overwrite_cache": True,
+        "output_dir": output_dir,
+        "overwrite_output_dir": True,
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": "none",
+        "per_device_train_batch_size": values["micro_batch"],
+        "gradient_accumulation_steps": accumulation,
+        "learning_rate": values["lr"],
+        "max_steps": values["steps"],
+        "lr_scheduler_type": "cosine_with_min_lr",
+        "lr_scheduler_kwargs": {"min_lr_rate": values["min_lr_ratio"]},
+        "warmup_steps": values["warmup_steps"],
+        "max_grad_norm": values["max_grad_norm"],
+        "weight_decay": values["weight_decay"],
+        "seed": values["seed"],
+        "bf16": precision in ("auto", "bf16"),
+        "fp16": precision == "fp16",
+        "ddp_timeout": 1800,
+    }
+    if objective in ("dpo", "kto"):
+        config["pref_beta"] = values.get("beta", 0.1)
+        config["pref_loss"] = "sigmoid"
+    if config["finetuning_type"] == "lora":
+        config["lora_target"] = "all"
+    return config
+
+
+def render_yaml(config: dict[str, Any]) -> str:
+    import yaml
+
+    return str(yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
+
+
+def find_llamafactory() -> str | None:
+    """The Python of the environment whose ``llamafactory-cli`` is on PATH (``None``: not installed)."""
+    cli = shutil.which("llamafactory-cli")
+    if cli is None:
+        return None
+    try:
+        first = Path(cli).read_text(errors="replace").splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    python = first[2:].strip() if first.startswith("#!") else ""
+    return python if python and Path(python).is_file() else None
+
+
+def llamafactory_spec(
+    service: RecipeService,
+    recipe: Recipe,
+    *,
+    model: str,
+    data: tuple[str, ...],
+    values: dict[str, Any],
+    name: str | None,
+    **job: Any,
+) -> JobSpec:
+    """A job that runs LLaMA-Factory on every rank; refused when its environment is missing."""
+    from .train import batch_plan
+
+    python = find_llamafactory()
+    if python is None:
+        raise BadInputError(f"recipe {recipe.name}: `llamafactory-cli` is not on PATH", field="recipe", hint=_INSTALL)
+    world = int(job.get("nodes", 1)) * int(job.get("procs_per_node", 1))
+    plan = batch_plan(global_batch=values["global_batch"], micro_batch=values["micro_batch"], world_size=world)
+    files = [str(service.catalog.mount(d)) for d in data]
+    config = llamafactory_config({**values, "micro_batch": plan.micro_batch}, objective=recipe.objective,
+                                 model_dir=str(service.catalog.mount(model)), dataset_dir="<run>/llamafactory",
+                                 output_dir="<run>/model", accumulation=plan.accumulation)  # fmt: skip
+    argv = (python, str(ENTRY), "--config", json.dumps(config), "--dataset-info",
+            json.dumps(dataset_info(recipe.objective, files)))  # fmt: skip
+    mounts = tuple(dict.fromkeys([model, *data, *job.pop("mounts", ())]))
+    return JobSpec(name=name or recipe.name, command=argv, mounts=mounts, steps=values["steps"], **job)

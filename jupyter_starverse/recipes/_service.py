@@ -1,0 +1,369 @@
+"""``Starverse.recipes``: list recipes, resolve one into a JobSpec, plan it, publish its result."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jupyter_starverse._format import html_table, pretty_text
+from jupyter_starverse._settings import Settings
+from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError
+from jupyter_starverse.jobmodel import JobSpec
+
+from ._catalog import RECIPES, get_recipe
+from ._model import Recipe
+from .train import LINEAGE_FILE, MODEL_DIR, RECIPE_FILE, TRAIN_SCRIPT, BatchPlan, batch_plan
+
+if TYPE_CHECKING:
+    from jupyter_starverse.catalog import Catalog, Entry
+    from jupyter_starverse.costs import CostService, Estimate
+    from jupyter_starverse.jobmodel import Job
+
+__all__ = ["RecipeInfo", "RecipeList", "RecipePlan", "RecipeService", "recipe_args"]
+
+
+@dataclass(frozen=True)
+class RecipeInfo:
+    """A recipe with the price of its default resources (or why it could not be priced)."""
+
+    recipe: Recipe
+    cost: Estimate | str
+
+    def to_json(self) -> dict[str, Any]:
+        cost = self.cost if isinstance(self.cost, str) else self.cost.to_json()
+        return {**self.recipe.to_json(), "cost": cost}
+
+    @property
+    def cost_text(self) -> str:
+        return self.cost if isinstance(self.cost, str) else self.cost.figure
+
+    def __str__(self) -> str:
+        return f"{self.recipe}\n  estimated cost: {self.cost}"
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        pretty_text(p, str(self))
+
+    def _repr_html_(self) -> str:
+        return self.recipe._repr_html_() + f"<div>estimated cost: {self.cost_text}</div>"
+
+
+@dataclass(frozen=True)
+class RecipeList:
+    """``starverse recipes ls``: every recipe with its defaults and cost."""
+
+    items: tuple[RecipeInfo, ...]
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [i.to_json() for i in self.items]
+
+    def _rows(self) -> list[tuple[str, ...]]:
+        return [
+            (
+                i.recipe.name,
+                i.recipe.objective,
+                i.recipe.runner,
+                f"{i.recipe.nodes * i.recipe.procs_per_node} x {i.recipe.accelerator}",
+                f"{i.recipe.hours:g} h",
+                i.cost_text,
+                i.recipe.title,
+            )
+            for i in self.items
+        ]
+
+    def __str__(self) -> str:
+        head = ("NAME", "OBJECTIVE", "RUNNER", "RESOURCES", "HOURS", "COST", "WHAT")
+        rows = [head, *self._rows()]
+        widths = [max(len(r[c]) for r in rows) for c in range(len(head) - 1)]
+        return "\n".join("  ".join([*(r[c].ljust(widths[c]) for c in range(len(widths))), r[-1]]) for r in rows)
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        pretty_text(p, str(self))
+
+    def _repr_html_(self) -> str:
+        return html_table(("name", "objective", "runner", "resources", "hours", "cost", "what"), self._rows())
+
+
+@dataclass(frozen=True)
+class RecipePlan:
+    """What a recipe job will do per optimizer step, and what a resume keeps and recomputes."""
+
+    recipe: str
+    objective: str
+    model: str
+    data: tuple[str, ...]
+    steps: int
+    batch: BatchPlan
+    resumed_from: BatchPlan | None = None
+    resume_step: int | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "recipe": self.recipe,
+            "objective": self.objective,
+            "model": self.model,
+            "data": list(self.data),
+            "steps": self.steps,
+            "batch": self.batch.to_json(),
+            "resumed_from": self.resumed_from.to_json() if self.resumed_from else None,
+            "resume_step": self.resume_step,
+            "params": dict(self.params),
+        }
+
+    def __str__(self) -> str:
+        line = f"recipe {self.recipe} ({self.objective}) on {self.model}: {self.steps} steps, {self.batch}"
+        if self.resume_step is not None:
+            line += f"; resumes at step {self.resume_step}/{self.steps} (schedule position kept)"
+            if self.resumed_from is not None:
+                line += f"; {self.batch.change_from(self.resumed_from)}"
+        return line
+
+
+def recipe_args(spec: JobSpec) -> dict[str, str] | None:
+    """``--recipe/--model/--data/--param`` of a recipe job's arguments (``None``: not a recipe job)."""
+    args = list(spec.args)
+    if "--recipe" not in args:
+        return None
+    out: dict[str, str] = {}
+    data: list[str] = []
+    for i, a in enumerate(args[:-1]):
+        value = args[i + 1]
+        if a in ("--recipe", "--model", "--objective"):
+            out[a[2:]] = value
+        elif a == "--data":
+            data.append(value)
+        elif a == "--param":
+            key, _, v = value.partition("=")
+            out[f"param.{key}"] = v
+    out["data"] = ",".join(data)
+    return out
+
+
+class RecipeService:
+    """The recipe catalog bound to one workspace's settings (prices, store, experiments)."""
+
+    def __init__(self, settings: Settings, *, catalog: Catalog, costs: CostService) -> None:
+        self.settings = settings
+        self.catalog = catalog
+        self.costs = costs
+
+    # -- the catalog -----------------------------------------------------------------------
+    def get(self, name: str) -> Recipe:
+        return get_recipe(name)
+
+    def show(self, name: str) -> RecipeInfo:
+        """The recipe ``name`` with the price of its default (or published) resources."""
+        recipe = get_recipe(name)
+        return RecipeInfo(recipe, self.cost(recipe))
+
+    def ls(self) -> RecipeList:
+        return RecipeList(tuple(self.show(name) for name in RECIPES))
+
+    def cost(self, recipe: Recipe) -> Estimate | str:
+        """Estimated price of the recipe's default resources for its hours (the published set-up for a
+        reproduction), or why it cannot be priced with this price table."""
+        from jupyter_starverse.costs import Resources
+
+        top = recipe.reproduction.published if recipe.reproduction else None
+        cards = top.cards if top else recipe.nodes * recipe.procs_per_node
+        gpu = top.gpu if top else recipe.accelerator
+        hours = top.hours if top else recipe.hours
+        try:
+            return self.costs.estimate(Resources(gpu, cards), int(hours * 3600))
+        except BadInputError as e:
+            return f"not priced: {e.message}"
+
+    # -- a recipe as a job -------------------------------------------------------------------
+    def spec(
+        self,
+        recipe: str,
+        *,
+        model: str,
+        data: str | Sequence[str],
+        params: Mapping[str, object] | None = None,
+        name: str | None = None,
+        code: str | None = None,
+        small: bool = False,
+        **job: Any,
+    ) -> JobSpec:
+        """The :class:`JobSpec` that runs ``recipe`` on ``model`` (``hf:ORG/NAME``) and ``data`` (store datasets).
+
+        ``params`` override the recipe's defaults (``steps`` becomes the job's steps unless
+        ``job`` gives ``steps``); ``small`` applies a reproduction's CPU-sized configuration;
+        ``code`` replaces the trainer script (a ``%%sv train`` cell, which may call
+        ``jupyter_starverse.recipes.train.main()`` with its own pieces); ``job`` holds any other
+        JobSpec field (``nodes``, ``procs_per_node``, ``accelerator``, ``template``, ...).
+        The model and the data are mounted: every rank loads them offline from the store.
+        """
+        r = get_recipe(recipe)
+        if not isinstance(model, str) or not model.startswith("hf:"):
+            raise BadInputError(
+                f"--model {model!r} is not a store model",
+                field="model",
+                hint="give a model pulled into the store, e.g. hf:Qwen/Qwen2-0.5B (`starverse store pull hf:ORG/NAME`)",
+            )
+        datasets = (data,) if isinstance(data, str) else tuple(data)
+        if not datasets or not all(isinstance(d, str) and d.strip() for d in datasets):
+            raise BadInputError(
+                "a recipe needs --data DATASET", field="data", hint=f"a store dataset holding {r.data_format}"
+            )
+        # explicit versions, so the job (and the lineage of what it saves) names exactly what it read
+        model = self.catalog.status(model).ref
+        datasets = tuple(self.catalog.status(d).ref for d in datasets)
+        overrides: dict[str, object] = dict(r.reproduction.small) if (small and r.reproduction) else {}
+        if small and r.reproduction is None:
+            raise BadInputError(
+                f"recipe {r.name} has no small configuration",
+                field="small",
+                hint="only reproductions have one; set --param values instead",
+            )
+        overrides.update(params or {})
+        job_steps = job.pop("steps", None)
+        if job_steps is not None and "steps" not in (params or {}):
+            overrides["steps"] = job_steps  # --steps N alone: a schedule of N steps
+        values = r.resolve(overrides)
+        steps = job_steps or values["steps"]
+        if steps > values["steps"]:
+            raise BadInputError(
+                f"--steps {steps} is longer than the schedule (steps={values['steps']})",
+                field="steps",
+                hint="raise the steps parameter, or run fewer steps now and resume later",
+            )
+        template = job.get("template", "ddp")
+        if template not in r.templates:
+            raise BadInputError(
+                f"recipe {r.name} runs with {' or '.join(r.templates)}, not {template}",
+                field="template",
+                hint=f"--template {r.templates[0]}",
+            )
+        world = int(job.get("nodes", 1)) * int(job.get("procs_per_node", 1))
+        batch_plan(global_batch=values["global_batch"], micro_batch=values["micro_batch"], world_size=world)
+        if r.runner == "llamafactory":
+            from ._llamafactory import llamafactory_spec
+
+            return llamafactory_spec(self, r, model=model, data=datasets, values=values, name=name, **job)
+        if r.runner == "megatron":
+            from ._megatron import megatron_spec
+
+            return megatron_spec(self, r, model=model, data=datasets, values=values, name=name, **job)
+        args: list[str] = ["--recipe", r.name, "--objective", r.objective, "--model", model]
+        for d in datasets:
+            args += ["--data", d]
+        for key, value in values.items():
+            args += ["--param", f"{key}={str(value).lower() if isinstance(value, bool) else value}"]
+        args += list(job.pop("args", ()))
+        mounts = tuple(dict.fromkeys([model, *datasets, *job.pop("mounts", ())]))
+        script = None if code is not None else str(TRAIN_SCRIPT)
+        return JobSpec(
+            name=name or r.name, script=script, code=code, args=tuple(args), mounts=mounts, steps=steps, **job
+        )
+
+    def align(
+        self,
+        method: str,
+        *,
+        model: str,
+        data: str | Sequence[str],
+        params: Mapping[str, object] | None = None,
+        name: str | None = None,
+        **job: Any,
+    ) -> JobSpec:
+        """Alignment from feedback: ``dpo`` on pairs or ``kto`` on unpaired thumbs up/down.
+
+        ``data``: store datasets of ``*.jsonl`` records in the pairs format
+        (``{"prompt", "chosen", "rejected"}``) for DPO, the unpaired format
+        (``{"prompt", "completion", "label": true|false}``) for KTO. The reference model is a
+        frozen copy of ``model`` on every rank. Returns the JobSpec to preview or launch.
+        """
+        if method not in ("dpo", "kto"):
+            raise BadInputError(
+                f"alignment method {method!r} is not dpo or kto",
+                field="method",
+                hint="dpo for chosen/rejected pairs, kto for unpaired thumbs up/down",
+            )
+        return self.spec(method, model=model, data=data, params=params, name=name, **job)
+
+    def plan(self, spec: JobSpec) -> RecipePlan | None:
+        """The batch plan of a recipe job (``None`` for any other job); with ``resume``, what the
+        resume keeps (global batch, schedule position) and recomputes (accumulation)."""
+        found = recipe_args(spec)
+        if found is None:
+            return None
+        params = {k[6:]: v for k, v in found.items() if k.startswith("param.")}
+        try:
+            global_batch, micro = int(params["global_batch"]), int(params["micro_batch"])
+        except (KeyError, ValueError):
+            return None
+        steps = spec.steps or int(params.get("steps", "0") or 0)
+        batch = batch_plan(global_batch=global_batch, micro_batch=micro, world_size=spec.world_size)
+        old: BatchPlan | None = None
+        resume_step: int | None = None
+        if spec.resume:
+            from jupyter_starverse.experiments import ExperimentPaths, plan_resume, read_json
+
+            resume = plan_resume(
+                ExperimentPaths.of(self.settings.experiments, spec.experiment_name), new_world_size=spec.world_size
+            )
+            if resume.checkpoint is not None:
+                resume_step = resume.start_step
+                recorded = _recorded_plan(resume.checkpoint.path.parent.parent / RECIPE_FILE, read_json)
+                old = recorded or batch_plan(
+                    global_batch=global_batch, micro_batch=micro, world_size=resume.old_world_size or 1
+                )
+        return RecipePlan(
+            found.get("recipe", "?"),
+            found.get("objective", "?"),
+            found.get("model", "?"),
+            tuple(d for d in found.get("data", "").split(",") if d),
+            steps,
+            batch,
+            old,
+            resume_step,
+            params,
+        )
+
+    # -- the result ----------------------------------------------------------------------------
+    def result_folder(self, job: Job) -> Path:
+        """The Hugging Face model folder a finished recipe job saved (``<run>/model``)."""
+        folder = Path(job.experiment_dir) / MODEL_DIR
+        if not (folder / "config.json").is_file():
+            raise NotFoundError(
+                f"job {job.id} saved no model folder ({job.state.value})",
+                hint="a recipe job saves <run>/model when it finishes all its steps; wait for it or resume it",
+            )
+        return folder
+
+    def publish(self, job: Job, *, repo: str) -> Entry:
+        """Import the job's model folder into the store as model ``repo`` (``ORG/NAME@VERSION``).
+
+        The folder carries its lineage (``starverse-lineage.json``: base model and its commit,
+        data versions, recipe and parameters, job and run), so the store entry is immutable
+        together with where it came from; a later recipe starts from ``hf:ORG/NAME@VERSION``.
+        """
+        folder = self.result_folder(job)
+        if not (folder / LINEAGE_FILE).is_file():
+            raise ConflictError(f"{folder} has no {LINEAGE_FILE}", hint="only folders saved by a recipe job publish")
+        return self.catalog.import_model(folder, repo=repo)
+
+    def lineage(self, model: str) -> dict[str, Any]:
+        """The lineage recorded in a published model version (empty for a model pulled from a hub)."""
+        from jupyter_starverse.experiments import read_json
+
+        path = self.catalog.mount(model) / LINEAGE_FILE
+        return dict(read_json(path)) if path.is_file() else {}
+
+
+def _recorded_plan(path: Path, read_json: Any) -> BatchPlan | None:
+    try:
+        data = read_json(path)["batch"]
+        return BatchPlan(**{k: int(data[k]) for k in BatchPlan.__dataclass_fields__})
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
+
+
+def command_text(argv: Sequence[str]) -> str:
+    """A command as one shell-quoted line (for display only; nothing runs through a shell)."""
+    return " ".join(shlex.quote(a) for a in argv)
