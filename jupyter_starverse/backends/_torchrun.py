@@ -166,7 +166,7 @@ def make_local_plan(
             rdzv_endpoint=endpoint,
             run_id=job_id,
             entry=entry,
-            max_restarts=max(spec.max_restarts, 0),
+            max_restarts=0,  # the supervisor relaunches the whole group (backends._restarts)
             local_addr=LOCAL_ADDR,
             rdzv_conf={"is_host": "false", "join_timeout": "120"},
             no_python=no_python,

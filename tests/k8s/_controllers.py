@@ -5,6 +5,14 @@ controllers react to watch events. Pods move Pending -> Running -> Succeeded/Fai
 whose node selector, tolerations or GPU request fit no node stays Pending with an
 ``Unschedulable`` condition; an image in ``unpullable_images`` waits in ``ImagePullBackOff``.
 What a running pod prints and how it exits comes from a :class:`PodPlan`.
+
+Terminations are modelled as the kubelet does them: a pod deleted with a grace period (or
+evicted: :meth:`Controllers.terminate` with a ``DisruptionTarget`` condition), or a pod of a Job
+that failed, gets SIGTERM and ends after ``PodPlan.term_seconds`` with ``PodPlan.on_sigterm``
+(143: what the runtime exits with after its checkpoint). The Job controller applies the pod
+failure policy to the pod that ended first (``onExitCodes``, ``onPodConditions``) with the real
+controller's messages, honours ``backoffLimitPerIndex`` / ``maxFailedIndexes``, and terminates
+the remaining pods of a failed Job.
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ class PodPlan:
     exit_code: int = 0
     run_seconds: float = 0.05
     until: threading.Event | None = None  # when given, the pod also runs until the test sets it
+    on_sigterm: int | None = 143  # exit code after SIGTERM (None: ignores it, SIGKILLed: 137)
+    term_seconds: float = 0.05  # time from SIGTERM to that exit (the checkpoint)
 
 
 @dataclass(frozen=True)
@@ -74,6 +84,7 @@ class _PodRun:
     plan: PodPlan
     started: float = 0.0
     emitted: int = 0
+    sigterm_at: float | None = None  # monotonic time of the SIGTERM
 
 
 class Controllers:
@@ -104,6 +115,30 @@ class Controllers:
                 self.reconcile()
             except Exception as exc:
                 self.errors.append(repr(exc))
+
+    def terminate(self, namespace: str, name: str, *, disruption: tuple[str, str] | None = None) -> None:
+        """SIGTERM a running pod (a graceful delete); ``disruption``: (reason, message) of an eviction
+        or preemption, recorded as the ``DisruptionTarget`` condition first, as the control plane does."""
+        pod = self.store.get(POD, namespace, name)
+        run = self._runs.get(pod["metadata"]["uid"])
+        if run is not None and run.sigterm_at is None:
+            run.sigterm_at = time.monotonic()
+
+        def mark(o: Obj) -> None:
+            o["metadata"].setdefault("deletionTimestamp", _now())
+            if disruption is not None:
+                reason, message = disruption
+                o["status"].setdefault("conditions", []).append(
+                    {
+                        "type": "DisruptionTarget",
+                        "status": "True",
+                        "reason": reason,
+                        "message": message,
+                        "lastTransitionTime": _now(),
+                    }
+                )
+
+        self.store.mutate(POD, namespace, name, mark)
 
     def reconcile(self) -> None:
         self._jobsets()
@@ -204,9 +239,14 @@ class Controllers:
             if _finished(job):
                 continue
             mine = [p for p in pods if _owned_by(p, job)]
-            self.store.mutate(
-                JOB, job["metadata"]["namespace"], job["metadata"]["name"], lambda o, m=mine: _job_update(o, m)
-            )
+            ns = job["metadata"]["namespace"]
+            updated = self.store.mutate(JOB, ns, job["metadata"]["name"], lambda o, m=mine: _job_update(o, m))
+            if updated is not None and any(
+                c["type"] == "Failed" and c["status"] == "True" for c in updated["status"].get("conditions", [])
+            ):  # a failed Job deletes its remaining pods: SIGTERM, each within its grace period
+                for p in mine:
+                    if p["status"]["phase"] in ("Pending", "Running"):
+                        self.terminate(ns, p["metadata"]["name"])
 
     # -- scheduler + kubelet -------------------------------------------------------
     def _pods(self) -> None:
@@ -281,6 +321,12 @@ class Controllers:
     def _run_pod(self, ns: str, name: str, pod: Obj) -> None:
         run = self._runs.get(pod["metadata"]["uid"])
         if run is None:
+            return
+        if run.sigterm_at is not None:
+            if time.monotonic() - run.sigterm_at >= run.plan.term_seconds:
+                code = run.plan.on_sigterm if run.plan.on_sigterm is not None else 137
+                self.logs.setdefault((ns, name), []).append(f"SIGTERM: stopped (exit {code})")
+                self.store.mutate(POD, ns, name, lambda o: _terminate_container(o, code))
             return
         out = self.logs.setdefault((ns, name), [])
         with self.store.lock:
@@ -363,18 +409,26 @@ def _job_update(job: Obj, pods: list[Obj]) -> None:
     status["active"] = sum(p["status"]["phase"] in ("Pending", "Running") for p in pods)
     status["succeeded"], status["failed"] = len(succeeded), len(failed_pods)
     status["completedIndexes"] = _format_indexes(succeeded)
-    for p in failed_pods:
-        code = _exit_code(p)
-        for rule in (spec.get("podFailurePolicy") or {}).get("rules", []):
-            rule_codes = rule.get("onExitCodes")
-            if rule_codes and code is not None and (code in rule_codes["values"]) == (rule_codes["operator"] == "In"):
-                if rule["action"] == "FailJob":
-                    _set_condition(job, "Failed", "PodFailurePolicy", f"Container exited with code {code}")
-                    return
+    for p in sorted(failed_pods, key=_finished_at):  # the first pod to end decides
+        message, action = _policy_match(spec, p)
+        if action == "FailJob":
+            _set_condition(job, "Failed", "PodFailurePolicy", message)
+            return
+        if action == "Ignore":
+            per_index[index_of[id(p)]] -= 1
     limit = spec.get("backoffLimitPerIndex")
     if limit is not None:
         bad = {i for i, n in per_index.items() if n > limit}
         status["failedIndexes"] = _format_indexes(bad)
+        max_failed = spec.get("maxFailedIndexes")
+        if max_failed is not None and len(bad) > max_failed:
+            _set_condition(
+                job,
+                "Failed",
+                "MaxFailedIndexesExceeded",
+                "Job has exceeded the specified maximal number of failed indexes",
+            )
+            return
         if bad and status["active"] == 0:
             _set_condition(job, "Failed", "FailedIndexes", "Job has failed indexes")
             return
@@ -384,3 +438,42 @@ def _job_update(job: Obj, pods: list[Obj]) -> None:
     if len(succeeded) >= spec.get("completions", 1):
         status["completionTime"] = _now()
         _set_condition(job, "Complete", "CompletionsReached", "Reached expected number of succeeded pods")
+
+
+def _finished_at(pod: Obj) -> str:
+    for cs in pod["status"].get("containerStatuses", []):
+        term = cs.get("state", {}).get("terminated")
+        if term:
+            return str(term.get("finishedAt") or "")
+    return ""
+
+
+def _policy_match(spec: Obj, pod: Obj) -> tuple[str, str | None]:
+    """The first pod failure policy rule matching a failed pod: (controller's message, action)."""
+    code = _exit_code(pod)
+    meta = pod["metadata"]
+    where = f"{meta['namespace']}/{meta['name']}"
+    conditions = {c["type"] for c in pod["status"].get("conditions", []) if c.get("status") == "True"}
+    for index, rule in enumerate((spec.get("podFailurePolicy") or {}).get("rules", [])):
+        rule_codes = rule.get("onExitCodes")
+        if rule_codes and code is not None and (code in rule_codes["values"]) == (rule_codes["operator"] == "In"):
+            container = pod["spec"]["containers"][0]["name"]
+            message = (
+                f"Container {container} for pod {where} failed with exit code {code}"
+                f" matching {rule['action']} rule at index {index}"
+            )
+            return message, rule["action"]
+        for pattern in rule.get("onPodConditions") or []:
+            if pattern["type"] in conditions:
+                return (
+                    f"Pod {where} has condition {pattern['type']} matching {rule['action']} rule at index {index}",
+                    rule["action"],
+                )
+    return "", None
+
+
+def _terminate_container(pod: Obj, code: int) -> None:
+    pod["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
+    state = {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error", "finishedAt": _now()}}
+    for cs in pod["status"].get("containerStatuses", []):
+        cs["state"], cs["ready"] = state, False

@@ -93,6 +93,10 @@ class KubeServer:
         """``plan(pod) -> PodPlan`` decides what each pod prints and how it exits."""
         self.controllers.plan = plan
 
+    def evict(self, pod: str, *, reason: str = "PreemptionByScheduler", namespace: str = "default") -> None:
+        """Disrupt a running pod as a spot reclaim, a node drain or a preemption does."""
+        self.controllers.terminate(namespace, pod, disruption=(reason, f"{reason}: the node is being reclaimed"))
+
     def set_nodes(self, nodes: list[Node] | None) -> None:
         self.controllers.nodes = nodes
 
@@ -279,6 +283,12 @@ class _Handler(BaseHTTPRequestHandler):
             new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
             return self._send_json(200, store.update(res, ns, name or "", new))
         if verb == "delete":
+            grace = (body or {}).get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
+            if res.plural == "pods" and grace not in (None, "0", 0):
+                pod = store.get(res, ns, name or "")
+                if pod["status"].get("phase") == "Running":  # the kubelet's SIGTERM, then the pod ends
+                    self.kube.controllers.terminate(ns, name or "")
+                    return self._send_json(200, store.get(res, ns, name or ""))
             policy = (body or {}).get("propagationPolicy") or query.get("propagationPolicy")
             deleted = store.delete(res, ns, name or "", policy, self.kube.resources)
             return self._send_json(200, deleted)

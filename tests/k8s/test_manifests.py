@@ -87,7 +87,8 @@ def test_indexed_job_wire_form_for_one_cpu_node() -> None:
         "maxFailedIndexes": 0,
         "podFailurePolicy": {
             "rules": [
-                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                {"action": "FailJob", "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [143]}},
                 {"action": "FailJob", "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [2]}},
             ]
         },
@@ -153,6 +154,8 @@ def test_indexed_job_wire_form_for_one_cpu_node() -> None:
     assert env["STARVERSE_DIST_BACKEND"] == "gloo" and env["STARVERSE_DEVICE"] == "cpu"
     assert env["HF_HUB_OFFLINE"] == "1" and env["HF_HUB_CACHE"] == "/store/hub"
     assert env["STARVERSE_EXPERIMENT_DIR"] == "/exp/demo/runs/demo-1"
+    # a SIGTERM ends the attempt with 143 after the checkpoint, before the pod's grace period ends
+    assert (env["STARVERSE_PREEMPT_EXIT"], env["STARVERSE_STOP_GRACE"], env["STARVERSE_ATTEMPT"]) == ("143", "60", "0")
 
 
 def test_one_spec_two_translations() -> None:

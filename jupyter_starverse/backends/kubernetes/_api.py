@@ -87,6 +87,10 @@ class ClusterApi:
                 info.group, info.version, ns, info.plural, name, propagation_policy="Foreground"
             )
 
+    def delete_pod(self, name: str, ns: str, *, grace: int) -> None:
+        """Delete one pod with ``grace`` seconds between SIGTERM and SIGKILL (a preemption drill)."""
+        self.client().CoreV1Api(self.conn.api).delete_namespaced_pod(name, ns, grace_period_seconds=grace)
+
     def create_dependent(self, obj: Any, ns: str) -> None:
         c = self.client()
         if obj.kind == "Service":

@@ -7,30 +7,42 @@ after its objects are gone. Every call is synchronous: front doors run it in a t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from jupyter_starverse._settings import Settings
+from jupyter_starverse.backends._restarts import PREEMPT_RESTARTS, archive_attempt, lost_work
 from jupyter_starverse.costs import budget_stop_reason
 from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError
-from jupyter_starverse.experiments import ExperimentPaths, plan_resume, read_json, write_json
+from jupyter_starverse.experiments import ExperimentPaths, RunPaths, plan_resume, read_json, write_json
 from jupyter_starverse.jobmodel import Job, JobSpec, JobState, LaunchBackend, LogLine
 from jupyter_starverse.kube import KubeConnection, connect, require_kubernetes, resolve_namespace
 
 from ._api import ClusterApi, WireList
 from ._checks import check_image, check_warmup_source
 from ._crds import CRD_INFO
-from ._inputs import ANNOTATION_SPEC, LABEL_JOB, LABEL_MANAGED, LABEL_ROLE, MANAGER, ClusterConfig, KubeLaunch
+from ._inputs import (
+    ANNOTATION_SPEC,
+    LABEL_JOB,
+    LABEL_MANAGED,
+    LABEL_ROLE,
+    MANAGER,
+    ClusterConfig,
+    KubeLaunch,
+)
 from ._logs import PodStream, fan_in, saved_logs
 from ._manifests import make_manifests, make_mode, pool_for, to_dict, warmup_image
 from ._names import is_dns_label, make_job_id
+from ._restart import AttemptEnd, attempt_end, budget_of, stopping_node
 from ._status import job_state, latest_per_node, parse_time
-from ._watch import watch_job
+from ._watch import resuming, watch_job
 
 __all__ = ["RECORD", "KubernetesBackend"]
 
@@ -53,14 +65,27 @@ class KubernetesBackend(LaunchBackend):
         Overrides ``settings.kube_kind`` (``job``, ``jobset``, ``trainjob``, ``pytorchjob``).
     connection
         A ready connection (tests); by default loaded once on first use.
+    preempt_restarts
+        Whole-group relaunches after preemptions (``DisruptionTarget``, exit 143); failures of the
+        script are relaunched ``JobSpec.max_restarts`` times (see ``_restart``).
+    grace
+        Seconds between SIGTERM and SIGKILL of every pod (``terminationGracePeriodSeconds``).
     """
 
     name = "kubernetes"
 
     def __init__(
-        self, settings: Settings, *, kind: str | None = None, connection: KubeConnection | None = None
+        self,
+        settings: Settings,
+        *,
+        kind: str | None = None,
+        connection: KubeConnection | None = None,
+        preempt_restarts: int = PREEMPT_RESTARTS,
+        grace: int = 60,
     ) -> None:
         self.settings = settings
+        self.preempt_restarts = max(0, preempt_restarts)
+        self.grace = max(1, int(grace))
         self.kind = kind or settings.kube_kind
         if self.kind not in ("job", *CRD_INFO):
             raise BadInputError(
@@ -147,9 +172,15 @@ class KubernetesBackend(LaunchBackend):
         return str(run_dir / "train.py")  # copied at submit: pods see only the shared volumes
 
     def plan(
-        self, spec: JobSpec, *, job_id: str | None = None, namespace: str | None = None
+        self,
+        spec: JobSpec,
+        *,
+        job_id: str | None = None,
+        namespace: str | None = None,
+        attempt: int = 0,
+        preemptions: int = 0,
     ) -> tuple[KubeLaunch, list[Any]]:
-        """The resolved launch and its manifests, without any API call."""
+        """The resolved launch and its manifests, without any API call (``attempt``: a relaunch)."""
         from jupyter_starverse.kube import load_pools
 
         require_kubernetes()  # the builders use its models: fail here with the install hint
@@ -159,6 +190,8 @@ class KubernetesBackend(LaunchBackend):
         job_id = job_id or make_job_id(spec.name)
         exp = ExperimentPaths.of(self.settings.experiments, spec.experiment_name)
         run = exp.run(job_id)
+        if attempt and spec.script and not Path(spec.script).expanduser().is_file():
+            spec = dataclasses.replace(spec, script=str(run.root / "train.py"))  # the copy made at submit
         mounts, warm, hf_cache = self._resolve_mounts(spec)
         resume = plan_resume(exp, new_world_size=spec.world_size) if spec.resume else None
         cost_env: dict[str, str] = {}
@@ -179,6 +212,9 @@ class KubernetesBackend(LaunchBackend):
             resume_from=str(resume.checkpoint.path) if resume and resume.checkpoint else None,
             user=self.settings.user,
             cost_env=cost_env,
+            attempt=attempt,
+            preemptions=preemptions,
+            grace=self.grace,
         )
         cluster = self._cluster(namespace)
         mode = make_mode(launch, cluster)
@@ -207,11 +243,19 @@ class KubernetesBackend(LaunchBackend):
         self.api.check_kind(self.kind)
         ns, run_dir = self.conn.namespace, Path(launch.run_dir)
         self._write_run(launch, run_dir, ns, now)
-        created: dict[str, Any] | None = None
-        main, *dependents = objects
         try:
-            with self.api.errors("create", f"{_kind_of(main).lower()} {launch.job_id!r}", ns):
-                created = self.api.create_main(self.kind, main, ns)
+            created = self._create(launch.job_id, objects, ns, self.kind)
+        except BaseException:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+        return self._job_from(created, [])  # just created: no pods yet, no need to ask again
+
+    def _create(self, job_id: str, objects: list[Any], ns: str, kind: str) -> dict[str, Any]:
+        """Create the main object, then its dependents owned by it (deleting it deletes them)."""
+        main, *dependents = objects
+        with self.api.errors("create", f"{_kind_of(main).lower()} {job_id!r}", ns):
+            created = self.api.create_main(kind, main, ns)
+        try:
             owner = self.api.client().V1OwnerReference(
                 api_version=created["apiVersion"],
                 kind=created["kind"],
@@ -225,9 +269,9 @@ class KubernetesBackend(LaunchBackend):
                 with self.api.errors("create", f"{dep.kind.lower()} {dep.metadata.name!r}", ns):
                     self.api.create_dependent(dep, ns)
         except BaseException:
-            self._undo(created, ns, run_dir)
+            self._undo(created, ns, kind)
             raise
-        return self._job_from(created, [])  # just created: no pods yet, no need to ask again
+        return created
 
     def _write_run(self, launch: KubeLaunch, run_dir: Path, ns: str, now: float) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -251,14 +295,12 @@ class KubernetesBackend(LaunchBackend):
             },
         )
 
-    def _undo(self, created: dict[str, Any] | None, ns: str, run_dir: Path) -> None:
-        """A failed submit removes what it created: the main object (cascading) and the run folder."""
-        if created is not None:
-            try:
-                self.api.delete_main(self.kind, created["metadata"]["name"], ns)
-            except Exception:  # noqa: S110 - the original error is the one to report
-                pass
-        shutil.rmtree(run_dir, ignore_errors=True)
+    def _undo(self, created: dict[str, Any], ns: str, kind: str) -> None:
+        """A failed create removes the main object it made (cascading to what it owns)."""
+        try:
+            self.api.delete_main(kind, created["metadata"]["name"], ns)
+        except Exception:  # noqa: S110 - the original error is the one to report
+            pass
 
     # -- reading --------------------------------------------------------------------
     def _record(self, job_id: str) -> tuple[Path | None, dict[str, Any]]:
@@ -276,17 +318,26 @@ class KubernetesBackend(LaunchBackend):
         nodes = latest_per_node(pods)
         st = job_state(obj, nodes)
         run_dir = annotations.get("starverse.io/run-dir", "")
+        restarts = budget_of(obj).restarts
+        state = st.state
+        reason = st.reason
+        if restarts and resuming(state, nodes, spec.nodes):
+            state = JobState.RESUMING  # a relaunched group until every node runs again
+        stopping = stopping_node(pods) if not state.finished else None
+        if stopping is not None:  # SIGTERM'd (deleted, evicted): it checkpoints, then the attempt ends
+            state, reason = JobState.PREEMPTED, f"{stopping}: checkpointing before the relaunch"
         return Job(
             id=meta["name"],
             backend=self.name,
             spec=spec,
-            state=st.state,
+            state=state,
             experiment_dir=run_dir,
             created=parse_time(meta.get("creationTimestamp")) or 0.0,
             started=st.started,
             finished=st.finished,
-            reason=st.reason or (budget_stop_reason(run_dir) if st.state.finished and spec.budget else None),
+            reason=reason or (budget_stop_reason(run_dir) if st.state.finished and spec.budget else None),
             nodes=nodes,
+            restarts=restarts,
         )
 
     def _selector(self, job_id: str | None = None) -> str:
@@ -294,8 +345,12 @@ class KubernetesBackend(LaunchBackend):
         return f"{sel},{LABEL_JOB}={job_id}" if job_id else sel
 
     def get(self, job_id: str) -> Job:
+        """The job now. Also where whole-group restarts happen (see ``_restart``): a failed
+        attempt with budget left is deleted, and once its pods are gone attempt N + 1 is created."""
         run_dir, record = self._record(job_id)
         kind, ns = record.get("kind", self.kind), record.get("namespace") or self.conn.namespace
+        cancelled = run_dir is not None and (run_dir / "cancel.json").is_file()
+        relaunch = record.get("relaunch") if run_dir is not None and not cancelled else None
         try:
             with self.api.errors("read", f"job {job_id!r}", ns):
                 obj = self.api.get_main(kind, job_id, ns)
@@ -306,14 +361,113 @@ class KubernetesBackend(LaunchBackend):
                     f"no Kubernetes job {job_id!r} in namespace {ns!r}",
                     hint=f"list jobs with `starverse jobs ls`; `kubectl get jobs -n {ns}`",
                 ) from None
+            if relaunch:
+                return self._relaunch(job_id, run_dir, record, kind, ns)
             return self._gone(job_id, run_dir, record)
         job = self._job_from(obj, pods)
-        if run_dir is not None and not job.state.finished and (run_dir / "cancel.json").is_file():
+        if cancelled and run_dir is not None and not job.state.finished:
             return self._gone(job_id, run_dir, record)  # foreground deletion still removing pods
+        if relaunch and run_dir is not None:
+            if job.restarts >= int(relaunch["attempt"]):  # another reader created it already
+                record["relaunch"] = None
+                write_json(run_dir / RECORD, record)
+            else:  # the old attempt's pods are still stopping (checkpoint)
+                return dataclasses.replace(job, state=JobState.PREEMPTED, reason=relaunch["reason"], finished=None)
+        if job.state is JobState.FAILED and run_dir is not None and not cancelled:
+            job = self._after_failure(job, obj, pods, run_dir, record, kind, ns)
         if job.state.finished and run_dir is not None and not record.get("final"):
             record["final"] = job.to_json()
             write_json(run_dir / RECORD, record)
         return job
+
+    # -- whole-group restarts (see _restart) -------------------------------------------
+    def _after_failure(
+        self,
+        job: Job,
+        obj: dict[str, Any],
+        pods: WireList,
+        run_dir: Path,
+        record: dict[str, Any],
+        kind: str,
+        ns: str,
+    ) -> Job:
+        """A failed attempt: relaunch it (``preempted``) when its budget allows, else say why it is final."""
+        jobs: WireList = [obj] if kind == "job" else []
+        if kind == "jobset":  # its child Jobs carry the failure policy's verdict
+            with self.api.errors("list", f"jobs of {job.id!r}", ns):
+                jobs = self.api.list_main("job", ns, self._selector(job.id))
+        end = attempt_end(jobs, pods) or AttemptEnd("failed", job.reason or "the job failed")
+        budget = budget_of(obj)
+        limits = {"max_restarts": job.spec.max_restarts, "preempt_restarts": self.preempt_restarts}
+        now = time.time()
+        per_second, currency = self._rate(job.spec)
+        event = lost_work(
+            RunPaths(run_dir),
+            attempt=budget.restarts,
+            started=job.started or job.created,
+            when=end.time or now,
+            per_second=per_second,
+            currency=currency,
+        )
+        event = dataclasses.replace(event, kind=end.kind, cause=end.cause)
+        again = end.kind != "usage" and budget.allows(end.kind, **limits)
+        head = f"{end.kind}: {end.cause}; {event.lost_text()}"
+        record["events"] = [
+            *record.get("events", []),
+            dataclasses.replace(event, action="resumed" if again else "final").to_json(),
+        ]
+        if not again:
+            why = "" if end.kind == "usage" else f"; no restarts left ({budget.limit_text(end.kind, **limits)})"
+            write_json(run_dir / RECORD, record)
+            return dataclasses.replace(job, reason=f"{head}{why}")
+        after = budget.after(end.kind)
+        resume_at = (event.checkpoint_step + 1) if event.checkpoint_step is not None else 0
+        reason = f"{head}; resuming from step {resume_at} (restart {after.restarts})"
+        record["relaunch"] = {
+            "attempt": after.restarts,
+            "preemptions": after.preemptions,
+            "reason": reason,
+            "time": now,
+        }
+        write_json(run_dir / RECORD, record)
+        try:  # foreground: the object goes only once its pods stopped (and checkpointed)
+            with self.api.errors("delete", f"job {job.id!r}", ns):
+                self.api.delete_main(kind, job.id, ns)
+        except NotFoundError:
+            pass
+        return dataclasses.replace(job, state=JobState.PREEMPTED, reason=reason, finished=None)
+
+    def _rate(self, spec: JobSpec) -> tuple[Decimal | None, str | None]:
+        """The whole job's rate per second and its currency, when the job has a priced budget."""
+        if spec.budget is None:
+            return None, None
+        from jupyter_starverse.costs import cap_env, load_price_table
+
+        table = load_price_table(self.settings)
+        try:
+            return Decimal(cap_env(spec, table)["STARVERSE_COST_PER_SECOND"]), table.currency
+        except (BadInputError, KeyError):
+            return None, None
+
+    def _relaunch(self, job_id: str, run_dir: Path, record: dict[str, Any], kind: str, ns: str) -> Job:
+        """The failed attempt is gone: create attempt N + 1 under the same name (it resumes)."""
+        relaunch = dict(record["relaunch"])
+        attempt = int(relaunch["attempt"])
+        spec = JobSpec.from_json(record["spec"])
+        _, objects = self.plan(
+            spec, job_id=job_id, namespace=ns, attempt=attempt, preemptions=int(relaunch["preemptions"])
+        )
+        archive_attempt(RunPaths(run_dir), attempt - 1)
+        try:
+            created = self._create(job_id, objects, ns, kind)
+        except ConflictError:  # another reader relaunched it a moment ago
+            created = None
+        record["relaunch"] = None
+        write_json(run_dir / RECORD, record)
+        if created is None:
+            return self.get(job_id)
+        job = self._job_from(created, [])
+        return dataclasses.replace(job, state=JobState.RESUMING, reason=relaunch["reason"])
 
     def _gone(self, job_id: str, run_dir: Path, record: dict[str, Any]) -> Job:
         """A job whose objects are gone (cancelled, or removed after its TTL): from the record."""
@@ -336,6 +490,7 @@ class KubernetesBackend(LaunchBackend):
             started=final.get("started"),
             finished=finished,
             reason=reason,
+            restarts=int(final.get("restarts") or 0),
         )
 
     def list(self) -> list[Job]:
@@ -351,6 +506,8 @@ class KubernetesBackend(LaunchBackend):
             for o in objs
             if ANNOTATION_SPEC in (o["metadata"].get("annotations") or {})
         ]
+        # a failed attempt may be relaunched: the full read decides (and acts, as any reader does)
+        jobs = [self.get(j.id) if j.state is JobState.FAILED else j for j in jobs]
         return sorted(jobs, key=lambda j: (j.created, j.id), reverse=True)
 
     # -- watching -------------------------------------------------------------------
@@ -446,4 +603,30 @@ class KubernetesBackend(LaunchBackend):
                 reason="cancelled by user",
                 nodes=job.nodes,
             )
+        return self.get(job_id)
+
+    # -- preemption drill ---------------------------------------------------------------
+    def preempt(self, job_id: str, *, node: int | None = None) -> Job:
+        """The drill: delete one node's pod with its grace period, as a provider's preemption would.
+
+        The kubelet sends SIGTERM; the ranks checkpoint and exit 143, the pod failure policy ends the
+        attempt, and the backend relaunches the whole group from that checkpoint
+        (``preempted -> resuming -> running``). ``node`` defaults to the last one.
+        """
+        job = self.get(job_id)
+        if not job.state.active or job.state is not JobState.RUNNING:
+            raise ConflictError(
+                f"job {job_id} is {job.state.value}: only a running job can be preempted",
+                hint="run the drill while every node of the job runs (`starverse jobs show ID`)",
+            )
+        running = {n.index: n for n in job.nodes if n.state is JobState.RUNNING}
+        if node is not None and not 0 <= node < job.spec.nodes:
+            raise BadInputError(f"node {node} is not a node of {job_id} (0..{job.spec.nodes - 1})", field="node")
+        target = running.get(node if node is not None else max(running, default=-1))
+        if target is None:
+            raise ConflictError(f"node {node} of {job_id} is not running", hint="pick a running node")
+        _, record = self._record(job_id)
+        ns = record.get("namespace") or self.conn.namespace
+        with self.api.errors("delete", f"pod {target.name!r}", ns):
+            self.api.delete_pod(target.name, ns, grace=self.grace)
         return self.get(job_id)

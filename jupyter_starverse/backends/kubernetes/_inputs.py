@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from jupyter_starverse.kube import NodePool
 
 __all__ = [
+    "ANNOTATION_ATTEMPT",
+    "ANNOTATION_PREEMPTIONS",
     "ANNOTATION_SPEC",
     "CONTAINER",
     "LABEL_EXPERIMENT",
@@ -36,6 +38,9 @@ LABEL_EXPERIMENT = "starverse.io/experiment"
 LABEL_ROLE = "starverse.io/role"
 LABEL_KUEUE = "kueue.x-k8s.io/queue-name"
 ANNOTATION_SPEC = "starverse.io/spec"
+#: relaunches of the whole group before this object (0: the first attempt), and how many were preemptions
+ANNOTATION_ATTEMPT = "starverse.io/attempt"
+ANNOTATION_PREEMPTIONS = "starverse.io/preemptions"
 MANAGER = "jupyter-starverse"
 CONTAINER = "trainer"
 PORT = 29500
@@ -95,6 +100,11 @@ class KubeLaunch:
     user: str = "user"
     #: ``costs.cap_env``: lets a job with a budget stop itself (no supervisor runs beside it)
     cost_env: Mapping[str, str] = field(default_factory=dict)
+    #: relaunches of the whole group so far (0: the first attempt); the backend owns them
+    attempt: int = 0
+    preemptions: int = 0  # how many of those relaunches followed a preemption (the rest: failures)
+    #: seconds between SIGTERM and SIGKILL (terminationGracePeriodSeconds): time for a checkpoint
+    grace: int = 60
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from jupyter_starverse.backends._restarts import PREEMPT_EXIT, USAGE_EXIT
 from jupyter_starverse.backends._torchrun import WORKER_MODULE, job_env
 from jupyter_starverse.jobmodel import JobSpec
 
@@ -88,6 +89,8 @@ __all__ = [
 ]
 
 from ._inputs import (
+    ANNOTATION_ATTEMPT,
+    ANNOTATION_PREEMPTIONS,
     ANNOTATION_SPEC,
     CONTAINER,
     LABEL_EXPERIMENT,
@@ -250,6 +253,8 @@ def _annotations(launch: KubeLaunch) -> dict[str, str]:
         ANNOTATION_SPEC: json.dumps(spec, sort_keys=True, separators=(",", ":")),
         "starverse.io/run-dir": launch.run_dir,
         "starverse.io/user": launch.user,
+        ANNOTATION_ATTEMPT: str(launch.attempt),
+        ANNOTATION_PREEMPTIONS: str(launch.preemptions),
     }
 
 
@@ -262,6 +267,11 @@ def make_env(launch: KubeLaunch, cluster: ClusterConfig, mode: ModeTranslation) 
         "STARVERSE_MODE": mode.device if mode.device == "cpu" else "gpu",
         "STARVERSE_DIST_BACKEND": mode.dist_backend,
         "STARVERSE_DEVICE": mode.device,
+        # a SIGTERM (preemption, eviction, `jobs preempt`): checkpoint, then exit 143, which the
+        # pod failure policy turns into a whole-group relaunch by the backend (see _restart)
+        "STARVERSE_PREEMPT_EXIT": str(PREEMPT_EXIT),
+        "STARVERSE_STOP_GRACE": str(launch.grace),
+        "STARVERSE_ATTEMPT": str(launch.attempt),
     }
     env = job_env(
         spec,
@@ -313,7 +323,7 @@ def make_command(launch: KubeLaunch, cluster: ClusterConfig, *, master: str | No
             f"--master-addr={master}",
             f"--master-port={PORT}",
         ]
-    argv.append(f"--max-restarts={spec.max_restarts}")
+    argv.append("--max-restarts=0")  # the backend relaunches the whole group (backends._restarts)
     if no_python:
         argv += ["--no-python", "--tee=3"]
     return argv + entry
@@ -429,7 +439,7 @@ def make_pod_template(
             tolerations=list(mode.tolerations) or None,
             affinity=mode.affinity,
             enable_service_links=False,
-            termination_grace_period_seconds=60,  # time for a checkpoint on SIGTERM
+            termination_grace_period_seconds=launch.grace,  # time for a checkpoint on SIGTERM
             **_pod_options(launch.pool, cluster),
         ),
     )
@@ -451,25 +461,38 @@ def _indexed_job_spec(launch: KubeLaunch, template: Any, *, ttl: int | None) -> 
     from kubernetes import client as c
 
     spec = launch.spec
-    rules = [
-        # Preemption and eviction are not the job's fault: the index is retried for free.
-        c.V1PodFailurePolicyRule(
-            action="Ignore",
-            on_pod_conditions=[c.V1PodFailurePolicyOnPodConditionsPattern(type="DisruptionTarget", status="True")],
-        ),
-        # Exit code 2 is a usage error (bad arguments): retrying cannot help.
-        c.V1PodFailurePolicyRule(
+
+    def on_exit(code: int) -> Any:
+        return c.V1PodFailurePolicyRule(
             action="FailJob",
             on_exit_codes=c.V1PodFailurePolicyOnExitCodesRequirement(
-                container_name=CONTAINER, operator="In", values=[2]
+                container_name=container, operator="In", values=[code]
             ),
+        )
+
+    container = template.spec.containers[0].name
+    # No pod is retried on its own: a new pod cannot join the running group's static rendezvous.
+    # Any end of a node ends the Job at once (its other pods get SIGTERM and checkpoint), and the
+    # backend relaunches the whole group from the newest checkpoint (backends/kubernetes/_restart).
+    # The rules name the first event, which the backend reads from the Job's Failed condition:
+    rules = [
+        # a preemption, eviction or node drain: relaunched under the preemption budget, not a failure
+        c.V1PodFailurePolicyRule(
+            action="FailJob",
+            on_pod_conditions=[c.V1PodFailurePolicyOnPodConditionsPattern(type="DisruptionTarget", status="True")],
         ),
+        # SIGTERM, checkpoint, exit 143 (`jobs preempt`, a provider's notice): a preemption too
+        on_exit(PREEMPT_EXIT),
+        # a usage error (bad arguments): relaunching cannot help
+        on_exit(USAGE_EXIT),
+        # any other exit code fails the index (backoffLimitPerIndex 0, maxFailedIndexes 0): the script
+        # failed, relaunched up to JobSpec.max_restarts
     ]
     return c.V1JobSpec(
         completion_mode="Indexed",
         completions=spec.nodes,
         parallelism=spec.nodes,
-        backoff_limit_per_index=spec.max_restarts,
+        backoff_limit_per_index=0,
         max_failed_indexes=0,
         pod_failure_policy=c.V1PodFailurePolicy(rules=rules),
         ttl_seconds_after_finished=ttl,
@@ -648,7 +671,7 @@ def make_pytorchjob(launch: KubeLaunch, cluster: ClusterConfig) -> PyTorchJob:
         master=PyTorchReplicaSpec(1, template),
         worker=PyTorchReplicaSpec(workers, template) if workers else None,
         nproc_per_node=launch.spec.procs_per_node,
-        backoff_limit=launch.spec.max_restarts,
+        backoff_limit=0,  # the backend relaunches the whole group (backends/kubernetes/_restart)
         ttl_seconds_after_finished=cluster.ttl_seconds,
         queue=cluster.kueue_queue,
     )

@@ -9,12 +9,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
-from jupyter_starverse.jobmodel import Job
+from jupyter_starverse.jobmodel import Job, JobState, NodeStatus
 
 from ._api import ClusterApi, Wire, WireList
 from ._status import job_state, latest_per_node
 
-__all__ = ["watch_job"]
+__all__ = ["resuming", "watch_job"]
 
 _SETTLE = 10.0  # seconds to wait for job conditions once every pod has ended
 _WATCH_CHUNK = 30  # seconds per watch request; the next one continues from the last resourceVersion
@@ -55,6 +55,8 @@ def watch_job(
         chunk = max(1, int(min(_WATCH_CHUNK, left if left is not None else _WATCH_CHUNK)))
         if _all_ended(list(pods.values()), job.spec.nodes):
             chunk = 1  # only the job's conditions are still to come, and they bring no pod event
+        elif job.state in (JobState.PREEMPTED, JobState.RESUMING):
+            chunk = min(chunk, 2)  # a relaunch waits for the old object to go: it brings no pod event
         with api.errors("watch", f"pods of job {job_id!r}", ns):
             for type_, obj in api.watch_pods(ns, sel, rv, chunk):
                 if type_ == "EXPIRED":  # history compacted: re-list, continue from now
@@ -85,21 +87,35 @@ def _refresh(get: Callable[[str], Job], job: Job, pods: WireList, changed: Wire)
         # after the last pod ends, with no further pod event: poll briefly for them.
         new = get(job.id)
         delay, deadline = 0.05, time.monotonic() + _SETTLE
-        while not new.state.finished and _all_ended(pods, job.spec.nodes) and time.monotonic() < deadline:
+        waiting = (JobState.PENDING, JobState.RUNNING)  # not a relaunch (preempted, resuming): that is news
+        while new.state in waiting and _all_ended(pods, job.spec.nodes) and time.monotonic() < deadline:
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
             new = get(job.id)
         return new
     nodes = latest_per_node(pods)
     st = job_state({"status": {"startTime": None}}, nodes)
+    state, reason = st.state, st.reason
+    if job.state is JobState.PREEMPTED:  # the old attempt's pods stopping: only a full read moves on
+        state, reason = job.state, job.reason
+    elif job.restarts and resuming(state, nodes, job.spec.nodes):
+        state, reason = JobState.RESUMING, reason or job.reason
     return Job(
         job.id,
         job.backend,
         job.spec,
-        st.state,
+        state,
         job.experiment_dir,
         job.created,
         started=job.started or st.started,
-        reason=st.reason,
+        reason=reason,
         nodes=nodes,
+        restarts=job.restarts,
     )
+
+
+def resuming(state: JobState, nodes: tuple[NodeStatus, ...], count: int) -> bool:
+    """A relaunched attempt is ``resuming`` until every node runs (it has no pods at first)."""
+    if state not in (JobState.PENDING, JobState.RUNNING):
+        return False
+    return len(nodes) < count or any(n.state is not JobState.RUNNING and not n.state.finished for n in nodes)

@@ -22,11 +22,11 @@ import contextlib
 import re
 import signal
 from dataclasses import dataclass
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from jupyter_starverse.experiments import RunEvent, RunPaths, latest_checkpoint, read_json, read_metrics
+from jupyter_starverse.backends._restarts import PREEMPT_EXIT, PREEMPT_RESTARTS, archive_attempt, lost_work
+from jupyter_starverse.experiments import RunPaths, read_json
 
 __all__ = [
     "PREEMPT_EXIT",
@@ -41,10 +41,6 @@ __all__ = [
     "signal_name",
 ]
 
-#: Exit code of a rank that stopped on SIGTERM after its checkpoint (128 + SIGTERM).
-PREEMPT_EXIT = 143
-#: Relaunches after preemptions and lost processes or nodes, unless the job says otherwise.
-PREEMPT_RESTARTS = 3
 
 _COLLATERAL = re.compile(
     r"Connection closed by peer|Connection reset|Broken pipe|ECONNRESET|ProcessGroupGloo|gloo|NCCL|"
@@ -189,49 +185,6 @@ def classify(
     pool = primary or events
     root = min(pool, key=lambda e: e.time) if pool else None
     return root, sorted(events, key=lambda e: e.time)
-
-
-def lost_work(
-    run: RunPaths, *, attempt: int, started: float, when: float, per_second: Decimal | None, currency: str | None
-) -> RunEvent:
-    """What a resume redoes: steps run after the newest checkpoint, and their money (no cause yet)."""
-    ckpt = latest_checkpoint(run)
-    last: int | None = None
-    for p in read_metrics(run.root, from_logs=False):
-        if p.time is None or p.time >= started:
-            last = p.step if last is None else max(last, p.step)
-    ckpt_step = ckpt.step if ckpt is not None else None
-    steps = None
-    if last is not None:
-        steps = max(0, last - (ckpt_step if ckpt_step is not None else -1))
-    money = None
-    if per_second is not None:
-        since = max(started, ckpt.time if ckpt is not None and ckpt.time else started)
-        seconds = max(0.0, when - since) if steps else 0.0
-        money = format((per_second * Decimal(repr(seconds))).quantize(Decimal("0.0001")), "f")
-    return RunEvent(
-        attempt=attempt,
-        time=when,
-        kind="",
-        cause="",
-        checkpoint_step=ckpt_step,
-        last_step=last,
-        steps_lost=steps,
-        money_lost=money,
-        currency=currency,
-    )
-
-
-def archive_attempt(run: RunPaths, attempt: int) -> None:
-    """Move the attempt's ``errors/rank*.json`` and ``stops/rank*.json`` into ``attempt-N/`` folders."""
-    for folder in (run.errors, run.stops):
-        if not folder.is_dir():
-            continue
-        target = run.attempt_dir(folder, attempt)
-        for f in folder.glob("rank*.json"):
-            target.mkdir(parents=True, exist_ok=True)
-            with contextlib.suppress(OSError):
-                f.replace(target / f.name)
 
 
 def banner(run: RunPaths, world_size: int, text: str) -> None:

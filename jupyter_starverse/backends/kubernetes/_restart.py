@@ -1,0 +1,154 @@
+"""Whole-group restarts of a Kubernetes job, kept by the backend on every kind.
+
+Any end of a node ends the attempt: the pod failure policy (``_manifests._indexed_job_spec``)
+fails the Job at once, its other pods get SIGTERM and checkpoint. :func:`attempt_end` names what
+ended it, first in time, from the Job's ``Failed`` condition (the controller writes the rule that
+matched first) and, where a kind hides its Jobs, from the pods:
+
+- ``DisruptionTarget`` (preemption, eviction, node drain) or exit 143 (SIGTERM, checkpoint):
+  ``preempted``, relaunched under the preemption budget;
+- exit 2 (a usage error): ``usage``, never relaunched;
+- any other exit code or failure: ``failed``, relaunched up to ``JobSpec.max_restarts``.
+
+The backend then deletes the object (foreground: the pods stop and checkpoint first) and,
+once it is gone, creates attempt ``N + 1`` under the same name; the ranks resume from the run's
+newest checkpoint. Pure functions here; the calls are in ``_backend``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from jupyter_starverse.backends._restarts import PREEMPT_EXIT, USAGE_EXIT, RestartBudget
+
+from ._inputs import ANNOTATION_ATTEMPT, ANNOTATION_PREEMPTIONS
+from ._status import node_index, parse_time
+
+__all__ = ["AttemptEnd", "attempt_end", "budget_of", "stopping_node"]
+
+_EXIT = re.compile(r"exit code (\d+)")
+_POD = re.compile(r"\bpod [\w.-]+/([\w.-]+)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class AttemptEnd:
+    """Why an attempt ended: ``kind`` (preempted, failed, usage), a readable cause, when."""
+
+    kind: str
+    cause: str
+    time: float | None = None
+
+
+def budget_of(obj: Mapping[str, Any]) -> RestartBudget:
+    """The relaunches used before this object, from its annotations."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    attempt = int(annotations.get(ANNOTATION_ATTEMPT) or 0)
+    preemptions = min(attempt, int(annotations.get(ANNOTATION_PREEMPTIONS) or 0))
+    return RestartBudget(preemptions=preemptions, failures=attempt - preemptions)
+
+
+def _kind_of_code(code: int | None) -> str:
+    if code == PREEMPT_EXIT:
+        return "preempted"
+    if code == USAGE_EXIT:
+        return "usage"
+    return "failed"
+
+
+def _node_of(pods: Iterable[Mapping[str, Any]], name: str | None) -> str:
+    for pod in pods:
+        if name and (pod.get("metadata") or {}).get("name") == name:
+            return f"node {node_index(pod)} ({name})"
+    return f"pod {name}" if name else "a pod"
+
+
+def _cause(kind: str, where: str, code: int | None, detail: str) -> str:
+    if kind == "preempted" and code == PREEMPT_EXIT:
+        return f"{where} got SIGTERM and stopped after its checkpoint (exit {PREEMPT_EXIT})"
+    if kind == "preempted":
+        return f"{where} was disrupted ({detail})"
+    if code is not None:
+        return f"{where} failed with exit code {code}" + (" (a usage error)" if kind == "usage" else "")
+    return f"{where}: {detail}"
+
+
+def _disrupted(pod: Mapping[str, Any]) -> dict[str, Any] | None:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+            return dict(cond)
+    return None
+
+
+def _terminated(pod: Mapping[str, Any]) -> tuple[int | None, float | None]:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated")
+        if term:
+            return term.get("exitCode"), parse_time(term.get("finishedAt"))
+    return None, None
+
+
+def attempt_end(jobs: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> AttemptEnd | None:
+    """What ended a failed attempt (``None``: nothing says it failed).
+
+    ``jobs``: the attempt's batch Jobs (the Indexed Job, or a JobSet's child Jobs); their
+    ``Failed`` condition names the first pod the controller saw end. ``pods``: its pods, read when
+    no Job says why (Kubeflow kinds), the earliest ended pod first.
+    """
+    pods = list(pods)
+    failed = []
+    for job in jobs:
+        for cond in (job.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "Failed" and cond.get("status") == "True":
+                failed.append(cond)
+    failed.sort(key=lambda c: str(c.get("lastTransitionTime") or ""))
+    for cond in failed:
+        reason, message = str(cond.get("reason") or ""), str(cond.get("message") or "")
+        when = parse_time(cond.get("lastTransitionTime"))
+        named = _POD.search(message)
+        where = _node_of(pods, named.group(1) if named else None)
+        if reason == "PodFailurePolicy" and "DisruptionTarget" in message:
+            return AttemptEnd("preempted", _cause("preempted", where, None, "DisruptionTarget"), when)
+        code_match = _EXIT.search(message)
+        code = int(code_match.group(1)) if code_match else None
+        if reason == "PodFailurePolicy" and code is not None:
+            kind = _kind_of_code(code)
+            return AttemptEnd(kind, _cause(kind, where, code, message), when)
+        # a failed index (another exit code): the pod that failed first names the cause
+        break
+    ended = []
+    for pod in pods:
+        code, when = _terminated(pod)
+        disrupted = _disrupted(pod)
+        if disrupted is not None or (code is not None and code != 0):
+            ended.append((when or float("inf"), code, disrupted, pod))
+    ended.sort(key=lambda e: (e[0], e[1] == PREEMPT_EXIT))  # same second: the real failure first
+    if ended:
+        when, code, disrupted, pod = ended[0]
+        where = _node_of(pods, (pod.get("metadata") or {}).get("name"))
+        if disrupted is not None:
+            detail = f"{disrupted.get('reason') or 'DisruptionTarget'}: {disrupted.get('message') or ''}".rstrip(": ")
+            return AttemptEnd("preempted", _cause("preempted", where, None, detail), when)
+        kind = _kind_of_code(code)
+        return AttemptEnd(kind, _cause(kind, where, code, ""), when)
+    if failed:
+        cond = failed[0]
+        detail = f"{cond.get('reason') or 'Failed'}: {cond.get('message') or ''}".rstrip(": ")
+        return AttemptEnd("failed", detail, parse_time(cond.get("lastTransitionTime")))
+    return None
+
+
+def stopping_node(pods: Iterable[Mapping[str, Any]]) -> str | None:
+    """The first running pod that got SIGTERM (deleted or disrupted), as ``node N was ...``; else None."""
+    for pod in pods:
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        if status.get("phase") not in ("Pending", "Running"):
+            continue
+        disrupted = _disrupted(pod)
+        if disrupted is not None:
+            return f"node {node_index(pod)} was disrupted ({disrupted.get('reason') or 'DisruptionTarget'})"
+        if meta.get("deletionTimestamp"):
+            return f"node {node_index(pod)} got SIGTERM (pod {meta.get('name')} deleted)"
+    return None
