@@ -15,6 +15,7 @@ extension starts from the same object and overrides fields from its traitlets.
 | STARVERSE_PRICES            | path of a price table (JSON) replacing the shipped|                                 |
 | STARVERSE_CURRENCY          | currency shown, overriding the price table's      |                                 |
 | STARVERSE_LOCK_TTL          | seconds a pull lease lives without renewal        | ``30``                          |
+| STARVERSE_PULL_CONNECTIONS  | connections per store pull (ranges, small files)  | ``8``                           |
 | STARVERSE_NAMESPACE         | Kubernetes namespace                              | from kubeconfig / SA / default  |
 | STARVERSE_KUBE_CONTEXT      | kubeconfig context                                | current context                 |
 | STARVERSE_KUBE_KIND         | manifest kind: ``job``/``jobset``/``trainjob``/``pytorchjob`` | ``job``             |
@@ -134,6 +135,17 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     if value <= 0:
         raise BadInputError(f"{name} must be positive, got {raw}", field=name)
     return value
+
+
+def _count(env: Mapping[str, str], name: str, default: int, *, most: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or not 1 <= int(raw) <= most:
+        raise BadInputError(
+            f"{name}={raw!r} is not a whole number from 1 to {most}", field=name, hint=f"e.g. {name}={default}"
+        )
+    return int(raw)
 
 
 def _optional(env: Mapping[str, str], name: str) -> str | None:
@@ -321,6 +333,7 @@ class Settings:
     prices_file: Path | None = None
     currency: str | None = None
     lock_ttl: float = 30.0
+    pull_connections: int = 8
     namespace: str | None = None
     kube_context: str | None = None
     kube_kind: str = "job"
@@ -377,6 +390,7 @@ class Settings:
             prices_file=_path(prices) if prices else None,
             currency=(_optional(env, "STARVERSE_CURRENCY") or "").upper() or None,
             lock_ttl=_float(env, "STARVERSE_LOCK_TTL", 30.0),
+            pull_connections=_count(env, "STARVERSE_PULL_CONNECTIONS", 8, most=64),
             namespace=_optional(env, "STARVERSE_NAMESPACE"),
             kube_context=_optional(env, "STARVERSE_KUBE_CONTEXT"),
             kube_kind=_choice(env, "STARVERSE_KUBE_KIND", KUBE_KINDS, "job"),
@@ -444,6 +458,7 @@ class Settings:
             "STARVERSE_MODE": self.default_mode,
             "STARVERSE_GPU_TYPE": self.gpu_type,
             "STARVERSE_LOCK_TTL": str(self.lock_ttl),
+            "STARVERSE_PULL_CONNECTIONS": str(self.pull_connections),
             "STARVERSE_KUBE_KIND": self.kube_kind,
             "STARVERSE_IMAGE": self.image,
             "STARVERSE_USER": self.user,

@@ -9,18 +9,20 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.errors import BadInputError, ConflictError, InvalidNameError, NotFoundError, StoreError
 
+from ._download import SPLIT_AT
 from ._fetch import LeaseLostError, SourceFile, fetch_file, list_source, open_source, store_full
 from ._holds import Hold, live_holds, new_hold
 from ._layout import Layout, Manifest, dir_bytes, store_root
 from ._lease import Lease
-from ._models import import_model_folder, pull_model, sha256_file
+from ._models import import_model_folder, pull_model, sha256_file, write_ref
 from ._names import DEFAULT_VERSION, DatasetRef, ModelRef, Ref, check_name, parse_hf, parse_ref, safe_join
 from ._perms import make_dirs, prepare_shared, resolve_group, translate_permissions
 from ._progress import ProgressCallback, ProgressTracker, read_progress, write_json_atomic
@@ -266,20 +268,42 @@ class Catalog:
 
     # -- pull --------------------------------------------------------------------------
     @translate_permissions("pull into the store")
-    def pull(self, ref: str, *, progress: ProgressCallback | None = None) -> EntryStatus:
-        """Fill the store from the source once; concurrent callers anywhere share one download."""
+    def pull(
+        self,
+        ref: str,
+        *,
+        progress: ProgressCallback | None = None,
+        connections: int | None = None,
+        allow: Sequence[str] | None = None,
+        ignore: Sequence[str] | None = None,
+    ) -> EntryStatus:
+        """Fill the store from the source once; concurrent callers anywhere share one download.
+
+        ``connections`` (default ``STARVERSE_PULL_CONNECTIONS``) is how many connections one
+        pull opens: ranges of a large file, or small files at once. ``allow``/``ignore`` are
+        glob patterns choosing files of a Hugging Face repo (``hf:datasets/ORG/NAME`` or a
+        model); pulling a cached repo with new patterns adds the files they select.
+        """
         parsed = parse_ref(ref)
+        n = check_connections(self.settings.pull_connections if connections is None else connections)
+        patterns = _patterns(allow, "allow"), _patterns(ignore, "ignore")
         self._prepare()
         if isinstance(parsed, ModelRef):
             if self.layout.record_path(parsed).exists():
                 self._repair(parsed)
-            return self._pull_model(parsed, progress)
+            return self._pull_model(parsed, progress, n, patterns)
+        if any(patterns):
+            raise BadInputError(
+                "allow/ignore patterns choose files of Hugging Face repos",
+                field="allow",
+                hint="register a subset of a dataset as its own entry: `starverse store add NAME SOURCE/SUBFOLDER`",
+            )
         resolved = self.layout.resolve(parsed)
         assert isinstance(resolved, DatasetRef)
         entry = self.layout.read_entry(resolved)
         self._repair(resolved)
         tracker = self._tracker(resolved, progress)
-        self._single_flight(resolved, tracker, lambda lease: self._pull_dataset(resolved, entry, tracker, lease))
+        self._single_flight(resolved, tracker, lambda lease: self._pull_dataset(resolved, entry, tracker, lease, n))
         return self._finish(resolved, tracker)
 
     def _tracker(self, ref: Ref, progress: ProgressCallback | None) -> ProgressTracker:
@@ -294,10 +318,21 @@ class Catalog:
         tracker.set_phase("done")
         return self._status(ref)
 
-    def _single_flight(self, ref: Ref, tracker: ProgressTracker, work: Callable[[Lease], Manifest]) -> None:
+    def _single_flight(
+        self,
+        ref: Ref,
+        tracker: ProgressTracker,
+        work: Callable[[Lease], Manifest],
+        needed: Callable[[], bool] | None = None,
+    ) -> None:
         path = self.layout.lease_path(self.layout.lease_key(ref))
         progress_path = self.layout.progress_path(self.layout.key(ref))
-        while self.layout.read_manifest(ref) is None:
+        if needed is None:
+
+            def needed() -> bool:
+                return self.layout.read_manifest(ref) is None
+
+        while needed():
             lease = Lease(path, ttl=self.settings.lock_ttl)
             if not lease.try_acquire():
                 tracker.relay(read_progress(progress_path))
@@ -305,7 +340,7 @@ class Catalog:
                 continue
             try:
                 with lease.renewing():
-                    if self.layout.read_manifest(ref) is not None:
+                    if not needed():
                         return
                     manifest = work(lease)
                     if not lease.renew():  # fencing: only the holder publishes
@@ -322,7 +357,9 @@ class Catalog:
             finally:
                 lease.release()
 
-    def _pull_dataset(self, ref: DatasetRef, entry: Entry, tracker: ProgressTracker, lease: Lease) -> Manifest:
+    def _pull_dataset(
+        self, ref: DatasetRef, entry: Entry, tracker: ProgressTracker, lease: Lease, connections: int
+    ) -> Manifest:
         fs, root = open_source(entry.source)
         files = list_source(fs, root, entry.source)
         data_dir = self.layout.data_dir(ref)
@@ -334,10 +371,15 @@ class Catalog:
             raise store_full(data_dir, total - present)
         tracker.start(bytes_total=total, files_total=len(files), already=present)
         key = self.layout.key(ref)
-        records = [
-            self.ensure_file(key, fs, f, safe_join(data_dir, f.rel), tracker=tracker, parent=lease) for f in files
-        ]
-        return Manifest(str(ref), tuple(records), time.time())
+
+        def one(f: SourceFile, n: int) -> FileRecord:
+            dest = safe_join(data_dir, f.rel)
+            return self.ensure_file(key, fs, f, dest, tracker=tracker, parent=lease, connections=n)
+
+        # Large files one after the other, each over every connection; small files N at a time.
+        records = {f.rel: one(f, connections) for f in files if f.size is not None and f.size >= SPLIT_AT}
+        records.update(run_parallel(one, [f for f in files if f.rel not in records], connections))
+        return Manifest(str(ref), tuple(records[f.rel] for f in files), time.time())
 
     @staticmethod
     def _present(dest: Path, src: SourceFile) -> bool:
@@ -356,8 +398,10 @@ class Catalog:
         *,
         tracker: ProgressTracker | None = None,
         parent: Lease | None = None,
+        connections: int | None = None,
     ) -> FileRecord:
         """Make ``dest`` hold ``src``; one writer per file across processes (shared-cache fill)."""
+        n = self.settings.pull_connections if connections is None else connections
         lease = Lease(self.layout.file_lease_path(key, src.rel), ttl=self.settings.lock_ttl)
         while True:
             if self._present(dest, src):
@@ -371,24 +415,57 @@ class Catalog:
                         if self._present(dest, src):
                             continue
                         return fetch_file(
-                            fs, src, dest, tracker=tracker, leases=(lease,) if parent is None else (lease, parent)
+                            fs,
+                            src,
+                            dest,
+                            tracker=tracker,
+                            leases=(lease,) if parent is None else (lease, parent),
+                            connections=n,
                         )
                 finally:
                     lease.release()
             time.sleep(_POLL / 2)
 
-    def _pull_model(self, ref: ModelRef, progress: ProgressCallback | None) -> EntryStatus:
+    def _pull_model(
+        self,
+        ref: ModelRef,
+        progress: ProgressCallback | None,
+        connections: int,
+        patterns: tuple[tuple[str, ...], tuple[str, ...]],
+    ) -> EntryStatus:
         if self.layout.read_manifest(ref) is None and not self.layout.record_path(ref).exists():
-            entry = Entry("model", ref.repo_id, ref.revision, f"hf:{ref.repo_id}", str(ref))
+            entry = Entry(ref.kind, ref.name, ref.revision, f"hf:{ref.name}", str(ref))
             self.layout.write_entry(ref, entry)
         tracker = self._tracker(ref, progress)
+        allow, ignore = patterns
+        extended = False
 
         def work(lease: Lease) -> Manifest:
-            snap = pull_model(ref, self.hf_cache_dir, tracker)
+            nonlocal extended
+            old = self.layout.read_manifest(ref)
+            # New patterns on a cached entry add files of the same commit to it.
+            at = ref if old is None or not old.commit else dataclasses.replace(ref, revision=old.commit)
+            if old is not None:
+                self.layout.unpublish(ref, old)
+            snap = pull_model(
+                at,
+                self.hf_cache_dir,
+                tracker,
+                connections=connections,
+                allow=allow,
+                ignore=ignore,
+                have=old.files if old is not None else (),
+            )
+            if at is not ref:
+                write_ref(self.hf_cache_dir / ref.folder, ref.revision, snap.commit)
+            extended = True
             return Manifest(str(ref), snap.files, time.time(), snap.commit)
 
+        def needed() -> bool:
+            return not extended and (self.layout.read_manifest(ref) is None or bool(allow or ignore))
+
         try:
-            self._single_flight(ref, tracker, work)
+            self._single_flight(ref, tracker, work, needed)
         except NotFoundError:
             if self.layout.read_manifest(ref) is None:
                 self.layout.remove_record(ref)  # a repo or revision that does not exist leaves no entry
@@ -407,7 +484,7 @@ class Catalog:
             raise ConflictError(
                 f"{ref} is already in the store", hint=f"`starverse store rm {ref}` first to replace it"
             )
-        entry = Entry("model", ref.repo_id, ref.revision, str(source), str(ref))
+        entry = Entry(ref.kind, ref.name, ref.revision, str(source), str(ref))
         tracker = self._tracker(ref, progress)
 
         def work(lease: Lease) -> Manifest:
@@ -634,6 +711,53 @@ class Catalog:
                         p.unlink(missing_ok=True)
         finally:
             lease.release()
+
+
+def check_connections(n: object) -> int:
+    """A connection count from 1 to 64, else BadInputError."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 64:
+        raise BadInputError(
+            f"connections must be a whole number from 1 to 64, got {n!r}",
+            field="connections",
+            hint="e.g. 8 (STARVERSE_PULL_CONNECTIONS sets the default)",
+        )
+    return n
+
+
+def _patterns(value: Sequence[str] | None, what: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    out = []
+    for p in value:
+        if not isinstance(p, str) or not p.strip() or "\x00" in p:
+            raise BadInputError(f"{what} pattern {p!r} is empty or not text", field=what, hint="e.g. 'data/en/*'")
+        out.append(p.strip())
+    return tuple(out)
+
+
+def run_parallel(
+    work: Callable[[SourceFile, int], FileRecord], files: Sequence[SourceFile], connections: int
+) -> dict[str, FileRecord]:
+    """``work(file, 1)`` for every file, ``connections`` at a time; the first error wins."""
+    if not files:
+        return {}
+    if connections == 1 or len(files) == 1:
+        return {f.rel: work(f, 1) for f in files}
+    out: dict[str, FileRecord] = {}
+    with ThreadPoolExecutor(min(connections, len(files)), thread_name_prefix="starverse-file") as pool:
+        futures = {pool.submit(work, f, 1): f for f in files}
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        failed = next((fut for fut in done if fut.exception() is not None), None)
+        if failed is not None:
+            for fut in futures:
+                fut.cancel()
+            wait(futures)  # the ones already running end (or fail) before we report
+            raise failed.exception()  # type: ignore[misc]
+        for fut, f in futures.items():
+            out[f.rel] = fut.result()
+    return out
 
 
 def _held_text(held: dict[str, list[HoldInfo]]) -> str:

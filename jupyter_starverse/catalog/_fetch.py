@@ -1,21 +1,16 @@
-"""Copy files from any fsspec source into the store: verified, atomic, resumable per file.
+"""List fsspec sources and copy their files into the store: verified, atomic, resumable.
 
 A file becomes visible under its final name only after its bytes were counted, hashed
-and checked against the size (and ETag, where the source has one) listed before the copy
-and re-read after it. Until then it is a ``.NAME.TOKEN.part`` sibling, removed on any
-error; a kill -9 leaves such a part file, which the next holder of the file's lease
-deletes before it starts again.
+while they arrived (:mod:`._download`) and checked against the size (and ETag, where the
+source has one) listed before the copy. Until then it is a ``.NAME.part`` sibling with a
+``.NAME.ranges`` sidecar of the pieces already on disk: a kill -9 leaves both, and the next
+holder of the file's lease continues from there. Bytes known to be wrong are deleted.
 """
 
 from __future__ import annotations
 
 import errno
-import functools
-import hashlib
 import os
-import queue
-import threading
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,19 +22,45 @@ from jupyter_starverse.errors import (
     IntegrityError,
     MissingDependencyError,
     NotFoundError,
+    PermissionDeniedError,
     StarverseError,
     StoreError,
 )
 
+from ._download import (
+    AccessError,
+    ChecksumError,
+    Downloaded,
+    FsspecOrigin,
+    HttpOrigin,
+    LeaseLost,
+    Origin,
+    OriginChangedError,
+    RetryableError,
+    Target,
+    TransferError,
+    copy_local,
+    download,
+    part_paths,
+)
 from ._lease import Lease
 from ._names import safe_join
 from ._perms import make_dirs
 from ._progress import ProgressTracker
 from ._types import FileRecord
 
-__all__ = ["LeaseLostError", "SourceFile", "fetch_file", "list_source", "open_source", "store_full"]
+__all__ = [
+    "LeaseLostError",
+    "SourceFile",
+    "fetch_file",
+    "list_source",
+    "open_source",
+    "origin_for",
+    "publish_part",
+    "store_full",
+    "transfer",
+]
 
-CHUNK = 16 * 1024 * 1024
 _PACKAGES = {
     "s3": "s3fs",
     "s3a": "s3fs",
@@ -193,94 +214,78 @@ def _protocol(fs: Any) -> str:
     return str(fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0])
 
 
-def _open(fs: Any, path: str) -> Any:
+def origin_for(fs: Any, src: SourceFile) -> Origin:
+    """The engine's origin for one listed file: plain HTTP(S) directly, other fsspec file systems by ranges."""
     if _protocol(fs) in ("http", "https"):
-        return fs.open(path, "rb", block_size=0)  # one streaming GET, not many range requests
-    return fs.open(path, "rb")
+        return HttpOrigin(src.path, headers=_http_headers(fs))
+    return FsspecOrigin(fs, src.path, size=src.size, etag=src.etag)
 
 
-@functools.cache
-def _zeros() -> bytes:
-    return bytes(CHUNK)
+def _http_headers(fs: Any) -> dict[str, str]:
+    kwargs = getattr(fs, "kwargs", {}) or {}
+    headers = kwargs.get("headers") or {}
+    return {str(k): str(v) for k, v in headers.items()} if isinstance(headers, dict) else {}
 
 
-def _write_chunk(out: Any, chunk: bytes) -> None:
-    n = len(chunk)
-    if chunk == _zeros()[:n] if n <= CHUNK else chunk.count(0) == n:
-        out.seek(n, os.SEEK_CUR)  # keep holes sparse; truncate() fixes the length
-    else:
-        out.write(chunk)
+def access_error(name: str, e: AccessError, *, auth_hint: str) -> StarverseError:
+    """401/403/404 from an origin as an error naming the file and what to do."""
+    if e.status in (401, 403):
+        return PermissionDeniedError(f"{name}: the origin refused access (HTTP {e.status}, {e.url})", hint=auth_hint)
+    if e.status in (404, 410):
+        return NotFoundError(
+            f"{name}: the origin has no such file (HTTP {e.status}, {e.url})",
+            hint="check the source URL or revision; the listing may be out of date, pull again",
+        )
+    return BackendUnavailableError(
+        f"{name}: the origin answered HTTP {e.status} ({e.url})", hint="check the source and pull again"
+    )
 
 
-_datasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
+def transfer(
+    name: str,
+    dest: Path,
+    target: Target,
+    move: Callable[[], Downloaded],
+    *,
+    auth_hint: str,
+) -> Downloaded:
+    """Run one engine transfer and turn its failures into StarverseErrors.
 
-
-class _Worker:
-    """One consumer thread fed through a small queue; keeps the first error it hits."""
-
-    def __init__(self, name: str, consume: Callable[[bytes], None]) -> None:
-        self.consume = consume
-        self.error: BaseException | None = None
-        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=4)
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while (chunk := self._queue.get()) is not None:
-            if self.error is None:
-                try:
-                    self.consume(chunk)
-                except BaseException as e:  # re-raised in the reading thread
-                    self.error = e
-
-    def put(self, chunk: bytes) -> None:
-        if self.error is not None:
-            raise self.error
-        self._queue.put(chunk)
-
-    def join(self) -> None:
-        self._queue.put(None)
-        self._thread.join()
-        if self.error is not None:
-            raise self.error
-
-
-class _Sink:
-    """Hash in one thread, write (flushing to disk as it goes) in another.
-
-    hashlib, file writes and fdatasync release the GIL, so reading the next chunk from
-    the source, hashing and writing all overlap; the final fsync has little left to do.
+    Bytes that are known wrong (checksum, changed origin) are deleted; anything else keeps
+    the part file and its sidecar so that the next pull resumes.
     """
+    part, sidecar = part_paths(dest)
+    try:
+        return move()
+    except LeaseLost as e:
+        raise LeaseLostError(str(dest)) from e
+    except (ChecksumError, OriginChangedError) as e:
+        part.unlink(missing_ok=True)
+        sidecar.unlink(missing_ok=True)
+        raise IntegrityError(
+            f"{name}: {e}", hint="the partial file was discarded; wait until the source is stable, then pull again"
+        ) from e
+    except AccessError as e:
+        raise access_error(name, e, auth_hint=auth_hint) from e
+    except RetryableError as e:
+        raise BackendUnavailableError(
+            f"{name}: the origin kept failing after retries ({e})",
+            hint="check the network and the source, then pull again: the bytes already on disk are kept",
+        ) from e
+    except TransferError as e:
+        raise BackendUnavailableError(f"{name}: {e}", hint="pull again") from e
+    except OSError as e:
+        if e.errno == errno.ENOSPC:
+            raise store_full(dest.parent) from e
+        raise
 
-    SYNC_EVERY = 64 * 1024 * 1024
 
-    def __init__(self, out: Any) -> None:
-        self.out = out
-        self.digest = hashlib.sha256()
-        self._unsynced = 0
-        self._workers = (_Worker("starverse-hash", self.digest.update), _Worker("starverse-write", self._write))
-
-    def _write(self, chunk: bytes) -> None:
-        _write_chunk(self.out, chunk)
-        self._unsynced += len(chunk)
-        if self._unsynced >= self.SYNC_EVERY:
-            self.out.flush()
-            _datasync(self.out.fileno())
-            self._unsynced = 0
-
-    def put(self, chunk: bytes) -> None:
-        for worker in self._workers:
-            worker.put(chunk)
-
-    def join(self) -> None:
-        """Wait for every chunk; raises what a worker thread hit."""
-        for worker in self._workers:
-            worker._queue.put(None)
-        for worker in self._workers:
-            worker._thread.join()
-        for worker in self._workers:
-            if worker.error is not None:
-                raise worker.error
+def publish_part(dest: Path) -> None:
+    """Rename the verified, synced part file into place (read-only)."""
+    part, sidecar = part_paths(dest)
+    part.chmod(0o444)
+    part.replace(dest)
+    sidecar.unlink(missing_ok=True)
 
 
 def fetch_file(
@@ -290,54 +295,44 @@ def fetch_file(
     *,
     tracker: ProgressTracker | None = None,
     leases: Sequence[Lease] = (),
+    connections: int = 8,
 ) -> FileRecord:
     """Copy one source file to ``dest`` atomically and return what was verified.
 
-    The caller holds the lease for ``dest`` (one of ``leases``, checked between chunks);
-    stale part files of ``dest`` are removed first.
+    The caller holds the lease for ``dest`` (one of ``leases``, checked between chunks).
+    Local and network-mounted sources are copied with ``copy_file_range``; every other
+    source goes through the download engine (ranges over ``connections`` connections).
     """
     make_dirs(dest.parent)
-    for stale in dest.parent.glob(f".{dest.name}.*.part"):
+    for stale in dest.parent.glob(f".{dest.name}.*.part"):  # part files of the older, one-stream pulls
         stale.unlink(missing_ok=True)
-    tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.part")
-    done = 0
+    target = Target(src.rel, src.size)
+    local = _is_local(fs)
+    hint = "check the source's credentials (fsspec storage options, or the URL's token) and pull again"
+
+    def move() -> Downloaded:
+        if local:
+            return copy_local(src.path, dest, target, tracker=tracker, leases=leases)
+        return download(origin_for(fs, src), dest, target, connections=connections, tracker=tracker, leases=leases)
+
     try:
-        with _open(fs, src.path) as inp, open(tmp, "wb") as out:
-            sink = _Sink(out)
-            try:
-                while True:
-                    if any(lease.lost.is_set() for lease in leases):
-                        raise LeaseLostError(str(dest))
-                    chunk = inp.read(CHUNK)
-                    if not chunk:
-                        break
-                    sink.put(chunk)
-                    done += len(chunk)
-                    if tracker is not None:
-                        tracker.advance(len(chunk))
-            finally:
-                sink.join()
-            out.truncate(done)
-            out.flush()
-            os.fsync(out.fileno())
-        if src.size is not None and done != src.size:
+        got = transfer(src.rel, dest, target, move, auth_hint=hint)
+        if _protocol(fs) in ("http", "https"):
+            changed = src.etag is not None and got.etag is not None and got.etag != src.etag
+            after = got.etag
+        else:
+            after = _etag(fs.info(src.path))
+            changed = src.etag is not None and after not in (None, src.etag)
+        if changed:
+            part_paths(dest)[0].unlink(missing_ok=True)
             raise IntegrityError(
-                f"{src.rel}: the source changed size during the pull (listed {src.size} bytes, read {done})",
+                f"{src.rel}: the source changed during the pull (ETag {src.etag} -> {after})",
                 hint="wait until the source is no longer being written, then pull again",
             )
-        after = fs.info(src.path)
-        if src.etag is not None and _etag(after) not in (None, src.etag):
-            raise IntegrityError(
-                f"{src.rel}: the source changed during the pull (ETag {src.etag} -> {_etag(after)})",
-                hint="wait until the source is no longer being written, then pull again",
-            )
-        tmp.chmod(0o444)
-        tmp.replace(dest)
+        publish_part(dest)
     except (StarverseError, LeaseLostError, PermissionError):
         raise  # a PermissionError is the store's (or source's) modes: the catalog names STARVERSE_SHARED_GROUP
     except OSError as e:
-        if e.errno == errno.ENOSPC:
-            raise store_full(dest.parent) from e
         if isinstance(e, FileNotFoundError):
             raise NotFoundError(
                 f"{src.rel} disappeared from the source during the pull", hint="check the source"
@@ -345,16 +340,7 @@ def fetch_file(
         raise BackendUnavailableError(f"reading {src.path} failed: {e}", hint="check the source and pull again") from e
     except Exception as e:
         # Transport errors of any fsspec backend (aiohttp, botocore, ...): nothing was published.
-        if type(e).__name__ == "ClientPayloadError":  # body shorter than its Content-Length
-            raise IntegrityError(
-                f"{src.rel}: the source changed size during the pull ({e})",
-                hint="the partial file was discarded; wait until the source is stable, then pull again",
-            ) from e
-        raise BackendUnavailableError(
-            f"reading {src.path} failed: {e}", hint="the partial file was discarded; check the source and pull again"
-        ) from e
-    finally:
-        tmp.unlink(missing_ok=True)
+        raise BackendUnavailableError(f"reading {src.path} failed: {e}", hint="check the source and pull again") from e
     if tracker is not None:
         tracker.file_done()
-    return FileRecord(src.rel, done, sink.digest.hexdigest(), src.etag)
+    return FileRecord(src.rel, got.size, got.sha256, src.etag)

@@ -127,9 +127,7 @@ def _entry_from(data: Any, ref: Ref) -> Entry:
     if not isinstance(added, int | float) or isinstance(added, bool):
         raise ValueError("field 'added_at' is not a number")
     entry = Entry.from_json(data)
-    expected = (
-        (ref.kind, ref.name, ref.version) if isinstance(ref, DatasetRef) else ("model", ref.repo_id, ref.revision)
-    )
+    expected = (ref.kind, ref.name, ref.version) if isinstance(ref, DatasetRef) else (ref.kind, ref.name, ref.revision)
     if (entry.kind, entry.name, entry.version) != expected:
         raise ValueError(f"it describes {entry.kind} {entry.name}@{entry.version}, not {ref}")
     return entry
@@ -152,12 +150,16 @@ class Layout:
     def key(ref: Ref) -> str:
         if isinstance(ref, DatasetRef):
             return f"ds.{ref.name}@{ref.version}"
-        return f"hf.{ref.org}--{ref.repo}@{ref.revision_key}"
+        return f"{Layout._hf_prefix(ref)}.{ref.org}--{ref.repo}@{ref.revision_key}"
+
+    @staticmethod
+    def _hf_prefix(ref: ModelRef) -> str:
+        return "hf" if ref.repo_type == "model" else "hfds"
 
     @staticmethod
     def lease_key(ref: Ref) -> str:
         # One lease per HF repo: its revisions share blobs.
-        return Layout.key(ref) if isinstance(ref, DatasetRef) else f"hf.{ref.org}--{ref.repo}"
+        return Layout.key(ref) if isinstance(ref, DatasetRef) else f"{Layout._hf_prefix(ref)}.{ref.org}--{ref.repo}"
 
     def lease_path(self, key: str) -> Path:
         return self.root / ".leases" / f"{key}.lease"

@@ -1,10 +1,17 @@
-"""Hugging Face models in the standard huggingface_hub cache layout inside the store.
+"""Hugging Face repos (models and datasets) in the standard huggingface_hub cache layout.
 
-Downloads are done by ``huggingface_hub.snapshot_download`` (its temp-file + rename and
-resume of ``.incomplete`` blobs); we add what it lacks on shared storage: the NFS-safe
-lease around it (held by the caller), a tree listing for totals and progress, and a
-size + sha256 check of every file against the Hub's listing before the entry is marked
-complete.
+The Hub's tree listing (size, git oid, LFS sha256 of every file at one commit) drives the
+pull. Files go through the store's download engine (:mod:`._download`: ranges over several
+connections, hashed while they arrive, resumable) straight into the cache layout
+huggingface_hub itself writes: ``blobs/<ETag>`` (the LFS sha256, or the git oid of a small
+file), ``snapshots/<commit>/<path>`` links and ``refs/<revision>``, so ``from_pretrained``,
+``snapshot_download`` and ``load_dataset`` find them offline. Every file is checked against
+the listing (sha256 for LFS files, git blob sha1 for the others) before it is renamed into
+place.
+
+Repos stored on Xet (files listed with a ``xetHash``) keep huggingface_hub's own path when
+``hf_xet`` is installed: ``snapshot_download`` with its Xet client (which dedupes chunks and
+is already parallel); we follow its blobs to hash them without a second read.
 """
 
 from __future__ import annotations
@@ -14,7 +21,8 @@ import os
 import shutil
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,13 +36,15 @@ from jupyter_starverse.errors import (
     NotFoundError,
 )
 
+from ._download import SPLIT_AT, ChecksumError, Downloaded, HttpOrigin, Target, download
+from ._fetch import publish_part, transfer
 from ._follow import BlobFollower
 from ._names import ModelRef, safe_join
 from ._perms import make_dirs
 from ._progress import ProgressTracker
 from ._types import FileRecord
 
-__all__ = ["ModelSnapshot", "import_model_folder", "pull_model", "sha256_file"]
+__all__ = ["ModelSnapshot", "import_model_folder", "pull_model", "sha256_file", "write_ref"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +79,7 @@ def _endpoint() -> str | None:
 def _translate(ref: ModelRef, e: Exception) -> Exception:
     from huggingface_hub import errors as hf_errors
 
+    what = "model" if ref.repo_type == "model" else "dataset"
     if isinstance(e, hf_errors.RevisionNotFoundError):
         return NotFoundError(
             f"revision {ref.revision!r} does not exist in {ref.repo_id}",
@@ -76,7 +87,7 @@ def _translate(ref: ModelRef, e: Exception) -> Exception:
         )
     if isinstance(e, (hf_errors.RepositoryNotFoundError, hf_errors.GatedRepoError)):
         return NotFoundError(
-            f"model repository {ref.repo_id!r} not found (or not accessible)",
+            f"{what} repository {ref.repo_id!r} not found (or not accessible)",
             hint="check the name on the Hub, or set HF_TOKEN for private/gated repos",
         )
     if isinstance(e, hf_errors.OfflineModeIsEnabled):
@@ -139,28 +150,166 @@ def _poll_blobs(blobs: Path, tracker: ProgressTracker, baseline: int) -> Iterato
         thread.join()
 
 
-def pull_model(ref: ModelRef, hf_cache: Path, tracker: ProgressTracker) -> ModelSnapshot:
-    """Download ``ref`` into ``hf_cache`` and verify it; the caller holds the lease."""
-    hf = _hf()
+def pull_model(
+    ref: ModelRef,
+    hf_cache: Path,
+    tracker: ProgressTracker,
+    *,
+    connections: int = 8,
+    allow: Sequence[str] = (),
+    ignore: Sequence[str] = (),
+    have: Sequence[FileRecord] = (),
+) -> ModelSnapshot:
+    """Download ``ref`` (the files ``allow``/``ignore`` select) into ``hf_cache`` and verify it.
 
+    The caller holds the repo's lease. ``have`` are files of an earlier pull of the same
+    entry: they are kept in the returned snapshot (pulling new patterns adds files).
+    """
+    hf = _hf()
     api = hf.HfApi(endpoint=_endpoint())
     try:
-        info = api.repo_info(ref.repo_id, revision=ref.revision)
+        info = api.repo_info(ref.repo_id, revision=ref.revision, repo_type=ref.repo_type)
         commit = str(info.sha)
         listing = [
             f
-            for f in api.list_repo_tree(ref.repo_id, revision=commit, recursive=True)
+            for f in api.list_repo_tree(ref.repo_id, revision=commit, recursive=True, repo_type=ref.repo_type)
             if isinstance(f, hf.hf_api.RepoFile)
         ]
     except Exception as e:  # httpx/hf errors share no base class: translate all at this edge
         raise _translate(ref, e) from e
-    expected = {f.path: (f.size, f.lfs.sha256 if f.lfs is not None else None) for f in listing}
-    for path in expected:
-        safe_join(hf_cache, path)
+    if allow or ignore:
+        listing = list(
+            hf.utils.filter_repo_objects(
+                listing, allow_patterns=list(allow) or None, ignore_patterns=list(ignore) or None, key=lambda f: f.path
+            )
+        )
+        if not listing:
+            raise BadInputError(
+                f"no file of {ref} matches allow={list(allow)} ignore={list(ignore)}",
+                field="allow",
+                hint="patterns are globs on paths in the repo, e.g. 'data/en/*' or '*.parquet'",
+            )
+    for f in listing:
+        safe_join(hf_cache, f.path)
     storage = hf_cache / ref.folder
     blobs = storage / "blobs"
     for folder in (blobs, storage / "snapshots", storage / "refs", hf_cache / ".locks" / ref.folder):
         make_dirs(folder)  # ours, not huggingface_hub's: group-writable when the store is shared
+    if _xet_path(listing):
+        snap = _pull_with_hub(ref, hf_cache, tracker, commit, listing)
+    else:
+        snap = _pull_with_engine(ref, hf_cache, tracker, commit, listing, connections)
+    write_ref(storage, ref.revision, commit)
+    kept = {f.path: f for f in have}
+    kept.update({f.path: f for f in snap.files})
+    return ModelSnapshot(commit, tuple(kept[p] for p in sorted(kept)))
+
+
+def _xet_path(listing: Sequence[Any]) -> bool:
+    """True when huggingface_hub would fetch these files from Xet storage (its own fast path)."""
+    if not any(getattr(f, "xet_hash", None) for f in listing):
+        return False
+    from huggingface_hub import constants
+    from huggingface_hub.utils._runtime import is_xet_available
+
+    return bool(is_xet_available()) and not constants.HF_HUB_DISABLE_XET
+
+
+def _blob_name(f: Any) -> str:
+    # huggingface_hub names a blob by the file's ETag: the LFS sha256, else the git blob id.
+    return str(f.lfs.sha256) if f.lfs is not None else str(f.blob_id)
+
+
+def _pull_with_engine(
+    ref: ModelRef, hf_cache: Path, tracker: ProgressTracker, commit: str, listing: Sequence[Any], connections: int
+) -> ModelSnapshot:
+    hf = _hf()
+    storage = hf_cache / ref.folder
+    blobs = storage / "blobs"
+    headers = hf.utils.build_hf_headers()
+    endpoint = _endpoint()
+    present = {f.path for f in listing if _blob_ok(blobs / _blob_name(f), int(f.size))}
+    tracker.start(
+        bytes_total=sum(int(f.size) for f in listing),
+        files_total=len(listing),
+        already=sum(int(f.size) for f in listing if f.path in present),
+    )
+    auth = "set HF_TOKEN (a token with access to the repo; gated repos also need the terms accepted on the Hub)"
+
+    def one(f: Any, n: int) -> FileRecord:
+        blob = blobs / _blob_name(f)
+        size = int(f.size)
+        if f.path not in present:
+            sha = str(f.lfs.sha256) if f.lfs is not None else None
+            extra = {} if f.lfs is not None else {"git": hashlib.sha1(f"blob {size}\0".encode(), usedforsecurity=False)}
+            target = Target(f.path, size, sha, extra)
+            url = hf.hf_hub_url(ref.repo_id, f.path, repo_type=ref.repo_type, revision=commit, endpoint=endpoint)
+            origin = HttpOrigin(url, headers=headers)
+
+            def move() -> Downloaded:
+                got = download(origin, blob, target, connections=n, tracker=tracker)
+                if f.lfs is None and got.extra["git"] != str(f.blob_id):
+                    raise ChecksumError(f"git blob id {got.extra['git']} does not match the listed {f.blob_id}")
+                return got
+
+            got = transfer(f.path, blob, target, move, auth_hint=auth)
+            publish_part(blob)
+            digest = got.sha256
+        else:
+            digest = str(f.lfs.sha256) if f.lfs is not None else sha256_file(blob)
+        _link(storage / "snapshots" / commit, f.path, blob)
+        tracker.file_done()
+        return FileRecord(f.path, size, digest, _blob_name(f))
+
+    big = [f for f in listing if int(f.size) >= SPLIT_AT]
+    records = {f.path: one(f, connections) for f in big}
+    small = [f for f in listing if f.path not in records]
+    if small:
+        if connections == 1 or len(small) == 1:
+            records.update({f.path: one(f, 1) for f in small})
+        else:
+            with ThreadPoolExecutor(min(connections, len(small)), thread_name_prefix="starverse-file") as pool:
+                futures = {pool.submit(one, f, 1): f for f in small}
+                done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+                failed = next((fut for fut in done if fut.exception() is not None), None)
+                if failed is not None:
+                    for fut in futures:
+                        fut.cancel()
+                    wait(futures)
+                    raise failed.exception()  # type: ignore[misc]
+                records.update({f.path: fut.result() for fut, f in futures.items()})
+    return ModelSnapshot(commit, tuple(records[p] for p in sorted(records)))
+
+
+def _blob_ok(blob: Path, size: int) -> bool:
+    try:
+        return blob.stat().st_size == size
+    except FileNotFoundError:
+        return False
+
+
+def _link(snapshot: Path, rel: str, blob: Path) -> None:
+    """``snapshots/<commit>/<rel>`` -> the blob, relative (what huggingface_hub writes)."""
+    link = safe_join(snapshot, rel)
+    make_dirs(link.parent)
+    target = os.path.relpath(blob, link.parent)
+    try:
+        if str(link.readlink()) == target:
+            return
+    except OSError:
+        pass
+    tmp = link.with_name(f".{link.name}.{uuid.uuid4().hex}.tmp")
+    tmp.symlink_to(target)
+    tmp.replace(link)
+
+
+def _pull_with_hub(
+    ref: ModelRef, hf_cache: Path, tracker: ProgressTracker, commit: str, listing: Sequence[Any]
+) -> ModelSnapshot:
+    """Xet-backed repos: huggingface_hub's own download, hashed while it writes."""
+    hf = _hf()
+    expected = {f.path: (int(f.size), f.lfs.sha256 if f.lfs is not None else None) for f in listing}
+    blobs = hf_cache / ref.folder / "blobs"
     present = _blob_bytes(blobs)
     tracker.start(bytes_total=sum(size for size, _ in expected.values()), files_total=len(expected))
     follower = BlobFollower(blobs, {sha: size for size, sha in expected.values() if sha is not None})
@@ -168,7 +317,13 @@ def pull_model(ref: ModelRef, hf_cache: Path, tracker: ProgressTracker) -> Model
         try:
             with _poll_blobs(blobs, tracker, present), follower:
                 folder = hf.snapshot_download(
-                    ref.repo_id, revision=commit, cache_dir=hf_cache, endpoint=_endpoint(), tqdm_class=_SilentTqdm
+                    ref.repo_id,
+                    revision=commit,
+                    repo_type=ref.repo_type,
+                    cache_dir=hf_cache,
+                    endpoint=_endpoint(),
+                    allow_patterns=sorted(expected),
+                    tqdm_class=_SilentTqdm,
                 )
         except Exception as e:
             raise _translate(ref, e) from e
@@ -179,7 +334,6 @@ def pull_model(ref: ModelRef, hf_cache: Path, tracker: ProgressTracker) -> Model
     finally:
         follower.close()
     tracker.files_done = len(files)
-    _write_ref(storage, ref.revision, commit)
     return ModelSnapshot(commit, tuple(files))
 
 
@@ -203,7 +357,7 @@ def _verify(ref: ModelRef, folder: Path, path: str, size: int, sha: str | None, 
     return FileRecord(path, size, digest, sha)
 
 
-def _write_ref(storage: Path, revision: str, commit: str) -> None:
+def write_ref(storage: Path, revision: str, commit: str) -> None:
     if revision == commit:
         return
     ref_file = safe_join(storage / "refs", revision)
@@ -258,5 +412,5 @@ def import_model_folder(source: Path, ref: ModelRef, hf_cache: Path, tracker: Pr
     finally:
         if staging.exists():
             shutil.rmtree(staging)
-    _write_ref(storage, ref.revision, commit)
+    write_ref(storage, ref.revision, commit)
     return ModelSnapshot(commit, tuple(f for _, f in records))

@@ -64,24 +64,33 @@ class DatasetRef:
 
 @dataclass(frozen=True)
 class ModelRef:
-    """A Hugging Face model: ``hf:ORG/REPO[@REVISION]`` (revision defaults to ``main``)."""
+    """A Hugging Face repo: ``hf:ORG/REPO[@REVISION]`` (a model) or ``hf:datasets/ORG/NAME[@REVISION]``.
+
+    The revision defaults to ``main``; ``repo_type`` is huggingface_hub's (``model``/``dataset``).
+    """
 
     org: str
     repo: str
     revision: str = "main"
+    repo_type: str = "model"
 
     @property
     def kind(self) -> str:
-        return "model"
+        return "model" if self.repo_type == "model" else "hf-dataset"
 
     @property
     def repo_id(self) -> str:
         return f"{self.org}/{self.repo}"
 
     @property
+    def name(self) -> str:
+        """The entry's name: ``ORG/REPO``, or ``datasets/ORG/NAME`` for a dataset repo."""
+        return self.repo_id if self.repo_type == "model" else f"datasets/{self.repo_id}"
+
+    @property
     def folder(self) -> str:
         """Folder name used by huggingface_hub's cache for this repo."""
-        return f"models--{self.org}--{self.repo}"
+        return f"{self.repo_type}s--{self.org}--{self.repo}"
 
     @property
     def revision_key(self) -> str:
@@ -89,7 +98,7 @@ class ModelRef:
         return self.revision.replace("/", "%2F")
 
     def __str__(self) -> str:
-        return f"hf:{self.repo_id}@{self.revision}"
+        return f"hf:{self.name}@{self.revision}"
 
 
 Ref = DatasetRef | ModelRef
@@ -99,13 +108,17 @@ def _bad_hf(text: str, why: str) -> InvalidNameError:
     return InvalidNameError(
         f"{text!r} is not a valid model reference: {why}",
         field="ref",
-        hint="write hf:ORG/REPO or hf:ORG/REPO@REVISION, e.g. hf:gpt2/gpt2@main",
+        hint="write hf:ORG/REPO[@REVISION] for a model or hf:datasets/ORG/NAME[@REVISION] for a dataset, "
+        "e.g. hf:gpt2/gpt2@main",
     )
 
 
 def parse_hf(text: str) -> ModelRef:
-    """Parse ``hf:ORG/REPO[@REV]`` strictly."""
+    """Parse ``hf:ORG/REPO[@REV]`` or ``hf:datasets/ORG/NAME[@REV]`` strictly."""
     body = text[3:]
+    repo_type = "model"
+    if body.startswith("datasets/"):
+        body, repo_type = body[len("datasets/") :], "dataset"
     repo_part, sep, rev = body.partition("@")
     if sep and not rev:
         raise _bad_hf(text, "empty revision after '@'")
@@ -119,11 +132,11 @@ def parse_hf(text: str) -> ModelRef:
     if not _REV_RE.match(revision) or ".." in revision or "//" in revision or revision.endswith("/"):
         raise _bad_hf(text, f"{revision!r} is not a valid revision")
     check_reserved(revision, what="revision")
-    return ModelRef(parts[0], parts[1], revision)
+    return ModelRef(parts[0], parts[1], revision, repo_type)
 
 
 def parse_ref(text: object) -> Ref:
-    """Parse a dataset name (``name[@version]``) or a model ref (``hf:ORG/REPO[@REV]``)."""
+    """Parse a dataset name (``name[@version]``) or a Hugging Face ref (``hf:[datasets/]ORG/REPO[@REV]``)."""
     if not isinstance(text, str) or not text.strip():
         raise InvalidNameError(f"{text!r} is not a catalog reference", field="ref", hint=_NAME_HINT)
     text = text.strip()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import threading
 import time
@@ -21,6 +22,7 @@ from ._types import PullProgress
 __all__ = ["ProgressCallback", "ProgressTracker", "read_progress", "tqdm_callback", "write_json_atomic"]
 
 ProgressCallback = Callable[[PullProgress], None]
+log = logging.getLogger(__name__)
 
 
 def write_json_atomic(path: Path, data: Any, *, durable: bool = True) -> None:
@@ -78,6 +80,13 @@ class ProgressTracker:
         self._last_emit = 0.0
         self._last_persist = 0.0
         self._samples: list[tuple[float, int]] = []
+        self.notes: list[str] = []
+
+    def note(self, text: str) -> None:
+        """Something the user should know that is not an error (an origin changed, a file restarted)."""
+        with self._lock:
+            self.notes.append(text)
+        log.warning("%s: %s", self.ref, text)
 
     def start(self, *, bytes_total: int | None, files_total: int | None, already: int = 0) -> None:
         """Become the owner of the download with the given totals (``already`` bytes present)."""

@@ -1,0 +1,845 @@
+"""One download engine for every file the store pulls.
+
+A file of known size at least :data:`SPLIT_AT` bytes is cut into :data:`PIECE`-sized ranges
+fetched over ``connections`` connections at once and written in place (``os.pwrite``) into
+``.NAME.part``; smaller files (and origins without ``Range``) come as one stream each, and
+callers fetch several of them at once. Bytes are hashed (sha256, plus any extra digest the
+caller wants) *in file order while they arrive*, from the buffers that were just written, so
+the file is never read a second time; a flusher thread ``fdatasync``s the part file while
+data arrives, so the final sync at the end has little left to do.
+
+Resume: every ~:data:`SYNC_EVERY` bytes, after a sync, the pieces that are on disk are recorded
+in a small sidecar (``.NAME.ranges``: size, ETag, piece size, completed pieces). A pull killed
+with ``kill -9`` continues from those pieces (they are re-read once to hash them); an origin
+whose ETag or size changed restarts the file from zero, with a note in the log.
+
+Each piece is retried with exponential backoff on 5xx/429, resets, timeouts and short bodies,
+from the byte where it stopped. 401/403/404 are not retried: the caller turns them into a
+clear error naming the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import http.client
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urljoin, urlsplit
+
+from ._lease import Lease
+from ._perms import make_dirs
+from ._progress import ProgressTracker
+
+__all__ = [
+    "CHUNK",
+    "PIECE",
+    "SPLIT_AT",
+    "AccessError",
+    "Downloaded",
+    "FsspecOrigin",
+    "HttpOrigin",
+    "Origin",
+    "OriginChangedError",
+    "RetryableError",
+    "Target",
+    "TransferError",
+    "copy_local",
+    "download",
+    "part_paths",
+]
+
+log = logging.getLogger(__name__)
+
+CHUNK = 1024 * 1024
+PIECE = 8 * 1024 * 1024
+SPLIT_AT = 2 * PIECE
+SYNC_EVERY = 64 * 1024 * 1024
+RETRIES = 6
+BACKOFF = 0.25  # seconds, doubled per try, at most BACKOFF_MAX
+BACKOFF_MAX = 8.0
+TIMEOUT = 60.0
+_datasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
+
+
+class TransferError(Exception):
+    """Base of the engine's own errors (the catalog translates them into StarverseErrors)."""
+
+
+class RetryableError(TransferError):
+    """A 5xx, 429, reset, timeout or short body: try the range again."""
+
+
+class ShortBodyError(RetryableError):
+    """The body ended before the announced length (a reset, or a source that shrank)."""
+
+    def __init__(self, label: str, at: int, announced: int | None = None) -> None:
+        of = f" of {announced}" if announced is not None else ""
+        super().__init__(f"{label}: the body ended early at byte {at}{of}")
+        self.at = at
+
+
+def _same_short(e: RetryableError, last: int | None) -> int | None:
+    """Raise OriginChangedError when a body ends early at the same byte twice: the file changed size."""
+    if not isinstance(e, ShortBodyError):
+        return last
+    if last == e.at:
+        raise OriginChangedError(f"the source changed size (its body ends at byte {e.at}, shorter than announced)")
+    return e.at
+
+
+class AccessError(TransferError):
+    """401/403/404/410 and similar: retrying cannot help."""
+
+    def __init__(self, status: int, url: str, detail: str = "") -> None:
+        super().__init__(f"HTTP {status} for {url}" + (f": {detail}" if detail else ""))
+        self.status = status
+        self.url = url
+
+
+class OriginChangedError(TransferError):
+    """The ETag or size seen in a response differs from the one the download started with."""
+
+
+class LeaseLost(TransferError):
+    """Another process took our lease over: stop writing."""
+
+
+class Aborted(TransferError):
+    """Another worker of the same file failed."""
+
+
+class Response(Protocol):
+    size: int | None  # the whole file's size, when the origin said it
+    etag: str | None
+    ranged: bool  # True when the body is the requested range (206), False for the whole file
+
+    def readinto(self, buf: memoryview) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class Origin(Protocol):
+    """Where a file's bytes come from: ``stream(start, end)`` opens ``[start, end)`` (end None: to EOF)."""
+
+    label: str
+
+    def stream(self, start: int, end: int | None) -> Response: ...
+
+
+# -- HTTP ---------------------------------------------------------------------------------------
+class _Connections(threading.local):
+    """One keep-alive connection per thread and host."""
+
+    def __init__(self) -> None:
+        self.conns: dict[tuple[str, str], http.client.HTTPConnection] = {}
+
+
+_CONNS = _Connections()
+
+
+def _conn(scheme: str, netloc: str, timeout: float) -> http.client.HTTPConnection:
+    key = (scheme, netloc)
+    conn = _CONNS.conns.get(key)
+    if conn is None:
+        cls = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
+        conn = cls(netloc, timeout=timeout)
+        _CONNS.conns[key] = conn
+    return conn
+
+
+def _drop_conn(scheme: str, netloc: str) -> None:
+    conn = _CONNS.conns.pop((scheme, netloc), None)
+    if conn is not None:
+        with contextlib.suppress(Exception):
+            conn.close()
+
+
+class _HttpResponse:
+    def __init__(
+        self, resp: http.client.HTTPResponse, scheme: str, netloc: str, *, ranged: bool, start: int, label: str
+    ) -> None:
+        self._resp = resp
+        self._pos = start
+        self._label = label
+        self._key = (scheme, netloc)
+        self.ranged = ranged
+        self.etag = _clean_etag(resp.getheader("ETag"))
+        self.size: int | None = None
+        if ranged:
+            total = (resp.getheader("Content-Range") or "").rsplit("/", 1)[-1]
+            self.size = int(total) if total.isdigit() else None
+        else:
+            length = resp.getheader("Content-Length")
+            self.size = int(length) if length and length.isdigit() else None
+        self.remaining = resp.length
+
+    def readinto(self, buf: memoryview) -> int:
+        try:
+            n = self._resp.readinto(buf)
+        except http.client.IncompleteRead as e:
+            _drop_conn(*self._key)
+            raise ShortBodyError(self._label, self._pos + len(e.partial)) from e
+        except (OSError, http.client.HTTPException) as e:
+            _drop_conn(*self._key)
+            raise RetryableError(f"{self._label}: the connection broke at byte {self._pos}: {e}") from e
+        self._pos += n
+        return n
+
+    def close(self) -> None:
+        if self._resp.isclosed() and not self._resp.will_close and not self._resp.length:
+            return  # body read to the end: the connection is reused
+        self._resp.close()
+        _drop_conn(*self._key)
+
+
+def _clean_etag(value: str | None) -> str | None:
+    if not value:
+        return None
+    value = value.strip()
+    if value.startswith("W/"):
+        value = value[2:]
+    return value.strip('"') or None
+
+
+class HttpOrigin:
+    """A URL served over HTTP(S); redirects are followed once and the final URL is kept.
+
+    ``headers`` go to the first host only (an ``Authorization`` never follows a redirect to
+    another host, e.g. the Hub's CDN, which signs its own URLs).
+    """
+
+    def __init__(self, url: str, headers: dict[str, str] | None = None, *, timeout: float = TIMEOUT) -> None:
+        self.label = url
+        self.url = url
+        self.headers = dict(headers or {})
+        self.timeout = timeout
+        self._lock = threading.Lock()
+
+    def stream(self, start: int, end: int | None) -> Response:
+        url = self.url
+        headers = dict(self.headers)
+        for _ in range(10):
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https"):
+                raise AccessError(0, url, "only http(s) redirects are followed")
+            path = parts.path or "/"
+            if parts.query:
+                path += "?" + parts.query
+            send = {"Accept-Encoding": "identity", **headers}
+            if start > 0 or end is not None:
+                send["Range"] = f"bytes={start}-" + ("" if end is None else str(end - 1))
+            for fresh in (False, True):
+                conn = _conn(parts.scheme, parts.netloc, self.timeout)
+                reused = conn.sock is not None
+                try:
+                    conn.request("GET", path, headers=send)
+                    resp = conn.getresponse()
+                    break
+                except (OSError, http.client.HTTPException) as e:
+                    _drop_conn(parts.scheme, parts.netloc)
+                    if reused and not fresh:
+                        continue  # the server closed an idle keep-alive connection: once more on a new one
+                    raise RetryableError(f"{url}: {e}") from e
+            status = resp.status
+            if status in (301, 302, 303, 307, 308):
+                location = resp.getheader("Location")
+                resp.read()
+                if not location:
+                    raise RetryableError(f"{url}: redirect without a Location")
+                new = urljoin(url, location)
+                if urlsplit(new).netloc != parts.netloc:
+                    headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+                url = new
+                continue
+            if status in (200, 206):
+                if url != self.url:
+                    with self._lock:  # later ranges go straight to where we were sent
+                        self.url, self.headers = url, headers
+                return _HttpResponse(
+                    resp, parts.scheme, parts.netloc, ranged=status == 206, start=start, label=self.label
+                )
+            body = resp.read(2048)
+            resp.close()
+            _drop_conn(parts.scheme, parts.netloc)
+            if status == 416:
+                raise OriginChangedError(f"{url}: the range {start}- is beyond the end of the file now")
+            if status in (408, 425, 429) or status >= 500:
+                raise RetryableError(f"{url}: HTTP {status}")
+            raise AccessError(status, url, body.decode("utf-8", "replace")[:200])
+        raise AccessError(310, url, "too many redirects")
+
+
+# -- fsspec --------------------------------------------------------------------------------------
+class _BytesResponse:
+    def __init__(self, data: bytes, *, size: int | None, etag: str | None, ranged: bool) -> None:
+        self._data = memoryview(data)
+        self._pos = 0
+        self.size, self.etag, self.ranged = size, etag, ranged
+
+    def readinto(self, buf: memoryview) -> int:
+        n = min(len(buf), len(self._data) - self._pos)
+        buf[:n] = self._data[self._pos : self._pos + n]
+        self._pos += n
+        return n
+
+    def close(self) -> None:
+        self._data.release()
+
+
+class _FileResponse:
+    def __init__(self, f: Any, *, size: int | None, etag: str | None) -> None:
+        self._f, self.size, self.etag, self.ranged = f, size, etag, False
+
+    def readinto(self, buf: memoryview) -> int:
+        try:
+            data = self._f.read(len(buf))
+        except FileNotFoundError:
+            raise
+        except Exception as e:
+            raise RetryableError(str(e)) from e
+        buf[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._f.close()
+
+
+class FsspecOrigin:
+    """A file of any fsspec filesystem: ranges with ``cat_file(path, start, end)`` (s3, gcs, abfs, ...)."""
+
+    def __init__(self, fs: Any, path: str, *, size: int | None, etag: str | None) -> None:
+        self.fs, self.path, self.label = fs, path, path
+        self._size, self._etag = size, etag
+
+    def stream(self, start: int, end: int | None) -> Response:
+        try:
+            if start == 0 and end is None:
+                return _FileResponse(self.fs.open(self.path, "rb"), size=self._size, etag=self._etag)
+            data = self.fs.cat_file(self.path, start=start, end=end)
+        except (FileNotFoundError, PermissionError):
+            raise
+        except Exception as e:  # botocore, aiohttp, gcsfs ...: no common base class
+            raise RetryableError(f"{self.path}: {e}") from e
+        return _BytesResponse(data, size=self._size, etag=self._etag, ranged=True)
+
+
+# -- the engine -----------------------------------------------------------------------------------
+@dataclass
+class Target:
+    """What the caller knows about the file before it is fetched."""
+
+    name: str  # shown in messages (the file's path in the entry)
+    size: int | None
+    sha256: str | None = None  # expected digest, checked at the end when given
+    extra: dict[str, Any] = field(default_factory=dict)  # more hashlib objects fed the same bytes
+
+
+@dataclass(frozen=True)
+class Downloaded:
+    size: int
+    sha256: str
+    etag: str | None
+    extra: dict[str, str]
+    resumed_bytes: int = 0
+
+
+def part_paths(dest: Path) -> tuple[Path, Path]:
+    """The ``.part`` file and the sidecar of completed ranges for ``dest``."""
+    return dest.with_name(f".{dest.name}.part"), dest.with_name(f".{dest.name}.ranges")
+
+
+class _Piece:
+    __slots__ = ("chunks", "done", "end", "got", "start")
+
+    def __init__(self, start: int, end: int) -> None:
+        self.start, self.end = start, end
+        self.chunks: list[memoryview] = []
+        self.got = 0
+        self.done = False
+
+
+def _read_sidecar(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("done"), list):
+        return None
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in data["done"]):
+        return None
+    if not isinstance(data.get("size"), int) or not isinstance(data.get("piece"), int):
+        return None
+    return data
+
+
+def _write_sidecar(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        tmp.write_text(json.dumps(data))
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+class _Digests:
+    def __init__(self, target: Target) -> None:
+        self._target = target
+        self.reset()
+
+    def reset(self) -> None:
+        self.sha = hashlib.sha256()
+        self.extra = {k: h.copy() for k, h in self._target.extra.items()}
+
+    def update(self, data: memoryview | bytes) -> None:
+        self.sha.update(data)
+        for h in self.extra.values():
+            h.update(data)
+
+
+class _Ranged:
+    """Pieces of one file over several connections, hashed in order by one thread."""
+
+    def __init__(
+        self,
+        origin: Origin,
+        fd: int,
+        size: int,
+        etag: str | None,
+        done_before: set[int],
+        sidecar: Path,
+        digests: _Digests,
+        connections: int,
+        tracker: ProgressTracker | None,
+        leases: Sequence[Lease],
+        first: tuple[int, Response] | None,
+    ) -> None:
+        self.origin, self.fd, self.size, self.etag = origin, fd, size, etag
+        self.sidecar, self.digests, self.tracker, self.leases = sidecar, digests, tracker, leases
+        self.pieces = [_Piece(s, min(size, s + PIECE)) for s in range(0, size, PIECE)]
+        self.done_before = {i for i in done_before if i < len(self.pieces)}
+        self.todo = [i for i in range(len(self.pieces)) if i not in self.done_before]
+        self.connections = max(1, min(connections, len(self.todo) or 1))
+        self.window = 2 * self.connections + 2
+        self.first = first
+        self.cond = threading.Condition()
+        self.frontier = 0  # next piece the hasher needs
+        self.error: BaseException | None = None
+        self.completed: set[int] = set()
+        self._unsynced = 0
+        self._sync_wanted = threading.Event()
+        self._stop = threading.Event()
+
+    # workers ---------------------------------------------------------------------------------
+    def _take(self) -> int | None:
+        with self.cond:
+            while True:
+                if self.error is not None:
+                    raise Aborted()
+                if not self.todo:
+                    return None
+                if self.todo[0] < self.frontier + self.window:
+                    return self.todo.pop(0)
+                self.cond.wait(0.5)
+
+    def _worker(self) -> None:
+        try:
+            while (i := self._take()) is not None:
+                self._fetch(i)
+        except BaseException as e:
+            self._fail(e)
+
+    def _fail(self, e: BaseException) -> None:
+        with self.cond:
+            if self.error is None or isinstance(self.error, Aborted):
+                self.error = e
+            self.cond.notify_all()
+
+    def _fetch(self, i: int) -> None:
+        piece = self.pieces[i]
+        tries = 0
+        short: int | None = None
+        while piece.start + piece.got < piece.end:
+            resp: Response | None = None
+            try:
+                pos = piece.start + piece.got
+                if self.first is not None and self.first[0] == i and piece.got == 0:
+                    resp = self.first[1]
+                    self.first = None
+                else:
+                    resp = self.origin.stream(pos, piece.end)
+                    if not resp.ranged:
+                        raise OriginChangedError(f"{self.origin.label}: the origin stopped honouring Range")
+                    if (resp.etag or self.etag) and resp.etag != self.etag:
+                        raise OriginChangedError(
+                            f"{self.origin.label}: the ETag changed during the pull ({self.etag} -> {resp.etag})"
+                        )
+                    if resp.size is not None and resp.size != self.size:
+                        raise OriginChangedError(
+                            f"{self.origin.label}: the size changed during the pull ({self.size} -> {resp.size})"
+                        )
+                self._read(piece, resp)
+            except RetryableError as e:
+                short = _same_short(e, short)
+                tries += 1
+                if tries > RETRIES:
+                    raise
+                delay = min(BACKOFF_MAX, BACKOFF * 2 ** (tries - 1))
+                log.info("retrying %s bytes %d-%d in %.2fs: %s", self.origin.label, pos, piece.end, delay, e)
+                time.sleep(delay)
+            finally:
+                if resp is not None:
+                    resp.close()
+        with self.cond:
+            piece.done = True
+            self.completed.add(i)
+            self.cond.notify_all()
+
+    def _read(self, piece: _Piece, resp: Response) -> None:
+        while piece.start + piece.got < piece.end:
+            if self.error is not None:
+                raise Aborted()
+            if any(lease.lost.is_set() for lease in self.leases):
+                raise LeaseLost()
+            want = min(CHUNK, piece.end - piece.start - piece.got)
+            buf = memoryview(bytearray(want))
+            n = 0
+            while n < want:
+                got = resp.readinto(buf[n:])
+                if not got:
+                    break
+                n += got
+            if n:
+                os.pwrite(self.fd, buf[:n], piece.start + piece.got)
+                with self.cond:
+                    piece.chunks.append(buf[:n])
+                    piece.got += n
+                    self._unsynced += n
+                    self.cond.notify_all()
+                if self.tracker is not None:
+                    self.tracker.advance(n)
+                if self._unsynced >= SYNC_EVERY:
+                    self._sync_wanted.set()
+            if n < want:
+                raise ShortBodyError(self.origin.label, piece.start + piece.got)
+
+    # hasher and flusher ---------------------------------------------------------------------------
+    def _hasher(self) -> None:
+        try:
+            for i, piece in enumerate(self.pieces):
+                if i in self.done_before:
+                    pos = piece.start
+                    while pos < piece.end:  # on disk from an earlier pull: hashed once, here
+                        data = os.pread(self.fd, min(CHUNK, piece.end - pos), pos)
+                        if not data:
+                            raise OriginChangedError(f"the part file is shorter than its record at byte {pos}")
+                        self.digests.update(data)
+                        pos += len(data)
+                else:
+                    k = 0
+                    while True:
+                        with self.cond:
+                            while k >= len(piece.chunks) and not piece.done:
+                                if self.error is not None:
+                                    return
+                                self.cond.wait(0.5)
+                            if k >= len(piece.chunks):
+                                break
+                            chunk = piece.chunks[k]
+                        self.digests.update(chunk)
+                        with self.cond:
+                            piece.chunks[k] = memoryview(b"")  # hashed: free the buffer
+                        k += 1
+                with self.cond:
+                    self.frontier = i + 1
+                    self.cond.notify_all()
+        except BaseException as e:
+            self._fail(e)
+
+    def _flusher(self) -> None:
+        while not self._stop.is_set():
+            if not self._sync_wanted.wait(0.5):
+                continue
+            self._sync_wanted.clear()
+            self._sync()
+
+    def _sync(self) -> None:
+        with self.cond:
+            done = set(self.completed)
+            self._unsynced = 0
+        _datasync(self.fd)
+        record = {"size": self.size, "etag": self.etag, "piece": PIECE, "done": sorted(done | self.done_before)}
+        with contextlib.suppress(OSError):
+            _write_sidecar(self.sidecar, record)
+
+    def run(self) -> None:
+        if not self.done_before:
+            with contextlib.suppress(OSError):
+                _write_sidecar(self.sidecar, {"size": self.size, "etag": self.etag, "piece": PIECE, "done": []})
+        threads = [threading.Thread(target=self._hasher, name="starverse-hash", daemon=True)]
+        threads += [
+            threading.Thread(target=self._worker, name=f"starverse-get-{k}", daemon=True)
+            for k in range(self.connections)
+        ]
+        flusher = threading.Thread(target=self._flusher, name="starverse-flush", daemon=True)
+        flusher.start()
+        for t in threads:
+            t.start()
+        try:
+            for t in threads:
+                t.join()
+        finally:
+            self._stop.set()
+            flusher.join()
+            if self.first is not None:
+                self.first[1].close()
+        if self.error is not None:
+            self._sync()  # keep what arrived for the next pull
+            raise self.error
+
+
+def download(
+    origin: Origin,
+    dest: Path,
+    target: Target,
+    *,
+    connections: int = 8,
+    tracker: ProgressTracker | None = None,
+    leases: Sequence[Lease] = (),
+) -> Downloaded:
+    """Fetch ``origin`` into ``dest``'s part file, verify it and leave it there (fsync'ed).
+
+    The caller renames the part file (``part_paths(dest)[0]``) into place after its own
+    checks. Raises :class:`TransferError` subclasses; an interrupted download keeps its part
+    file and sidecar for the next call.
+    """
+    part, sidecar = part_paths(dest)
+    make_dirs(dest.parent)
+    restarted = False
+    while True:
+        try:
+            return _download_once(origin, part, sidecar, target, connections, tracker, leases)
+        except OriginChangedError as e:
+            part.unlink(missing_ok=True)
+            sidecar.unlink(missing_ok=True)
+            if restarted:
+                raise
+            restarted = True
+            log.warning("%s: %s; starting this file again from zero", target.name, e)
+            if tracker is not None:
+                tracker.note(f"{target.name}: the origin changed ({e}); restarted the file")
+
+
+def _download_once(
+    origin: Origin,
+    part: Path,
+    sidecar: Path,
+    target: Target,
+    connections: int,
+    tracker: ProgressTracker | None,
+    leases: Sequence[Lease],
+) -> Downloaded:
+    state = _read_sidecar(sidecar) if part.exists() else None
+    if state is not None and (state["piece"] != PIECE or (target.size is not None and state["size"] != target.size)):
+        state = None
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(part, flags, 0o644)
+    try:
+        if state is None:
+            os.ftruncate(fd, 0)
+            sidecar.unlink(missing_ok=True)
+        digests = _Digests(target)
+        done_before: set[int] = set(state["done"]) if state is not None else set()
+        size = target.size
+        if size is not None and size >= SPLIT_AT:
+            start = next((i * PIECE for i in range(-(-size // PIECE)) if i not in done_before), size)
+            resp = _open_first(origin, start, min(size, start + PIECE) if start < size else None)
+            if resp is None or not resp.ranged:
+                if resp is not None and resp.size is not None and resp.size != size:
+                    resp.close()
+                    raise OriginChangedError(f"the origin has {resp.size} bytes, the listing said {size}")
+                os.ftruncate(fd, 0)
+                sidecar.unlink(missing_ok=True)
+                return _single(origin, fd, target, digests, tracker, leases, resp)  # no Range: one stream
+            if resp.size is not None and resp.size != size:
+                resp.close()
+                raise OriginChangedError(f"the origin has {resp.size} bytes, the listing said {size}")
+            etag = resp.etag
+            if state is not None and state.get("etag") != etag:
+                resp.close()
+                raise OriginChangedError(f"ETag {state.get('etag')} -> {etag} since the last try")
+            os.ftruncate(fd, size)
+            resumed = sum(min(size, (i + 1) * PIECE) - i * PIECE for i in done_before if i * PIECE < size)
+            if tracker is not None and resumed:
+                tracker.advance(resumed)
+            first = (start // PIECE, resp)
+            args = (origin, fd, size, etag, done_before, sidecar, digests, connections, tracker, leases, first)
+            _Ranged(*args).run()
+            _datasync(fd)
+            out = Downloaded(size, digests.sha.hexdigest(), etag, _hex(digests), resumed)
+        else:
+            out = _single(origin, fd, target, digests, tracker, leases, None)
+    finally:
+        os.close(fd)
+    _check(target, out)
+    sidecar.unlink(missing_ok=True)
+    return out
+
+
+def _hex(digests: _Digests) -> dict[str, str]:
+    return {k: h.hexdigest() for k, h in digests.extra.items()}
+
+
+def _check(target: Target, out: Downloaded) -> None:
+    if target.size is not None and out.size != target.size:
+        raise OriginChangedError(f"read {out.size} bytes, the listing said {target.size}")
+    if target.sha256 is not None and out.sha256 != target.sha256:
+        raise ChecksumError(f"{target.name}: sha256 {out.sha256} does not match the listed {target.sha256}")
+
+
+class ChecksumError(TransferError):
+    """The bytes arrived but their digest is not the listed one."""
+
+
+def _open_first(origin: Origin, start: int, end: int | None) -> Response | None:
+    if end is None:
+        return None  # nothing missing: every piece is on disk already
+    tries = 0
+    while True:
+        try:
+            return origin.stream(start, end)
+        except RetryableError:
+            tries += 1
+            if tries > RETRIES:
+                raise
+            time.sleep(min(BACKOFF_MAX, BACKOFF * 2 ** (tries - 1)))
+
+
+def _single(
+    origin: Origin,
+    fd: int,
+    target: Target,
+    digests: _Digests,
+    tracker: ProgressTracker | None,
+    leases: Sequence[Lease],
+    resp: Response | None,
+) -> Downloaded:
+    """One stream from byte 0 (small files, unknown sizes, origins without Range); retried whole."""
+    tries = 0
+    short: int | None = None
+    while True:
+        done = 0
+        try:
+            if resp is None:
+                resp = origin.stream(0, None)
+            etag = resp.etag
+            unsynced = 0
+            buf = memoryview(bytearray(CHUNK))
+            while True:
+                if any(lease.lost.is_set() for lease in leases):
+                    raise LeaseLost()
+                n = resp.readinto(buf)
+                if not n:
+                    break
+                os.pwrite(fd, buf[:n], done)
+                digests.update(buf[:n])
+                done += n
+                unsynced += n
+                if tracker is not None:
+                    tracker.advance(n)
+                if unsynced >= SYNC_EVERY:
+                    _datasync(fd)
+                    unsynced = 0
+            os.ftruncate(fd, done)
+            if resp.size is not None and not resp.ranged and done != resp.size:
+                raise ShortBodyError(origin.label, done, resp.size)
+            _datasync(fd)
+            return Downloaded(done, digests.sha.hexdigest(), etag, _hex(digests))
+        except RetryableError as e:
+            short = _same_short(e, short)
+            tries += 1
+            if tries > RETRIES:
+                raise
+            if tracker is not None and done:
+                tracker.advance(-done)
+            digests.reset()
+            time.sleep(min(BACKOFF_MAX, BACKOFF * 2 ** (tries - 1)))
+        finally:
+            if resp is not None:
+                resp.close()
+                resp = None
+
+
+# -- local and network-mounted sources ---------------------------------------------------------------
+_ZERO = bytes(CHUNK * 8)
+
+
+def copy_local(
+    src: str, dest: Path, target: Target, *, tracker: ProgressTracker | None = None, leases: Sequence[Lease] = ()
+) -> Downloaded:
+    """Copy a local or NFS file into ``dest``'s part file with ``copy_file_range`` (no user-space copy).
+
+    Each block is read once to hash it (from the page cache the copy fills, or the NFS
+    server's); all-zero blocks are left as holes. Falls back to ``pwrite`` where the kernel
+    or file system cannot copy between the two files.
+    """
+    part, sidecar = part_paths(dest)
+    make_dirs(dest.parent)
+    sidecar.unlink(missing_ok=True)
+    digests = _Digests(target)
+    step = len(_ZERO)
+    can_copy = hasattr(os, "copy_file_range")
+    sfd = os.open(src, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        dfd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            pos = 0
+            while True:
+                if any(lease.lost.is_set() for lease in leases):
+                    raise LeaseLost()
+                data = os.pread(sfd, step, pos)
+                if not data:
+                    break
+                n = len(data)
+                digests.update(data)
+                if not (data == _ZERO if n == step else data == bytes(n)):
+                    copied = 0
+                    if can_copy:
+                        try:
+                            copied = _copy_range(sfd, dfd, n, pos)
+                        except OSError:
+                            can_copy = False
+                            copied = 0
+                    if copied < n:
+                        os.pwrite(dfd, memoryview(data)[copied:], pos + copied)
+                pos += n
+                if tracker is not None:
+                    tracker.advance(n)
+            os.ftruncate(dfd, pos)  # trailing holes
+            _datasync(dfd)
+        finally:
+            os.close(dfd)
+    finally:
+        os.close(sfd)
+    out = Downloaded(pos, digests.sha.hexdigest(), None, _hex(digests))
+    _check(target, out)
+    return out
+
+
+def _copy_range(sfd: int, dfd: int, n: int, pos: int) -> int:
+    copied = 0
+    while copied < n:
+        got = os.copy_file_range(sfd, dfd, n - copied, pos + copied, pos + copied)
+        if got == 0:
+            break
+        copied += got
+    return copied
