@@ -17,7 +17,7 @@ from typing import Any
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.errors import BadInputError, ConflictError, InvalidNameError, NotFoundError, StoreError
 
-from ._download import SPLIT_AT
+from . import _download
 from ._fetch import LeaseLostError, SourceFile, fetch_file, list_source, open_source, store_full
 from ._holds import Hold, live_holds, new_hold
 from ._layout import Layout, Manifest, dir_bytes, store_root
@@ -377,7 +377,7 @@ class Catalog:
             return self.ensure_file(key, fs, f, dest, tracker=tracker, parent=lease, connections=n)
 
         # Large files one after the other, each over every connection; small files N at a time.
-        records = {f.rel: one(f, connections) for f in files if f.size is not None and f.size >= SPLIT_AT}
+        records = {f.rel: one(f, connections) for f in files if f.size is not None and f.size >= _download.SPLIT_AT}
         records.update(run_parallel(one, [f for f in files if f.rel not in records], connections))
         return Manifest(str(ref), tuple(records[f.rel] for f in files), time.time())
 

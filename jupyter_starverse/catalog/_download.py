@@ -63,6 +63,7 @@ CHUNK = 1024 * 1024
 PIECE = 8 * 1024 * 1024
 SPLIT_AT = 2 * PIECE
 SYNC_EVERY = 64 * 1024 * 1024
+SYNC_SECONDS = 1.0  # and at least this often while pieces complete (what a resume can reuse)
 RETRIES = 6
 BACKOFF = 0.25  # seconds, doubled per try, at most BACKOFF_MAX
 BACKOFF_MAX = 8.0
@@ -566,13 +567,16 @@ class _Ranged:
             self._fail(e)
 
     def _flusher(self) -> None:
+        synced: set[int] = set()
         while not self._stop.is_set():
-            if not self._sync_wanted.wait(0.5):
-                continue
-            self._sync_wanted.clear()
-            self._sync()
+            wanted = self._sync_wanted.wait(SYNC_SECONDS)
+            with self.cond:
+                news = len(self.completed) > len(synced)
+            if wanted or news:
+                self._sync_wanted.clear()
+                synced = self._sync()
 
-    def _sync(self) -> None:
+    def _sync(self) -> set[int]:
         with self.cond:
             done = set(self.completed)
             self._unsynced = 0
@@ -580,6 +584,7 @@ class _Ranged:
         record = {"size": self.size, "etag": self.etag, "piece": PIECE, "done": sorted(done | self.done_before)}
         with contextlib.suppress(OSError):
             _write_sidecar(self.sidecar, record)
+        return done
 
     def run(self) -> None:
         if not self.done_before:

@@ -36,7 +36,8 @@ from jupyter_starverse.errors import (
     NotFoundError,
 )
 
-from ._download import SPLIT_AT, ChecksumError, Downloaded, HttpOrigin, Target, download
+from . import _download
+from ._download import ChecksumError, Downloaded, HttpOrigin, Target, download
 from ._fetch import publish_part, transfer
 from ._follow import BlobFollower
 from ._names import ModelRef, safe_join
@@ -261,7 +262,7 @@ def _pull_with_engine(
         tracker.file_done()
         return FileRecord(f.path, size, digest, _blob_name(f))
 
-    big = [f for f in listing if int(f.size) >= SPLIT_AT]
+    big = [f for f in listing if int(f.size) >= _download.SPLIT_AT]
     records = {f.path: one(f, connections) for f in big}
     small = [f for f in listing if f.path not in records]
     if small:

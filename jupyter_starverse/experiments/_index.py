@@ -43,7 +43,7 @@ from jupyter_starverse.errors import BadInputError
 __all__ = ["INDEX_DIR", "JobIndex", "JobPage", "JobSummary", "note_change", "page_etag", "summarize_run"]
 
 INDEX_DIR = ".jobindex"
-_VERSION = 2
+_VERSION = 1
 _JOURNAL = "changes.log"
 _INDEX = "index.json"
 #: Files of a run folder a summary is made of; writing one of them is a change.
@@ -170,7 +170,6 @@ class JobPage:
 
 @dataclass
 class _Entry:
-    folder: int  # mtime_ns of the run folder: unchanged while no file in it was created, renamed or removed
     sig: tuple[tuple[str, int, int], ...]  # (file, size, mtime_ns) of each watched file present
     summary: JobSummary | None  # None: a folder that is not (yet) a job
 
@@ -319,10 +318,10 @@ class JobIndex:
         data = _read(self.folder / _INDEX)
         if isinstance(data, dict) and data.get("version") == _VERSION and isinstance(data.get("entries"), dict):
             try:
-                for rel, (folder, sig, row) in data["entries"].items():
-                    sigs = tuple((str(a), int(b), int(c)) for a, b, c in sig)
-                    summary = _from_row(self.root, str(rel), row) if row else None
-                    state.entries[str(rel)] = _Entry(int(folder), sigs, summary)
+                for rel, item in data["entries"].items():
+                    sig = tuple((str(a), int(b), int(c)) for a, b, c in item["sig"])
+                    summary = JobSummary.from_json(item["summary"]) if item.get("summary") else None
+                    state.entries[str(rel)] = _Entry(sig, summary)
                 state.runs_mtimes = {str(k): int(v) for k, v in (data.get("runs_mtimes") or {}).items()}
                 state.generation = int(data.get("generation") or 0)
             except (KeyError, TypeError, ValueError):
@@ -343,7 +342,7 @@ class JobIndex:
             "generation": state.generation,
             "runs_mtimes": state.runs_mtimes,
             "entries": {
-                rel: [e.folder, [list(x) for x in e.sig], _to_row(e.summary) if e.summary else None]
+                rel: {"sig": [list(s) for s in e.sig], "summary": e.summary.to_json() if e.summary else None}
                 for rel, e in state.entries.items()
             },
         }
@@ -421,7 +420,7 @@ class JobIndex:
             rel = f"{experiment}/runs/{run.name}"
             present.add(rel)
             if full or rel not in state.entries:
-                changed |= self._update(state, rel, check=full)
+                changed |= self._update(state, rel)
         prefix = f"{experiment}/runs/"
         changed |= self._drop(state, lambda rel: rel.startswith(prefix) and rel not in present)
         return changed
@@ -446,26 +445,17 @@ class JobIndex:
         state.swept = time.monotonic()
         return changed
 
-    def _update(self, state: _State, rel: str, *, check: bool = False) -> bool:
-        """Re-read one run when its files changed; True when its summary did.
-
-        With ``check`` (a sweep) an unchanged folder mtime is enough: every writer replaces
-        a run's files by rename, which changes the folder's mtime.
-        """
+    def _update(self, state: _State, rel: str) -> bool:
+        """Re-read one run when its files changed; True when its summary did."""
         run = self.root / rel
-        old = state.entries.get(rel)
-        try:
-            folder = os.stat(str(run)).st_mtime_ns  # noqa: PTH116 - the sweep's hot loop
-        except OSError:
-            return self._drop(state, lambda r: r == rel)
-        if check and old is not None and old.folder == folder:
-            return False
         sig = _signature(run)
+        old = state.entries.get(rel)
         if old is not None and old.sig == sig:
-            old.folder = folder
             return False
+        if not sig and not run.is_dir():
+            return self._drop(state, lambda r: r == rel)
         summary = summarize_run(run, rel.split("/", 1)[0])
-        state.entries[rel] = _Entry(folder, sig, summary)
+        state.entries[rel] = _Entry(sig, summary)
         return old is None or old.summary != summary
 
     # -- reading ------------------------------------------------------------------------
@@ -490,8 +480,7 @@ class JobIndex:
     ) -> JobPage:
         """The jobs matching every filter given (a filter with several values matches any), newest first.
 
-        ``since``: jobs created, started or finished at or after this time (seconds since the epoch),
-        and every unfinished job.
+        ``since``: jobs created, started or finished at or after this time (seconds since the epoch).
         """
         if offset < 0 or (limit is not None and limit < 1):
             raise BadInputError("offset must be >= 0 and limit >= 1", field="limit")
@@ -504,25 +493,9 @@ class JobIndex:
         if experiment:
             rows = [s for s in rows if s.experiment in set(experiment)]
         if since is not None:
-            rows = [
-                s for s in rows if not s.is_finished or max(s.created, s.started or 0.0, s.finished or 0.0) >= since
-            ]
+            rows = [s for s in rows if max(s.created, s.started or 0.0, s.finished or 0.0) >= since]
         items = tuple(rows[offset : offset + limit] if limit is not None else rows[offset:])
         return JobPage(items, len(rows), offset, limit, page_etag(items, len(rows)))
-
-
-_ROW = ("id", "backend", "name", "title", "state", "created", "started", "finished", "reason", "nodes",
-        "procs_per_node", "template", "accelerator", "steps", "restarts", "cost")  # fmt: skip
-
-
-def _to_row(s: JobSummary) -> list[Any]:
-    data = s.to_json()
-    return [data[k] for k in _ROW]
-
-
-def _from_row(root: Path, rel: str, row: list[Any]) -> JobSummary:
-    data = dict(zip(_ROW, row, strict=True))
-    return JobSummary.from_json({**data, "experiment": rel.split("/", 1)[0], "experiment_dir": str(root / rel)})
 
 
 def _in_experiment(name: str) -> Callable[[str], bool]:

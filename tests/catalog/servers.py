@@ -3,9 +3,13 @@
 ``HubServer`` speaks enough of the Hugging Face Hub API for the real ``huggingface_hub``
 client (``HF_ENDPOINT``): repo info by revision, recursive tree listing, and
 ``HEAD``/``GET`` on ``resolve`` with ``X-Repo-Commit``, ``ETag``, ``X-Linked-Etag`` and
-``X-Linked-Size`` and ``Range`` support. ``FileServer`` is a plain HTTP file server with
-HTML folder listings (what fsspec's http filesystem reads). Both count every complete
-``GET`` per file and every body byte sent, and can throttle to make pulls slow.
+``X-Linked-Size`` and ``Range`` support, for model and dataset repos. ``FileServer`` is a
+plain HTTP file server with HTML folder listings (what fsspec's http filesystem reads). Both
+count every complete ``GET`` per file, every body byte sent (in total, per file and per
+range), limit each response (each connection) to ``throttle`` bytes per second like a CDN,
+and inject faults through ``fault(key, start, end)``: ``"503"``, ``"reset"`` (half the range,
+then the connection drops), ``"norange"`` (the whole file with 200, as if Range were not
+supported) or ``"etag"`` (another ETag, as if the file changed between ranges).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import socket
 import threading
 import time
 from collections import Counter
@@ -68,7 +73,12 @@ class _Base:
     def __init__(self) -> None:
         self.downloads: Counter[str] = Counter()
         self.bytes_sent = 0
-        self.throttle: float | None = None  # bytes per second per response
+        self.sent_by_file: Counter[str] = Counter()
+        self.ranges: list[tuple[str, int, int, int]] = []  # (file, start, end, bytes sent) per GET
+        self.throttle: float | None = None  # bytes per second per response (per connection)
+        self.fault: Callable[[str, int, int], str | None] | None = None
+        self.active = 0  # responses sending a body right now
+        self.max_active = 0
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -121,6 +131,9 @@ class _Base:
         with self._lock:
             self.downloads.clear()
             self.bytes_sent = 0
+            self.sent_by_file.clear()
+            self.ranges.clear()
+            self.max_active = 0
 
     def handle(self, h: BaseHTTPRequestHandler, *, head: bool) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -154,6 +167,14 @@ class _Base:
             start = int(m.group(1))
             end = min(blob.size, int(m.group(2)) + 1) if m.group(2) else blob.size
             status = 206
+        action = None if head or self.fault is None else self.fault(key, start, end)
+        if action is not None and action.isdigit():  # "503", "404", "403", ...
+            return self.send_error_code(h, int(action), "Injected")
+        if action == "norange":
+            m, start, end, status = None, 0, blob.size, 200
+        if action == "etag":
+            headers = {**headers, "ETag": '"changed-' + str(start) + '"'}
+        cut = start + (end - start) // 2 if action == "reset" else None
         length = blob.declared_size if blob.declared_size is not None and not m else end - start
         h.send_response(status)
         h.send_header("Content-Type", "application/octet-stream")
@@ -168,21 +189,35 @@ class _Base:
             return
         pos = start
         t0 = time.monotonic()
+        with self._lock:
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
         try:
-            while pos < end:
-                n = min(BLOCK if self.throttle is None else 64 * 1024, end - pos)
+            while pos < (end if cut is None else cut):
+                n = min(BLOCK if self.throttle is None else 64 * 1024, (end if cut is None else cut) - pos)
                 h.wfile.write(blob.read(pos, pos + n))
                 pos += n
                 with self._lock:
                     self.bytes_sent += n
+                    self.sent_by_file[key] += n
                 if self.throttle:
                     ahead = (pos - start) / self.throttle - (time.monotonic() - t0)
                     if ahead > 0:
                         time.sleep(ahead)
             if blob.declared_size is not None and blob.declared_size > end - start:
                 h.close_connection = True  # body shorter than announced: the source "changed"
+            if cut is not None:  # a reset in the middle of the range
+                h.wfile.flush()
+                h.connection.shutdown(socket.SHUT_RDWR)
+                h.close_connection = True
         except (BrokenPipeError, ConnectionResetError):
             h.close_connection = True
+            return
+        finally:
+            with self._lock:
+                self.active -= 1
+                self.ranges.append((key, start, end, pos - start))
+        if cut is not None:
             return
         if start == 0 and pos == blob.size:
             with self._lock:
@@ -198,7 +233,18 @@ class HubServer(_Base):
         self.commits: dict[str, dict[str, Blob]] = {}
         self.lfs: set[str] = set()  # "commit/path" served as LFS files
 
-    def add_repo(self, repo_id: str, files: dict[str, Blob], *, revision: str = "main", lfs_min: int = 1024) -> str:
+    def add_repo(
+        self,
+        repo_id: str,
+        files: dict[str, Blob],
+        *,
+        revision: str = "main",
+        lfs_min: int = 1024,
+        repo_type: str = "model",
+    ) -> str:
+        """Publish ``files`` as a commit of ``repo_id`` (``repo_type`` ``dataset``: a dataset repo)."""
+        if repo_type == "dataset":
+            repo_id = f"datasets/{repo_id}"
         h = hashlib.sha1(repo_id.encode())
         for path, blob in sorted(files.items()):
             h.update(f"{path}:{blob.size}:{blob.seed}:{blob.data[:64] if blob.data else b''}".encode())
@@ -216,21 +262,21 @@ class HubServer(_Base):
 
     def handle(self, h: BaseHTTPRequestHandler, *, head: bool) -> None:
         path = urlsplit(h.path).path
-        m = re.match(r"^/api/models/([^/]+/[^/]+)/revision/(.+)$", path)
+        m = re.match(r"^/api/(models|datasets)/([^/]+/[^/]+)/revision/(.+)$", path)
         if m:
-            repo, rev = m.group(1), unquote(m.group(2))
+            repo, rev = _repo_key(m.group(1), m.group(2)), unquote(m.group(3))
             if repo not in self.refs:
                 return self.send_error_code(h, 404, "RepoNotFound")
             commit = self.refs[repo].get(rev)
             if commit is None:
                 return self.send_error_code(h, 404, "RevisionNotFound")
             siblings = [{"rfilename": p} for p in sorted(self.commits[commit])]
-            return self.send_json(
-                h, {"id": repo, "modelId": repo, "sha": commit, "siblings": siblings, "private": False}
-            )
-        m = re.match(r"^/api/models/([^/]+/[^/]+)/tree/([^/]+)(/.*)?$", path)
+            name = repo.removeprefix("datasets/")
+            info = {"id": name, "modelId": name, "sha": commit, "siblings": siblings, "private": False}
+            return self.send_json(h, info)
+        m = re.match(r"^/api/(models|datasets)/([^/]+/[^/]+)/tree/([^/]+)(/.*)?$", path)
         if m:
-            repo, rev = m.group(1), unquote(m.group(2))
+            repo, rev = _repo_key(m.group(1), m.group(2)), unquote(m.group(3))
             commit = self.refs.get(repo, {}).get(rev)
             if commit is None:
                 return self.send_error_code(h, 404, "RevisionNotFound" if repo in self.refs else "RepoNotFound")
@@ -247,7 +293,7 @@ class HubServer(_Base):
                 out.append(item)
             out += [{"type": "directory", "path": d, "size": 0, "oid": "0" * 40} for d in sorted(dirs)]
             return self.send_json(h, out)
-        m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
+        m = re.match(r"^/((?:datasets/)?[^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
         if m:
             repo, rev, file = m.group(1), unquote(m.group(2)), unquote(m.group(3))
             commit = self.refs.get(repo, {}).get(rev)
@@ -262,6 +308,10 @@ class HubServer(_Base):
                 headers.update({"X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(blob.size), "ETag": f'"{sha}"'})
             return self.send_blob(h, f"{repo}/{file}", blob, headers, head=head)
         return self.send_error_code(h, 404, "RepoNotFound")
+
+
+def _repo_key(kind: str, repo: str) -> str:
+    return repo if kind == "models" else f"datasets/{repo}"
 
 
 class FileServer(_Base):

@@ -1,0 +1,259 @@
+"""The download engine against a loopback origin: ranges, faults, resume after kill -9, HF repos."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import logging
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from jupyter_starverse.catalog import Catalog, DatasetRef
+from jupyter_starverse.catalog import _download as engine
+from jupyter_starverse.errors import BadInputError, IntegrityError, NotFoundError, PermissionDeniedError
+from tests.catalog.conftest import run_workers, start_workers, worker_env
+from tests.catalog.servers import Blob, FileServer, HubServer
+from tests.catalog.test_models import load_offline
+
+KIB = 1024
+
+
+@pytest.fixture
+def small_pieces(monkeypatch: pytest.MonkeyPatch) -> int:
+    """Pieces of 256 KiB (files from 512 KiB are split), quick retries: big-file behaviour on small files."""
+    monkeypatch.setattr(engine, "PIECE", 256 * KIB)
+    monkeypatch.setattr(engine, "SPLIT_AT", 512 * KIB)
+    monkeypatch.setattr(engine, "BACKOFF", 0.01)
+    return 256 * KIB
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def add_http_dataset(catalog: Catalog, files: FileServer, blobs: dict[str, Blob], name: str = "web") -> None:
+    for rel, blob in blobs.items():
+        files.add(f"{name}/{rel}", blob)
+    catalog.add_dataset(name, f"{files.url}/{name}/")
+
+
+def test_a_large_file_comes_in_ranges_over_several_connections(
+    catalog: Catalog, files: FileServer, small_pieces: int
+) -> None:
+    blob = Blob(size=3_000_000, seed=101)
+    add_http_dataset(catalog, files, {"big.bin": blob})
+    files.throttle = 4_000_000  # per connection: ranges really overlap
+    status = catalog.pull("web", connections=4)
+    assert status.state == "cached"
+    assert sha(catalog.mount("web") / "big.bin") == blob.sha256()
+    ranges = sorted((start, end) for key, start, end, _sent in files.ranges if key == "web/big.bin")
+    assert len(ranges) == -(-blob.size // small_pieces)  # one request per piece
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges)) and ranges[-1][1] == blob.size
+    assert files.bytes_sent == blob.size  # every byte once
+    # 4 at once (+1: a server thread may count a response whose last byte the client already has)
+    assert 4 <= files.max_active <= 5
+    # verified while it arrived: the manifest holds the digest, no .part or sidecar is left
+    (record,) = catalog.layout.read_manifest(DatasetRef("web", "1")).files  # type: ignore[union-attr]
+    assert record.sha256 == blob.sha256()
+    assert not list(catalog.layout.data_dir(DatasetRef("web", "1")).glob(".*"))
+
+
+def test_small_files_come_n_at_a_time(catalog: Catalog, files: FileServer) -> None:
+    blobs = {f"f{i:02d}.bin": Blob(size=20_000 + i, seed=200 + i) for i in range(12)}
+    add_http_dataset(catalog, files, blobs)
+    files.throttle = 200_000
+    assert catalog.pull("web", connections=6).files == 12
+    assert 6 <= files.max_active <= 7
+    root = catalog.mount("web")
+    assert {rel: sha(root / rel) for rel in blobs} == {rel: b.sha256() for rel, b in blobs.items()}
+
+
+def test_resets_and_503s_are_retried_per_range_and_resume_inside_the_range(
+    catalog: Catalog, files: FileServer, small_pieces: int
+) -> None:
+    blob = Blob(size=2_500_000, seed=102)
+    add_http_dataset(catalog, files, {"big.bin": blob})
+    seen: set[tuple[int, str]] = set()
+
+    def fault(key: str, start: int, end: int) -> str | None:
+        piece = start // small_pieces
+        for action, pieces in (("reset", {1, 4, 7}), ("503", {2, 5})):
+            if piece in pieces and (piece, action) not in seen:
+                seen.add((piece, action))
+                return action
+        return None
+
+    files.fault = fault
+    assert catalog.pull("web", connections=3).state == "cached"
+    assert sha(catalog.mount("web") / "big.bin") == blob.sha256()
+    assert len(seen) == 5
+    # after a reset the range continued from the byte where it broke: no byte was sent twice
+    assert files.bytes_sent == blob.size
+    resumed = [start for key, start, _end, _sent in files.ranges if start % small_pieces]
+    assert len(resumed) == 3
+
+
+def test_a_server_that_ignores_range_gets_one_stream(catalog: Catalog, files: FileServer, small_pieces: int) -> None:
+    blob = Blob(size=1_500_000, seed=103)
+    add_http_dataset(catalog, files, {"big.bin": blob})
+    files.fault = lambda key, start, end: "norange"
+    assert catalog.pull("web", connections=4).state == "cached"
+    assert sha(catalog.mount("web") / "big.bin") == blob.sha256()
+    assert files.downloads == {"web/big.bin": 1} and files.bytes_sent == blob.size
+
+
+def test_an_etag_that_changes_between_ranges_restarts_the_file_with_a_note(
+    catalog: Catalog, files: FileServer, small_pieces: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    blob = Blob(size=1_500_000, seed=104)
+    add_http_dataset(catalog, files, {"big.bin": blob})
+    changed: list[int] = []
+
+    def fault(key: str, start: int, end: int) -> str | None:
+        if start >= 3 * small_pieces and not changed:
+            changed.append(start)
+            return "etag"
+        return None
+
+    files.fault = fault
+    with caplog.at_level(logging.WARNING):
+        assert catalog.pull("web", connections=2).state == "cached"
+    assert changed and any("starting this file again from zero" in r.getMessage() for r in caplog.records)
+    assert sha(catalog.mount("web") / "big.bin") == blob.sha256()
+    # an origin that keeps changing is an error, and nothing half-written stays
+    catalog.rm("web")
+    add_http_dataset(catalog, files, {"big.bin": blob}, name="moving")
+    files.fault = lambda key, start, end: "etag" if start > 0 else None
+    with pytest.raises(IntegrityError, match=r"big.bin: .*ETag") as err:
+        catalog.pull("moving", connections=2)
+    assert "pull again" in str(err.value)
+    assert not list(catalog.layout.data_dir(DatasetRef("moving", "1")).rglob("*"))
+
+
+@pytest.mark.parametrize(
+    ("code", "error", "words"),
+    [("404", NotFoundError, "has no such file"), ("403", PermissionDeniedError, "refused access")],
+)
+def test_4xx_is_a_clear_error_naming_the_file(
+    catalog: Catalog, files: FileServer, code: str, error: type[Exception], words: str
+) -> None:
+    add_http_dataset(catalog, files, {"ok.bin": Blob(b"fine"), "locked.bin": Blob(b"secret")})
+    files.fault = lambda key, start, end: code if key.endswith("locked.bin") else None
+    with pytest.raises(error, match=f"locked.bin: the origin {words}") as err:
+        catalog.pull("web")
+    assert err.value.hint  # type: ignore[attr-defined]
+    assert catalog.status("web").state == "partial"
+
+
+def test_kill_9_mid_ranged_pull_then_only_the_missing_bytes_come_again(
+    catalog: Catalog, files: FileServer, store_env: dict[str, str], tmp_path: Path
+) -> None:
+    # real piece sizes in the worker: a 40 MiB file is 5 pieces of 8 MiB
+    blob = Blob(size=40 * 1024 * 1024, seed=105)
+    add_http_dataset(catalog, files, {"big.bin": blob})
+    files.throttle = 6_000_000
+    env = worker_env(store_env, STARVERSE_PULL_CONNECTIONS="2")
+    (proc,) = start_workers(1, ["pull", "web"], env, tmp_path / "go")
+    sidecar = engine.part_paths(catalog.layout.data_dir(DatasetRef("web", "1")) / "big.bin")[1]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if json.loads(sidecar.read_text())["done"]:
+                break
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    done = json.loads(sidecar.read_text())["done"]
+    assert done and len(done) < 5
+    kept = sum(min(blob.size, (i + 1) * engine.PIECE) - i * engine.PIECE for i in done)
+    files.throttle = None
+    files.reset_counts()
+    assert catalog.pull("web").state == "cached"
+    assert files.bytes_sent == blob.size - kept  # counted at the origin: only what was missing
+    assert sha(catalog.mount("web") / "big.bin") == blob.sha256()
+
+
+@pytest.mark.slow
+def test_four_processes_pull_one_big_file_once(
+    catalog: Catalog, files: FileServer, store_env: dict[str, str], tmp_path: Path
+) -> None:
+    blob = Blob(size=20 * 1024 * 1024, seed=106)
+    add_http_dataset(catalog, files, {"big.bin": blob})
+    files.throttle = 20_000_000
+    answers = run_workers(4, ["pull", "web"], worker_env(store_env), tmp_path / "go")
+    assert {a["state"] for a in answers} == {"cached"}
+    assert files.bytes_sent == blob.size
+    assert sha(catalog.mount("web") / "big.bin") == blob.sha256()
+
+
+def test_model_files_come_in_ranges_into_the_hub_cache_layout(
+    catalog: Catalog, hub: HubServer, small_pieces: int
+) -> None:
+    files = {"config.json": Blob(b'{"model_type": "gpt2"}'), "model.safetensors": Blob(size=2_000_000, seed=107)}
+    commit = hub.add_repo("org/ranged", files)
+    status = catalog.pull("hf:org/ranged", connections=4)
+    assert status.state == "cached" and status.commit == commit
+    assert len([r for r in hub.ranges if r[0] == "org/ranged/model.safetensors"]) == 8
+    assert hub.bytes_sent == sum(b.size for b in files.values())
+    storage = catalog.hf_cache_dir / "models--org--ranged"
+    link = storage / "snapshots" / commit / "model.safetensors"
+    assert link.is_symlink() and link.resolve() == storage / "blobs" / files["model.safetensors"].sha256()
+    assert (storage / "refs" / "main").read_text() == commit
+    got = load_offline(catalog.job_env(), "import huggingface_hub as h; print(h.snapshot_download('org/ranged'))")
+    assert got == str(link.parent)
+
+
+@pytest.mark.slow
+def test_a_tiny_llama_pulled_through_the_engine_loads_offline(
+    catalog: Catalog, hub: HubServer, tmp_path: Path, small_pieces: int
+) -> None:
+    from tests._tiny import build_tiny_llama, publish
+
+    publish(hub, "org/tiny-llama", build_tiny_llama(tmp_path / "src"))
+    assert catalog.pull("hf:org/tiny-llama", connections=4).state == "cached"
+    code = (
+        "from transformers import AutoModelForCausalLM, AutoTokenizer; "
+        "m = AutoModelForCausalLM.from_pretrained('org/tiny-llama'); "
+        "t = AutoTokenizer.from_pretrained('org/tiny-llama'); "
+        "print(type(m).__name__, len(t('hello')['input_ids']) > 0)"
+    )
+    hub.stop()
+    env = {**catalog.job_env(), "OMP_NUM_THREADS": "1"}
+    assert load_offline(env, code).splitlines()[-1] == "LlamaForCausalLM True"
+
+
+def test_hf_dataset_repo_with_allow_and_ignore_patterns(catalog: Catalog, hub: HubServer) -> None:
+    files = {
+        "README.md": Blob(b"# a dataset"),
+        "data/en/train-00000.parquet": Blob(size=50_000, seed=108),
+        "data/en/test-00000.parquet": Blob(size=5_000, seed=109),
+        "data/fr/train-00000.parquet": Blob(size=60_000, seed=110),
+    }
+    commit = hub.add_repo("org/corpus", files, repo_type="dataset")
+    status = catalog.pull("hf:datasets/org/corpus", allow=["data/en/*", "README.md"], ignore=["*test*"])
+    assert status.state == "cached" and status.entry.kind == "hf-dataset" and status.files == 2
+    assert status.ref == "hf:datasets/org/corpus@main"
+    assert set(hub.sent_by_file) == {"datasets/org/corpus/README.md", "datasets/org/corpus/data/en/train-00000.parquet"}
+    path = catalog.mount("hf:datasets/org/corpus")
+    assert path == catalog.hf_cache_dir / "datasets--org--corpus" / "snapshots" / commit
+    # more patterns on the cached entry add files of the same commit
+    assert catalog.pull("hf:datasets/org/corpus", allow=["data/fr/*"]).files == 3
+    assert hub.sent_by_file["datasets/org/corpus/README.md"] == len(b"# a dataset")  # not fetched twice
+    assert catalog.verify("hf:datasets/org/corpus").ok
+    assert {s.ref for s in catalog.ls()} == {"hf:datasets/org/corpus@main"}
+    with pytest.raises(BadInputError, match=r"no file of .* matches"):
+        catalog.pull("hf:datasets/org/corpus", allow=["nothing/*"])
+    hub.stop()
+    code = (
+        "import huggingface_hub as h; "
+        "p = h.snapshot_download('org/corpus', repo_type='dataset'); "
+        "print(p); print(open(h.hf_hub_download('org/corpus', 'data/fr/train-00000.parquet', "
+        "repo_type='dataset'), 'rb').read(4) != b'')"
+    )
+    assert load_offline(catalog.job_env(), code).splitlines() == [str(path), "True"]
