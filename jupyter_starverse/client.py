@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from .costs import CostService, Preview, PriceTable
     from .data import DataPrep
     from .experiments import JobIndex, JobPage, ResumePlan
+    from .export import ExportService
     from .feedback import ChatSessions, FeedbackService
     from .jobmodel import Job, JobSpec
     from .modes import Mode, ModeService, SmokeResult
@@ -229,6 +230,13 @@ class Starverse:
         from .feedback import ChatSessions
 
         return ChatSessions(self.settings, self.catalog)
+
+    @functools.cached_property
+    def export(self) -> ExportService:
+        """ONNX exports (fp32, weight-only INT8/INT4) with a parity report, stored as model versions."""
+        from .export import ExportService
+
+        return ExportService(self.settings, self.catalog, self.feedback)
 
     @functools.cached_property
     def recipes(self) -> RecipeService:

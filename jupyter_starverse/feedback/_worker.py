@@ -18,6 +18,13 @@ import time
 from typing import Any
 
 
+def _cache_kw(model: Any) -> str:
+    """transformers 5.x renamed ``past_key_values`` to ``cache``; older versions know only the first."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 def _emit(obj: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
     sys.stdout.flush()
@@ -53,7 +60,7 @@ def generate(model: Any, tok: Any, request: dict[str, Any]) -> None:
         for _ in range(max_new):
             if limit is not None and ids.shape[1] + len(out) >= limit:
                 break
-            res = model(input_ids=step_ids, past_key_values=past, use_cache=True)
+            res = model(input_ids=step_ids, use_cache=True, **{_cache_kw(model): past})
             past = res.past_key_values
             logits = res.logits[0, -1].float()
             if temperature > 0:

@@ -1,0 +1,336 @@
+"""``export MODEL --format onnx|onnx-int8|onnx-int4``: graph, parity report, new store version.
+
+One run: load the PyTorch model, export the fp32 KV-cache graph, measure it against PyTorch,
+quantize (INT8/INT4 formats), measure that too, replay the team's feedback prompts, then
+import the folder (graph, tokenizer, config, ``export_report.json``, ``lineage.json``) into
+the store as a new revision of the model. A graph that fails its parity check is not imported
+and the result says ``failed`` (Optimum only warns, and users shipped broken graphs), unless
+the caller passes ``force=True``: then it is imported and marked ``overridden``.
+TensorRT-LLM engines need an NVIDIA GPU and NVIDIA's own wheels: :meth:`ExportService.tensorrt_spec`
+renders that build as a GPU job and refuses a CPU one.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from jupyter_starverse._format import pretty_text
+from jupyter_starverse._settings import Settings
+from jupyter_starverse.catalog import Catalog, ModelRef, parse_ref
+from jupyter_starverse.errors import BackendUnavailableError, BadInputError, ConflictError
+from jupyter_starverse.feedback import FeedbackService, resolve_model
+from jupyter_starverse.jobmodel import JobSpec
+
+from ._onnx import GRAPH, OrtCausalLM, export_graph, load_torch, quantize_graph
+from ._report import GraphFigures, Replay, Thresholds, figures_html, figures_table, measure, reference, torch_greedy
+
+__all__ = ["DEFAULT_THRESHOLDS", "FORMATS", "GPU_FORMATS", "ExportResult", "ExportService"]
+
+#: Format -> weight bits (None: fp32).
+FORMATS: dict[str, int | None] = {"onnx": None, "onnx-int8": 8, "onnx-int4": 4}
+GPU_FORMATS = ("tensorrt-llm",)
+#: The fp32 graph must match PyTorch; quantized graphs may drift, within bounds.
+DEFAULT_THRESHOLDS = {
+    "onnx": Thresholds(max_abs_logit_diff=1e-4, min_greedy_agreement=1.0),
+    "onnx-int8": Thresholds(min_greedy_agreement=0.9, max_perplexity_increase=0.05),
+    "onnx-int4": Thresholds(min_greedy_agreement=0.8, max_perplexity_increase=0.15),
+}
+_WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".data")
+_REPLAY_PROMPTS = 32
+_REPLAY_TOKENS = 24
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What an export did: state, where the graph went, and the report."""
+
+    id: str
+    model: str
+    format: str
+    state: str  # ok | failed | overridden
+    target: str | None
+    folder: str
+    figures: tuple[GraphFigures, ...]
+    failures: tuple[str, ...]
+    lineage: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.state != "failed"
+
+    @property
+    def base_bytes(self) -> int:
+        return self.figures[0].bytes if self.figures else 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "model": self.model,
+            "format": self.format,
+            "state": self.state,
+            "target": self.target,
+            "folder": self.folder,
+            "figures": [f.to_json() for f in self.figures],
+            "failures": list(self.failures),
+            "lineage": self.lineage,
+            "seconds": self.seconds,
+        }
+
+    @property
+    def headline(self) -> str:
+        where = f" -> {self.target}" if self.target else " (not stored)"
+        return f"export {self.model} as {self.format}: {self.state}{where} in {self.seconds:.1f} s"
+
+    def __str__(self) -> str:
+        lines = [self.headline, figures_table(self.figures, self.base_bytes)]
+        replay = self.figures[-1].replay if self.figures else None
+        if replay is not None:
+            lines.append(
+                f"feedback replay ({replay.ref}): {replay.matching}/{replay.prompts} answers identical to PyTorch"
+            )
+        lines += [f"parity check failed: {f}" for f in self.failures]
+        if self.state == "failed":
+            lines.append("not stored; pass --force to store it anyway")
+        lines.append(f"report: {Path(self.folder) / 'export_report.json'}")
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        pretty_text(p, str(self))
+
+    def _repr_html_(self) -> str:
+        fails = "".join(f"<div style='color:#b00'>parity check failed: {f}</div>" for f in self.failures)
+        table = figures_html(self.figures, self.base_bytes, "")
+        return f"<div class='starverse-export'><b>{self.headline}</b>{table}{fails}</div>"
+
+
+def _default_target(model: str, fmt: str) -> str:
+    ref = parse_ref(model) if model.startswith("hf:") else None
+    if not isinstance(ref, ModelRef):
+        raise BadInputError(
+            f"say where to store the export of {model!r}",
+            field="target",
+            hint="give --as ORG/REPO@REVISION (a store model gets REVISION-FORMAT by default)",
+        )
+    return f"hf:{ref.repo_id}@{ref.revision_key}-{fmt}"
+
+
+class ExportService:
+    """Exports of store models and experiment outputs (``client.export``)."""
+
+    def __init__(self, settings: Settings, catalog: Catalog, feedback: FeedbackService) -> None:
+        self.settings = settings
+        self.catalog = catalog
+        self.feedback = feedback
+
+    def _target(self, model: str, fmt: str, target: str | None) -> ModelRef:
+        text = target or _default_target(model, fmt)
+        ref = parse_ref(text if text.startswith("hf:") else f"hf:{text}")
+        assert isinstance(ref, ModelRef)
+        if self.catalog.layout.read_manifest(ref) is not None:
+            raise ConflictError(
+                f"{ref} is already in the store", hint=f"choose another --as, or `starverse store rm {ref}`"
+            )
+        return ref
+
+    def _replay(self, feedback: str, model: Any, tok: Any) -> Callable[[OrtCausalLM], Replay]:
+        _, records = self.feedback.records(feedback)
+        prompts = list(dict.fromkeys(r.prompt for r in records))[:_REPLAY_PROMPTS]
+
+        def ids_of(prompt: str) -> list[int]:
+            if getattr(tok, "chat_template", None):
+                out = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
+                out = out["input_ids"] if isinstance(out, dict) or hasattr(out, "input_ids") else out
+                return [int(i) for i in out]
+            return [int(i) for i in tok(prompt)["input_ids"]]
+
+        encoded = [ids_of(p) for p in prompts]
+        want = [torch_greedy(model, ids, _REPLAY_TOKENS, stop_at_eos=True)[0] for ids in encoded]
+
+        def run(graph: OrtCausalLM) -> Replay:
+            same = 0
+            diffs: list[tuple[str, str, str]] = []
+            for prompt, ids, ref_ids in zip(prompts, encoded, want, strict=True):
+                got, _ = graph.greedy(ids, _REPLAY_TOKENS, stop_at_eos=True)
+                if got == ref_ids:
+                    same += 1
+                elif len(diffs) < 3:
+                    diffs.append(
+                        (
+                            prompt,
+                            tok.decode(ref_ids, skip_special_tokens=True),
+                            tok.decode(got, skip_special_tokens=True),
+                        )
+                    )
+            return Replay(feedback, len(prompts), same, tuple(diffs))
+
+        return run
+
+    def export(
+        self,
+        model: str,
+        fmt: str = "onnx",
+        *,
+        target: str | None = None,
+        feedback: str | None = None,
+        force: bool = False,
+        thresholds: Thresholds | None = None,
+        new_tokens: int = 16,
+        progress: Callable[[str], None] | None = None,
+    ) -> ExportResult:
+        """Export ``model`` (``hf:ORG/REPO@REV``, ``exp:NAME``, a folder) to ``fmt`` with a parity report."""
+        if fmt in GPU_FORMATS:
+            raise BadInputError(
+                "TensorRT-LLM engines are built by a GPU job, not in this process",
+                field="format",
+                hint="`starverse export MODEL --format tensorrt-llm --gpu TYPE` (add --dry-run to see the job)",
+            )
+        if fmt not in FORMATS:
+            raise BadInputError(
+                f"unknown format {fmt!r}", field="format", hint=f"one of {', '.join([*FORMATS, *GPU_FORMATS])}"
+            )
+        if not 1 <= new_tokens <= 256:
+            raise BadInputError("new_tokens must be 1..256", field="new_tokens", hint="e.g. 16")
+        say = progress or (lambda text: None)
+        started = time.monotonic()
+        ref = self._target(model, fmt, target)
+        if feedback is not None:
+            self.feedback.records(feedback)  # a wrong name fails now, not after the export
+        source = resolve_model(self.settings, self.catalog, model)
+        export_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+        work = self.settings.home / "exports" / export_id
+        say(f"loading {model}")
+        torch_model, tok = load_torch(source)
+        say("exporting the fp32 graph with a KV cache")
+        fp32 = export_graph(torch_model, work / "onnx")
+        say("measuring PyTorch on the fixed prompts")
+        ref_run = reference(torch_model, tok, new_tokens=new_tokens)
+        replay = self._replay(feedback, torch_model, tok) if feedback is not None else None
+        bits = FORMATS[fmt]
+        limits = thresholds or DEFAULT_THRESHOLDS[fmt]
+        base_limits = DEFAULT_THRESHOLDS["onnx"] if bits else limits
+        say("checking the fp32 graph against PyTorch")
+        figures = [
+            measure(
+                "onnx-fp32",
+                OrtCausalLM(fp32, torch_model.config),
+                _size(fp32),
+                ref_run,
+                base_limits,
+                replay=None if bits else replay,
+            )
+        ]
+        graph = fp32
+        if bits:
+            say(f"quantizing weights to INT{bits}")
+            graph = quantize_graph(fp32, work / fmt, bits)
+            say(f"checking the INT{bits} graph against PyTorch")
+            figures.append(
+                measure(fmt, OrtCausalLM(graph, torch_model.config), _size(graph), ref_run, limits, replay=replay)
+            )
+        failures = tuple(f for fig in figures for f in fig.failures)
+        state = "ok" if not failures else ("overridden" if force else "failed")
+        lineage = {
+            "source": model,
+            "source_folder": str(source),
+            "format": fmt,
+            "feedback": feedback,
+            "exported_at": time.time(),
+            "user": self.settings.user,
+            "tool": "jupyter_starverse export",
+        }
+        result = ExportResult(
+            export_id,
+            model,
+            fmt,
+            state,
+            str(ref) if state != "failed" else None,
+            str(work),
+            tuple(figures),
+            failures,
+            lineage,
+            0.0,
+        )
+        out = work / "package"
+        _package(source, graph, out)
+        if state != "failed":
+            say(f"storing {ref}")
+            result = replace(result, seconds=time.monotonic() - started)
+            _write_report(out, result)
+            self.catalog.import_model(out, repo=str(ref))
+        result = replace(result, seconds=time.monotonic() - started)
+        _write_report(work, result)
+        return result
+
+    # -- TensorRT-LLM: a GPU job ---------------------------------------------------------------
+    def tensorrt_spec(self, model: str, *, gpu: str | None, experiment: str | None = None) -> JobSpec:
+        """The TensorRT-LLM engine build as a one-GPU job; refused without a GPU type."""
+        if not gpu or gpu == "cpu":
+            raise BackendUnavailableError(
+                "a TensorRT-LLM engine can only be built on an NVIDIA GPU, with NVIDIA's tensorrt_llm wheels "
+                "(they install from NVIDIA's own package index, not PyPI); this request has no GPU",
+                hint="run `starverse export MODEL --format tensorrt-llm --gpu TYPE` to build it as a GPU job "
+                "(--dry-run shows the job), or export --format onnx-int4 for CPUs",
+            )
+        if not model.startswith("hf:"):
+            raise BadInputError(
+                "a TensorRT-LLM build job mounts a store model",
+                field="model",
+                hint="import it first (`starverse store import-model PATH --as ORG/REPO`), give hf:ORG/REPO@REV",
+            )
+        self.catalog.entry(model)  # NotFoundError when it is not in the store
+        return JobSpec(
+            name="trtllm-build",
+            code=_TRTLLM_BUILD,
+            args=(model,),
+            accelerator=gpu,
+            procs_per_node=1,
+            mounts=(model,),
+            experiment=experiment or "exports",
+        )
+
+
+# Runs inside the GPU job: the model is mounted; the engine goes to the run folder.
+_TRTLLM_BUILD = """\
+import os, sys, json
+try:
+    from tensorrt_llm import LLM
+except ImportError:
+    sys.exit("tensorrt_llm is not in the job image: "
+             "pip install --extra-index-url https://pypi.nvidia.com tensorrt-llm")
+from jupyter_starverse.runtime import mount_path
+src = mount_path(sys.argv[1])
+out = os.path.join(os.environ["STARVERSE_EXPERIMENT_DIR"], "output", "engine")
+LLM(model=str(src)).save(out)
+print(json.dumps({"engine": out}))
+"""
+
+
+def _size(graph: Path) -> int:
+    return sum(p.stat().st_size for p in graph.parent.iterdir() if p.name.startswith(GRAPH))
+
+
+def _package(source: Path, graph: Path, out: Path) -> None:
+    """The folder that goes to the store: the graph, then the tokenizer and configs of ``source``."""
+    out.mkdir(parents=True, exist_ok=True)
+    for f in graph.parent.iterdir():
+        if f.name.startswith(GRAPH):
+            shutil.copy2(f, out / f.name)
+    for f in source.iterdir():
+        if f.is_file() and not f.name.endswith(_WEIGHTS) and not f.name.startswith("."):
+            shutil.copy2(f, out / f.name)
+
+
+def _write_report(folder: Path, result: ExportResult) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / ".export_report.json.tmp"
+    tmp.write_text(json.dumps(result.to_json(), indent=2, ensure_ascii=False), encoding="utf-8")
+    tmp.replace(folder / "export_report.json")
+    (folder / "lineage.json").write_text(json.dumps(result.lineage, indent=2, ensure_ascii=False), encoding="utf-8")

@@ -1,0 +1,87 @@
+"""Export a tiny Llama from the store to ONNX with a KV cache: parity report, gate, new store version."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from jupyter_starverse.client import Starverse
+from jupyter_starverse.errors import BackendUnavailableError, BadInputError, ConflictError, NotFoundError
+from jupyter_starverse.export import GRAPH, OrtCausalLM, Thresholds
+
+
+def _feedback(client: Starverse) -> None:
+    for prompt, vote in (
+        ("How many cards do I need?", "up"),
+        ("训练一个大模型", "down"),
+        ("How many cards do I need?", "down"),
+    ):
+        client.feedback.record("team", model="hf:team/tiny@main", prompt=prompt, answer="two nodes", vote=vote)
+
+
+@pytest.mark.slow
+def test_int4_export_passes_parity_and_becomes_a_store_version(client: Starverse, tiny_ref: str) -> None:
+    _feedback(client)
+    version = client.feedback.snapshot("team").ref
+    result = client.export.export(tiny_ref, "onnx-int4", feedback=version)
+    assert result.state == "ok" and result.target == "hf:team/tiny@main-onnx-int4"
+    fp32, int4 = result.figures
+    # the fp32 graph computes what PyTorch computes, through the prefill and the cached decode
+    assert fp32.max_abs_logit_diff <= 1e-4 and fp32.greedy_agreement == 1.0 and fp32.exact_continuations == 1.0
+    assert abs(fp32.perplexity_change) < 1e-4
+    assert int4.bytes < fp32.bytes and int4.ms_per_token > 0 and fp32.ms_per_token > 0
+    assert int4.replay is not None and (int4.replay.ref, int4.replay.prompts) == (version, 2)
+    assert 0 <= int4.replay.matching <= 2
+    # what went to the store: the INT4 graph (MatMulNBits), tokenizer, report and lineage
+    folder = client.catalog.mount(result.target)
+    report = json.loads((folder / "export_report.json").read_text())
+    assert report["state"] == "ok" and report["figures"][1]["graph"] == "onnx-int4"
+    lineage = json.loads((folder / "lineage.json").read_text())
+    assert lineage["source"] == tiny_ref and lineage["feedback"] == version and lineage["format"] == "onnx-int4"
+    import onnx
+
+    ops = {n.op_type for n in onnx.load(str(folder / GRAPH), load_external_data=False).graph.node}
+    assert "MatMulNBits" in ops
+    # it generates with the KV cache on its own (past_key_values in, present out)
+    from transformers import AutoConfig, AutoTokenizer
+
+    graph = OrtCausalLM(folder / GRAPH, AutoConfig.from_pretrained(folder))
+    names = {i.name for i in graph.session.get_inputs()}
+    assert {"past_key_values.0.key", "past_key_values.1.value"} <= names
+    ids = AutoTokenizer.from_pretrained(folder)("The quick brown fox")["input_ids"]
+    logits, past = graph.step(np.array([ids]), None)
+    assert logits.shape[:2] == (1, len(ids))
+    assert past["past_key_values.0.key"].shape[2] == len(ids)
+    tokens, times = graph.greedy(ids, 5)
+    assert len(tokens) == 5 and len(times) == 5
+    text = str(result)
+    assert "onnx-int4" in text and "greedy agree" in text and "feedback replay" in text
+
+
+@pytest.mark.slow
+def test_a_failed_parity_check_is_not_stored_unless_forced(client: Starverse, tiny_ref: str) -> None:
+    strict = Thresholds(max_abs_logit_diff=1e-9)  # no INT8 graph is that close
+    failed = client.export.export(tiny_ref, "onnx-int8", thresholds=strict)
+    assert failed.state == "failed" and failed.target is None and not failed.ok
+    assert any("max abs logit diff" in f for f in failed.failures)
+    assert "not stored" in str(failed)
+    with pytest.raises(NotFoundError):
+        client.catalog.entry("hf:team/tiny@main-onnx-int8")
+    forced = client.export.export(tiny_ref, "onnx-int8", thresholds=strict, force=True)
+    assert forced.state == "overridden" and forced.target == "hf:team/tiny@main-onnx-int8"
+    assert client.catalog.status(forced.target).state == "cached"
+    with pytest.raises(ConflictError):  # the version exists now
+        client.export.export(tiny_ref, "onnx-int8")
+
+
+def test_bad_requests_and_tensorrt_on_cpu_are_refused(client: Starverse, tiny_folder) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(BadInputError):
+        client.export.export(str(tiny_folder), "onnx-int3", target="team/x@1")
+    with pytest.raises(BadInputError) as err:
+        client.export.export(str(tiny_folder), "onnx")  # a folder needs a target
+    assert "--as" in (err.value.hint or "")
+    with pytest.raises(BackendUnavailableError) as refused:
+        client.export.tensorrt_spec("hf:team/tiny@main", gpu=None)
+    assert "NVIDIA GPU" in refused.value.message and "--gpu" in (refused.value.hint or "")
