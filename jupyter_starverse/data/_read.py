@@ -227,49 +227,47 @@ def _read_csv(
 def _read_json(
     fs: Any, path: str, name: str, text_field: str, report: Report
 ) -> Iterator[tuple[int, str, dict[str, Any]]]:
-    """A JSON array of objects, decoded incrementally (never the whole file at once)."""
+    """A JSON array of objects (or objects one after another), decoded incrementally."""
     decoder = json.JSONDecoder()
     incremental = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    buf = ""
-    line = 1
-    started = False
     with fs.open(path, "rb", compression="infer") as f:
-        eof = False
-        while True:
-            if not eof and len(buf) < _CHUNK:
-                chunk = f.read(_CHUNK)
-                eof = not chunk
-                text = incremental.decode(chunk, final=eof)
-                if "\ufffd" in text:
-                    report(Malformed(name, line + buf.count("\n"), "encoding", "invalid UTF-8 bytes replaced"))
-                buf += text
-            i = 0
-            while i < len(buf) and buf[i] in " \t\r\n,":
-                i += 1
-            line += buf.count("\n", 0, i)
-            buf = buf[i:]
-            if not started:
-                if not buf and eof:
+        buf, pos, line, eof = "", 0, 1, False
+
+        def more() -> None:
+            nonlocal buf, pos, eof
+            chunk = f.read(_CHUNK)
+            eof = not chunk
+            text = incremental.decode(chunk, final=eof)
+            if "\ufffd" in text:
+                report(Malformed(name, line + buf.count("\n", pos), "encoding", "invalid UTF-8 bytes replaced"))
+            buf, pos = buf[pos:] + text, 0
+
+        def skip(chars: str) -> None:
+            nonlocal pos, line
+            while True:
+                start = pos
+                while pos < len(buf) and buf[pos] in chars:
+                    pos += 1
+                line += buf.count("\n", start, pos)
+                if pos < len(buf) or eof:
                     return
-                if not buf:
-                    continue
-                if buf[0] == "{":  # one object per line, saved as .json
-                    started = True
-                elif buf[0] != "[":
-                    raise BadInputError(f"{name} is not a JSON array", field="source", hint="use .jsonl for JSON lines")
-                else:
-                    buf = buf[1:]
-                    started = True
-                    continue
-            if buf.startswith("]") or (not buf and eof):
+                more()
+
+        more()
+        skip(" \t\r\n")
+        if pos < len(buf) and buf[pos] == "[":
+            pos += 1
+        elif pos < len(buf) and buf[pos] != "{":
+            raise BadInputError(f"{name} is not a JSON array", field="source", hint="use .jsonl for JSON lines")
+        while True:
+            skip(" \t\r\n,")
+            if pos >= len(buf) or buf[pos] == "]":
                 return
             try:
-                row, end = decoder.raw_decode(buf)
+                row, end = decoder.raw_decode(buf, pos)
             except ValueError as e:
-                if not eof and len(buf) < 64 * _CHUNK:
-                    chunk = f.read(_CHUNK)
-                    eof = not chunk
-                    buf += incremental.decode(chunk, final=eof)
+                if not eof and len(buf) - pos < 64 * _CHUNK:
+                    more()
                     continue
                 report(Malformed(name, line, "parse", f"not JSON: {e.args[0] if e.args else e}"))
                 return
@@ -278,8 +276,10 @@ def _read_json(
                 report(_field_missing(name, line, text_field))
             else:
                 yield line, value, row
-            line += buf.count("\n", 0, end)
-            buf = buf[end:]
+            line += buf.count("\n", pos, end)
+            pos = end
+            if len(buf) - pos < _CHUNK // 4 and not eof:
+                more()
 
 
 def _read_parquet(

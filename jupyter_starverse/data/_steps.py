@@ -53,7 +53,7 @@ def mask_text(text: str, limit: int = _SNIPPET) -> str:
     """The start of ``text`` with every sensitive value masked (what reports show)."""
     cut = text[:limit]
     out, pos = [], 0
-    for f in find_pii(cut):
+    for f in find_pii(cut, hmm=False):
         out += [cut[pos : f.start], display_mask(f)]
         pos = f.end
     out.append(cut[pos:])
@@ -236,6 +236,7 @@ def _preview(pairs: list[Pair], floor: float, removed_other: int = 0) -> list[tu
 def dedup(docs: Docs, write: Write, work: Path, *, params: DedupParams, progress: Progress | None = None) -> StepResult:
     """Exact, then MinHash near duplicates (Jaccard-verified), then the paragraph rule, then semantic."""
     res = StepResult()
+    work.mkdir(parents=True, exist_ok=True)
     db = _Db(work / "dedup.sqlite")
     hasher = MinHasher(num_perm=params.num_perm, ngram=params.ngram)
     try:

@@ -1,0 +1,68 @@
+# ruff: noqa: RUF001 - Chinese punctuation is part of the test texts
+"""Near duplicates: planted copies found, no false positives, the same answer with band tables spilled."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jupyter_starverse.data import MinHasher, normalize
+from jupyter_starverse.data._read import Doc
+from jupyter_starverse.data._steps import DedupParams, dedup
+from tests.data.corpus import dup_corpus
+
+
+def test_signatures_are_datasketch_minhashes() -> None:
+    from datasketch import MinHash
+
+    h = MinHasher(num_perm=64)
+    shingles = h.shingles(normalize("Hello 世界, the quick brown fox"))
+    m = MinHash(num_perm=64, seed=1, hashfunc=lambda x: x)
+    m.update_batch([int(x) for x in shingles])
+    assert (m.hashvalues == h.signature(shingles)).all()
+
+
+def _run(texts: list[str], work: Path, **kw: object) -> tuple[list[int], object]:
+    kept: list[int] = []
+    docs = [Doc(i, "c.jsonl", i + 1, t) for i, t in enumerate(texts)]
+    res = dedup(lambda: iter(docs), lambda d, t: kept.append(d.idx), work, params=DedupParams(**kw))  # type: ignore[arg-type]
+    return kept, res
+
+
+def test_planted_near_duplicates_are_found_without_false_positives(tmp_path: Path) -> None:
+    corpus = dup_corpus(600, seed=4, dup_share=0.2)
+    kept, res = _run(corpus.docs, tmp_path / "w", paragraph_share=None)
+    removed = set(range(len(corpus.docs))) - set(kept)
+    planted = {copy for _, copy in corpus.near}
+    assert len(removed & planted) / len(planted) >= 0.95
+    assert removed <= planted  # nothing that was not planted
+    by_dup = {m.doc.idx: (c.kept.idx, m.similarity) for c in res.clusters for m in c.members}  # type: ignore[attr-defined]
+    for src, copy in corpus.near[:20]:
+        if copy in by_dup:
+            assert by_dup[copy][0] == src and 0.7 <= by_dup[copy][1] < 1.0  # which kept doc, and how similar
+    preview = dict(res.preview)  # type: ignore[attr-defined]
+    assert preview[0.7] == len(removed) and preview[0.99] <= preview[0.9] <= preview[0.7] <= preview[0.5]
+
+
+def test_band_tables_spilled_to_many_partitions_give_the_same_answer(tmp_path: Path) -> None:
+    corpus = dup_corpus(300, seed=5)
+    one, _ = _run(corpus.docs, tmp_path / "a", paragraph_share=None)
+    many, _ = _run(
+        corpus.docs, tmp_path / "b", paragraph_share=None, max_memory=64 << 10, expected_docs=len(corpus.docs)
+    )
+    assert one == many
+    assert not list((tmp_path / "b").glob("lsh/bands-*"))  # spill files removed afterwards
+
+
+def test_exact_and_paragraph_duplicates(tmp_path: Path) -> None:
+    para = "这一段文字在两篇文档里都出现了，而且足够长，可以算作一个段落。"
+    texts = [
+        "Alpha document about GPUs and clusters, first version.",
+        "alpha   DOCUMENT about GPUs and clusters, first version.",  # exact after normalizing
+        f"{para}\n第一篇文档的其他内容，完全不同的句子，讲的是模型训练和数据准备。",
+        f"{para}\n第二篇：另外一些话，关于账单和预算，和上一篇没有关系，还有一些别的内容。",
+    ]
+    kept, res = _run(texts, tmp_path / "w")
+    assert kept == [0, 2]
+    assert res.removed == {"exact": 1, "paragraph": 1}  # type: ignore[attr-defined]
+    members = {m.doc.idx: (c.kept.idx, m.method) for c in res.clusters for m in c.members}  # type: ignore[attr-defined]
+    assert members == {1: (0, "exact"), 3: (2, "paragraph")}
