@@ -4,7 +4,7 @@
 |----------------------------------------------|---------------------------------|
 | store ls [--json]                            | StoreListing (table)            |
 | store add NAME SOURCE [--version V]          | Entry                           |
-| store pull REF [--json]                      | EntryStatus (progress on stderr or a widget) |
+| store pull REF [--connections N] [--allow G] [--ignore G] | EntryStatus (progress on stderr or a widget) |
 | store mount REF [--json] / mount REF         | pathlib.Path                    |
 | store status REF [--json]                    | EntryStatus                     |
 | store verify REF [--json]                    | VerifyReport (exit 0 either way)|
@@ -61,7 +61,13 @@ def _add(client: Starverse, args: argparse.Namespace) -> Entry:
 def _pull(client: Starverse, args: argparse.Namespace) -> EntryStatus:
     update, close = _progress(args, args.ref)
     try:
-        return client.catalog.pull(args.ref, progress=update)
+        return client.catalog.pull(
+            args.ref,
+            progress=update,
+            connections=args.connections,
+            allow=args.allow or None,
+            ignore=args.ignore or None,
+        )
     finally:
         close()
 
@@ -101,7 +107,9 @@ def _ref_parser(
     sub: Any, name: str, help_: str, run: Callable[[Starverse, argparse.Namespace], object]
 ) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = sub.add_parser(name, help=help_)
-    p.add_argument("ref", metavar="REF", help="dataset NAME[@VERSION] or hf:ORG/REPO[@REVISION]")
+    p.add_argument(
+        "ref", metavar="REF", help="dataset NAME[@VERSION], hf:ORG/REPO[@REVISION] or hf:datasets/ORG/NAME[@REVISION]"
+    )
     add_json_flag(p)
     p.set_defaults(run=run)
     return p
@@ -124,7 +132,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_json_flag(p)
     p.set_defaults(run=_add)
 
-    _ref_parser(verbs, "pull", "fill the store once (concurrent pulls share one download)", _pull)
+    p = _ref_parser(verbs, "pull", "fill the store once (concurrent pulls share one download)", _pull)
+    p.add_argument(
+        "--connections",
+        type=int,
+        default=None,
+        metavar="N",
+        help="connections at once: ranges of a large file, or small files (default STARVERSE_PULL_CONNECTIONS, 8)",
+    )
+    p.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="only files of a Hugging Face repo matching GLOB (repeatable), e.g. 'data/en/*'",
+    )
+    p.add_argument(
+        "--ignore", action="append", default=[], metavar="GLOB", help="skip files of a Hugging Face repo matching GLOB"
+    )
     _ref_parser(verbs, "mount", "print the read-only path of a pulled entry", _mount)
     _ref_parser(verbs, "status", "cache state of one entry", _status)
     _ref_parser(verbs, "verify", "check every cached file against the size and sha256 recorded at pull", _verify)

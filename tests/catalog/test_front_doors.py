@@ -16,6 +16,7 @@ from jupyter_starverse.cli._store import parse_size
 from jupyter_starverse.client import Starverse
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.widgets.catalog import CatalogBrowser
+from tests.catalog.servers import Blob, HubServer
 
 
 @pytest.fixture
@@ -57,6 +58,19 @@ def test_cli_store_verbs(capsys: pytest.CaptureFixture[str], src: Path) -> None:
     assert code == 0 and "removed toy@v1" in out
 
 
+def test_cli_pulls_a_subset_of_a_hub_dataset(capsys: pytest.CaptureFixture[str], hub: HubServer) -> None:
+    hub.add_repo(
+        "org/corpus",
+        {"data/en/a.parquet": Blob(size=3000, seed=1), "data/fr/a.parquet": Blob(size=4000, seed=2)},
+        repo_type="dataset",
+    )
+    argv = ["store", "pull", "hf:datasets/org/corpus", "--allow", "data/en/*", "--connections", "2", "--json"]
+    code, out, _ = run(capsys, *argv)
+    data = json.loads(out)
+    assert code == 0 and data["state"] == "cached" and data["files"] == 1 and data["kind"] == "hf-dataset"
+    assert set(hub.sent_by_file) == {"datasets/org/corpus/data/en/a.parquet"}
+
+
 @pytest.mark.parametrize(
     ("argv", "code", "needle"),
     [
@@ -67,6 +81,8 @@ def test_cli_store_verbs(capsys: pytest.CaptureFixture[str], src: Path) -> None:
         (["store", "add", "a/b", "."], 2, "not allowed"),
         (["store", "evict", "--max-bytes", "lots"], 2, "not a size"),
         (["store", "nope"], 2, "invalid choice"),
+        (["store", "pull", "toy", "--connections", "0"], 2, "connections must be a whole number from 1 to 64"),
+        (["store", "pull", "toy", "--allow", "*.txt"], 2, "patterns choose files of Hugging Face repos"),
     ],
 )
 def test_cli_bad_input(capsys: pytest.CaptureFixture[str], argv: list[str], code: int, needle: str) -> None:
