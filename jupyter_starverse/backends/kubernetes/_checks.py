@@ -17,7 +17,9 @@ _IMAGE_FIX = (
 #: Run by ``python -c BOOT MODULES MODULE ARGS...``: checks that MODULES (comma separated) are
 #: importable, else prints the fix and exits 2 (a usage error: the Job fails at once, no retries),
 #: then runs MODULE as ``__main__`` with ARGS. No shell, and no user text in the program: user
-#: arguments stay separate argv entries.
+#: arguments stay separate argv entries. torchrun ends with 1 both when it got SIGTERM and when its
+#: ranks stopped after a preemption (they exit 143 once every rank checkpointed): either way the
+#: pod exits 143, which the pod failure policy takes for a preemption, not a failure.
 BOOT = (
     "import importlib.util, runpy, sys\n"
     "missing = [m for m in sys.argv[1].split(',') if importlib.util.find_spec(m) is None]\n"
@@ -27,7 +29,14 @@ BOOT = (
     "        'set it with --image, STARVERSE_IMAGE or the pool table image (docs/kubernetes.md).\\n')\n"
     "    sys.exit(2)\n"
     "sys.argv = sys.argv[2:]\n"
-    "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)\n"
+    "try:\n"
+    "    runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)\n"
+    "except BaseException as e:\n"
+    "    codes = [getattr(f, 'exitcode', None) for f in (getattr(e, 'failures', None) or {}).values()]\n"
+    "    if getattr(e, 'sigval', None) == 15 or (codes and all(c in (143, -15) for c in codes)):\n"
+    "        sys.stderr.write('starverse: stopped on SIGTERM after the checkpoint (exit 143)\\n')\n"
+    "        sys.exit(143)\n"
+    "    raise\n"
 )
 
 
