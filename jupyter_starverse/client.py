@@ -245,6 +245,29 @@ class Starverse:
 
         return RecipeService(self.settings, catalog=self.catalog, costs=self.costs)
 
+    def align(
+        self,
+        feedback: str,
+        *,
+        model: str,
+        method: str = "dpo",
+        params: dict[str, object] | None = None,
+        name: str | None = None,
+        **job: Any,
+    ) -> JobSpec:
+        """The job that aligns ``model`` on a feedback version: ``dpo`` on its preference pairs,
+        ``kto`` on its thumbs up/down labels, or ``reward`` (a reward model on the pairs).
+
+        A log name (no ``@N``) is frozen into a new version first. ``job`` holds JobSpec fields
+        (``procs_per_node``, ``accelerator``, ``steps``, ...); preview or launch the result on
+        any backend, then ``recipes.publish`` stores the model with its lineage.
+        """
+        data = self.feedback.training_data(feedback, method)
+        if method == "reward":
+            return self.recipes.spec("reward", model=model, data=data, params=params, name=name, **job)
+        return self.recipes.align(method, model=model, data=data, params=params, name=name, **job)
+
+
     @functools.cached_property
     def pipelines(self) -> PipelineService:
         """``.svpipeline`` documents: check, price, export (sbatch, YAML, Python) and run as dependent jobs."""

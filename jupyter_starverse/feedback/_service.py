@@ -288,9 +288,9 @@ class FeedbackService:
                 return FeedbackSnapshot(entry, len(eff), len(pairs), len(labels), created=False)
             break
         staging = log.folder / "snapshots" / uuid.uuid4().hex
-        write_jsonl(staging / _FILES["records"], recs)
-        write_jsonl(staging / _FILES["pairs"], pairs)
-        write_jsonl(staging / _FILES["labels"], labels)
+        write_jsonl(staging / "records" / _FILES["records"], recs)
+        write_jsonl(staging / "pairs" / _FILES["pairs"], pairs)
+        write_jsonl(staging / "labels" / _FILES["labels"], labels)
         meta = {
             "kind": "feedback",
             "log": name,
@@ -301,13 +301,13 @@ class FeedbackService:
             "ids_sha": _ids_sha(ids),
             "frozen_at": time.time(),
         }
-        (staging / _SNAPSHOT).write_text(json.dumps(meta), encoding="utf-8")
+        (staging / "records" / _SNAPSHOT).write_text(json.dumps(meta), encoding="utf-8")
         number = len(self.versions(name)) + 1
         for _ in range(1000):
             try:
                 entry = self.catalog.add_dataset(
                     name,
-                    str(staging),
+                    str(staging / "records"),
                     version=str(number),
                     description=f"feedback: {len(eff)} records, {len(pairs)} pairs, {len(labels)} labels",
                 )
@@ -315,6 +315,15 @@ class FeedbackService:
                 number += 1
                 continue
             self.catalog.pull(entry.ref)
+            # one format per dataset: a recipe reads every *.jsonl of the folder it mounts
+            for kind, rows in (("pairs", len(pairs)), ("labels", len(labels))):
+                derived = self.catalog.add_dataset(
+                    f"{name}-{kind}",
+                    str(staging / kind),
+                    version=str(number),
+                    description=f"{rows} {kind} from {entry.ref}",
+                )
+                self.catalog.pull(derived.ref)
             return FeedbackSnapshot(entry, len(eff), len(pairs), len(labels), created=True)
         raise ConflictError(f"could not find a free version number for {name}", hint="try again")
 
@@ -326,11 +335,46 @@ class FeedbackService:
             return None
         return data if isinstance(data, dict) else None
 
-    def path(self, ref: str, kind: str) -> Path:
-        """The file of a frozen version a job reads (``pairs``, ``labels`` or ``records``)."""
+    def dataset(self, ref: str, kind: str) -> str:
+        """The store dataset of a frozen version holding one format: ``NAME-pairs@N``, ``NAME-labels@N``
+        (or ``NAME@N`` for the records), the ``data`` a DPO, reward or KTO recipe mounts."""
         if kind not in _FILES:
             raise BadInputError(f"unknown file {kind!r}", field="kind", hint=f"one of {', '.join(_FILES)}")
-        return self._version_dir(ref)[1] / _FILES[kind]
+        resolved, _ = self._version_dir(ref)
+        if kind == "records":
+            return resolved
+        name, _, version = resolved.partition("@")
+        return f"{name}-{kind}@{version}"
+
+    def path(self, ref: str, kind: str) -> Path:
+        """The file of a frozen version a job reads (``pairs``, ``labels`` or ``records``)."""
+        return self.catalog.mount(self.dataset(ref, kind)) / _FILES[kind]
+
+    def training_data(self, ref: str, method: str) -> str:
+        """The dataset an alignment ``method`` learns from: pairs for ``dpo``/``reward``, labels for ``kto``.
+
+        A log name (no ``@N``) is frozen first, so the job names exactly the feedback it read.
+        """
+        kinds = {"dpo": "pairs", "reward": "pairs", "kto": "labels"}
+        if method not in kinds:
+            raise BadInputError(
+                f"alignment method {method!r} is not offered",
+                field="method",
+                hint="dpo (preference pairs), kto (thumbs up/down labels) or reward (a reward model on pairs)",
+            )
+        parsed = parse_ref(ref)
+        if isinstance(parsed, DatasetRef) and parsed.version is None:
+            ref = self.snapshot(parsed.name).ref
+        kind = kinds[method]
+        meta = self._meta(ref) or {}
+        if not meta.get(kind):
+            other = "kto (it learns from single thumbs up/down)" if kind == "pairs" else "record some votes first"
+            raise BadInputError(
+                f"{ref} has no {'preference pairs' if kind == 'pairs' else 'labels'} for {method}",
+                field="feedback",
+                hint=f"pairs need a better answer, or an up- and a down-voted answer to one prompt; or use {other}",
+            )
+        return self.dataset(ref, kind)
 
 
 def _ids_sha(ids: list[str]) -> str:

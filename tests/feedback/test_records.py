@@ -103,7 +103,22 @@ def test_versions_are_frozen_and_exports_have_the_recipe_formats(client: Starver
     rows = [json.loads(line) for line in Path(out.path).read_text().splitlines()]
     assert out.rows == len(rows) == 4
     assert all(set(r) == {"prompt", "completion", "label"} and isinstance(r["label"], bool) for r in rows)
-    assert client.catalog.entry("team@2").kind == "dataset"
+    assert client.feedback.dataset("team@2", "pairs") == "team-pairs@2"
+    assert client.feedback.training_data("team@2", "kto") == "team-labels@2"
+    # one format per dataset: a recipe reads every *.jsonl of what it mounts
+    assert sorted(p.name for p in client.catalog.mount("team-pairs@2").iterdir()) == ["pairs.jsonl"]
+    assert sorted(p.name for p in client.catalog.mount("team-labels@2").iterdir()) == ["labels.jsonl"]
+
+
+def test_alignment_data_needs_the_right_feedback(client: Starverse) -> None:
+    _say(client, "capital of France?", "Lyon", "down")
+    with pytest.raises(BadInputError) as err:
+        client.feedback.training_data("team", "dpo")  # one down vote: no pair
+    assert "kto" in (err.value.hint or "")
+    assert client.feedback.versions("team") == ["team@1"]  # a log name is frozen first
+    assert client.feedback.training_data("team", "kto") == "team-labels@1"
+    with pytest.raises(BadInputError):
+        client.feedback.training_data("team@1", "ppo")
 
 
 def test_table_shows_who_what_and_the_summary(client: Starverse) -> None:
