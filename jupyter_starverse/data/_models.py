@@ -25,6 +25,7 @@ def _transformers() -> Any:
     except ImportError as e:
         raise MissingDependencyError("transformers", extra="models", purpose="embedding and perplexity models") from e
     transformers.logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+    transformers.logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     return torch, transformers
 
 
