@@ -8,17 +8,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import threading
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from jupyter_starverse._settings import BACKENDS, KUBE_KINDS, Settings
 from jupyter_starverse.client import LaunchPreview, Starverse
-from jupyter_starverse.errors import BadInputError
+from jupyter_starverse.errors import BadInputError, StarverseError
 from jupyter_starverse.jobmodel import BILLING_MODES, FRAMEWORKS, TEMPLATES, Job, JobSpec
-from jupyter_starverse.modes import SmokeResult
+from jupyter_starverse.modes import SmokeResult, make_smoke_spec
+from jupyter_starverse.watch import read_rank_records, startup_phase
 
-from ._common import add_json_flag
+from ._common import StatusLine, add_json_flag, tracking
 from ._jobs import detail
 
 __all__ = ["add_job_options", "job_fields", "register", "run_spec", "spec_from_launch_args"]
@@ -114,9 +117,102 @@ def _pod_overrides(args: argparse.Namespace) -> dict[str, str]:
     return out
 
 
+def _smoke_experiment(client: Starverse, spec: JobSpec) -> str | None:
+    try:
+        return make_smoke_spec(spec, cpu_image=client.settings.cpu_image).experiment_name
+    except StarverseError:
+        return None
+
+
+def _phase_of(client: Starverse, job: Job) -> str:
+    """What ``job`` does now (nodes starting, rendezvous, process group, training step)."""
+    points = client.watch(job.id, backend=job.backend).metrics() if job.state.active else []
+    step = max((p.step for p in points), default=None)
+    return startup_phase(job, read_rank_records(job), step=step)
+
+
+class _SmokeFollower:
+    """Says on the status line what the smoke run does while ``launch --smoke`` waits for it."""
+
+    def __init__(self, client: Starverse, spec: JobSpec, line: StatusLine) -> None:
+        self.client, self.line = client, line
+        self.experiment = _smoke_experiment(client, spec)
+        self.since = time.time() - 1.0
+        self.job: Job | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="starverse-smoke-follow", daemon=True)
+
+    def start(self) -> None:
+        if self.experiment is not None:
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2.0)
+
+    def _run(self) -> None:
+        assert self.experiment is not None
+        while not self._stop.wait(0.5):
+            try:
+                if self.job is None:
+                    page = self.client.job_page(experiment=(self.experiment,), since=self.since, limit=1, sweep=False)
+                    if not page.items or page.items[0].created < self.since:
+                        continue
+                    self.job = self.client.backend("local").get(page.items[0].id)
+                job = self.client.backend("local").get(self.job.id)
+                self.line.update(f"smoke test {job.id} on local CPU processes: {_phase_of(self.client, job)}")
+            except StarverseError:
+                continue
+
+
+def _run_with_progress(client: Starverse, args: argparse.Namespace, spec: JobSpec) -> object:
+    """``run_spec`` with a status line from the first second: checks, smoke test, submit, start-up.
+
+    On a terminal the line then follows the new job until it trains (or ends); Ctrl-C leaves
+    the job running and says its id and how to cancel or follow it.
+    """
+    line: StatusLine = args.presenter.status()
+    follower = _SmokeFollower(client, spec, line) if args.smoke else None
+    where = args.backend or client.settings.backend
+    line.update(
+        "smoke test: a few steps on local CPU processes first" if args.smoke
+        else f"checking the script and mounts, submitting to {where}"
+    )  # fmt: skip
+    try:
+        if follower is not None:
+            follower.start()
+        result = run_spec(client, args, spec)
+    except KeyboardInterrupt:
+        line.close()
+        if follower is not None and follower.job is not None:
+            with tracking(follower.job.id, "local", what="smoke run"):
+                raise
+        raise
+    finally:
+        if follower is not None:
+            follower.stop()
+    job = result.job if isinstance(result, SmokeResult) else result
+    if not isinstance(job, Job):
+        line.close()
+        return result
+    line.update(f"submitted {job.id} to {job.backend}: {_phase_of(client, job)}")
+    if line.tty and not args.notebook:
+        with tracking(job.id, job.backend):
+            while not job.state.finished:
+                phase = _phase_of(client, job)
+                line.update(f"{job.id}: {phase}")
+                if phase.startswith("training"):
+                    break
+                time.sleep(0.5)
+                job = client.backend(job.backend).get(job.id)
+    line.close(f"job {job.id} on {job.backend}: follow it with `starverse jobs logs -f {job.id}`")
+    return result if isinstance(result, SmokeResult) else job
+
+
 def _launch(client: Starverse, args: argparse.Namespace) -> object:
     spec = spec_from_launch_args(args, default_accelerator=client.default_accelerator())
-    result = run_spec(client, args, spec)
+    result = run_spec(client, args, spec) if args.dry_run or args.json else _run_with_progress(client, args, spec)
     if not isinstance(result, Job):
         return result
     if args.notebook:  # in a kernel: the live monitor

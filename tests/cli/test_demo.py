@@ -17,6 +17,12 @@ def test_demo_trains_and_prints_the_loss_falling(capsys: pytest.CaptureFixture[s
     assert cli_main(["demo", "--steps", "24"]) == 0
     out = capsys.readouterr().out
     assert "dataset demo-text" in out and "2 nodes x 2 processes" in out
+    said = out.splitlines()
+    assert said[0] == "creating the demo dataset demo-text in the store"  # before any work
+    first_step = next(i for i, line in enumerate(said) if line.startswith("step "))
+    assert said[first_step].startswith("step 1/24")  # steps counted as everywhere else
+    # while the nodes start, it says so (the ~10 s before the first step are not silent)
+    assert any("starting" in line or "rendezvous" in line for line in said[:first_step]), said[:first_step]
     last = out.strip().splitlines()
     assert last[-2].startswith("loss ") and last[-1].startswith("experiment folder: ")
     first_loss, final_loss = (float(x) for x in last[-2].split()[1:4:2])
