@@ -43,7 +43,7 @@ from jupyter_starverse.errors import BadInputError
 __all__ = ["INDEX_DIR", "JobIndex", "JobPage", "JobSummary", "note_change", "page_etag", "summarize_run"]
 
 INDEX_DIR = ".jobindex"
-_VERSION = 1
+_VERSION = 3
 _JOURNAL = "changes.log"
 _INDEX = "index.json"
 #: Files of a run folder a summary is made of; writing one of them is a change.
@@ -170,8 +170,9 @@ class JobPage:
 
 @dataclass
 class _Entry:
+    folder: int  # mtime_ns of the run folder: unchanged while no file in it was created, renamed or removed
     sig: tuple[tuple[str, int, int], ...]  # (file, size, mtime_ns) of each watched file present
-    summary: JobSummary | None  # None: a folder that is not (yet) a job
+    row: list[Any] | None  # the summary as a compact row (see _ROW); None: a folder that is not (yet) a job
 
 
 @dataclass
@@ -192,7 +193,7 @@ def _read(path: Path) -> Any:
         return None
 
 
-def _signature(run: Path) -> tuple[tuple[str, int, int], ...]:
+def _signature(run: str) -> tuple[tuple[str, int, int], ...]:
     out = []
     base = str(run)
     for name in WATCHED:
@@ -276,6 +277,7 @@ class JobIndex:
 
     def __init__(self, root: Path, *, sweep_every: float = 30.0) -> None:
         self.root = Path(root)
+        self._root = str(self.root)
         self.sweep_every = sweep_every
         self._state: _State | None = None
         self._lock = threading.Lock()
@@ -318,10 +320,11 @@ class JobIndex:
         data = _read(self.folder / _INDEX)
         if isinstance(data, dict) and data.get("version") == _VERSION and isinstance(data.get("entries"), dict):
             try:
-                for rel, item in data["entries"].items():
-                    sig = tuple((str(a), int(b), int(c)) for a, b, c in item["sig"])
-                    summary = JobSummary.from_json(item["summary"]) if item.get("summary") else None
-                    state.entries[str(rel)] = _Entry(sig, summary)
+                for rel, (folder, row) in data["entries"].items():
+                    if row is not None and len(row) != len(_ROW):
+                        raise ValueError("a row of another version")
+                    # no file signatures on disk: a run whose folder changed is simply read again
+                    state.entries[str(rel)] = _Entry(int(folder), (), row)
                 state.runs_mtimes = {str(k): int(v) for k, v in (data.get("runs_mtimes") or {}).items()}
                 state.generation = int(data.get("generation") or 0)
             except (KeyError, TypeError, ValueError):
@@ -341,10 +344,7 @@ class JobIndex:
             "version": _VERSION,
             "generation": state.generation,
             "runs_mtimes": state.runs_mtimes,
-            "entries": {
-                rel: {"sig": [list(s) for s in e.sig], "summary": e.summary.to_json() if e.summary else None}
-                for rel, e in state.entries.items()
-            },
+            "entries": {rel: [e.folder, e.row] for rel, e in state.entries.items()},
         }
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -407,9 +407,14 @@ class JobIndex:
             changed |= self._drop(state, _in_experiment(gone))
         return changed
 
-    def _scan_experiment(self, state: _State, experiment: str, *, full: bool) -> bool:
+    def _scan_experiment(self, state: _State, experiment: str, *, full: bool, present: set[str] | None = None) -> bool:
+        """Read the runs of one experiment that are new (all of them, checked by mtime, with ``full``).
+
+        Runs that left are dropped here, unless ``present`` collects the names for the caller to.
+        """
         changed = False
-        present = set()
+        mine = present is None
+        present = set() if present is None else present
         try:
             runs = list(os.scandir(self.root / experiment / "runs"))
         except OSError:
@@ -420,9 +425,10 @@ class JobIndex:
             rel = f"{experiment}/runs/{run.name}"
             present.add(rel)
             if full or rel not in state.entries:
-                changed |= self._update(state, rel)
-        prefix = f"{experiment}/runs/"
-        changed |= self._drop(state, lambda rel: rel.startswith(prefix) and rel not in present)
+                changed |= self._update(state, rel, check=full)
+        if mine:
+            prefix = f"{experiment}/runs/"
+            changed |= self._drop(state, lambda rel: rel.startswith(prefix) and rel not in present)
         return changed
 
     def _drop(self, state: _State, which: Callable[[str], bool]) -> bool:
@@ -434,38 +440,53 @@ class JobIndex:
     def _sweep(self, state: _State) -> bool:
         changed = False
         names = set()
+        present: set[str] = set()
         for exp in self._experiments():
             names.add(exp.name)
             with contextlib.suppress(OSError):
                 state.runs_mtimes[exp.name] = Path(exp.path, "runs").stat().st_mtime_ns
-            changed |= self._scan_experiment(state, exp.name, full=True)
+            changed |= self._scan_experiment(state, exp.name, full=True, present=present)
         for gone in set(state.runs_mtimes) - names:
             del state.runs_mtimes[gone]
-        changed |= self._drop(state, lambda rel: rel.split("/", 1)[0] not in names)
+        changed |= self._drop(state, lambda rel: rel not in present)
         state.swept = time.monotonic()
         return changed
 
-    def _update(self, state: _State, rel: str) -> bool:
-        """Re-read one run when its files changed; True when its summary did."""
-        run = self.root / rel
-        sig = _signature(run)
+    def _update(self, state: _State, rel: str, *, check: bool = False) -> bool:
+        """Re-read one run when its files changed; True when its summary did.
+
+        With ``check`` (a sweep) an unchanged folder mtime is enough: every writer replaces
+        a run's files by rename, which changes the folder's mtime.
+        """
+        run = f"{self._root}/{rel}"
         old = state.entries.get(rel)
-        if old is not None and old.sig == sig:
-            return False
-        if not sig and not run.is_dir():
+        try:
+            folder = os.stat(run).st_mtime_ns  # noqa: PTH116 - the sweep's hot loop: no Path objects
+        except OSError:
             return self._drop(state, lambda r: r == rel)
-        summary = summarize_run(run, rel.split("/", 1)[0])
-        state.entries[rel] = _Entry(sig, summary)
-        return old is None or old.summary != summary
+        if check and old is not None and old.folder == folder:
+            return False
+        sig = _signature(run)
+        if old is not None and old.sig == sig:
+            old.folder = folder
+            return False
+        summary = summarize_run(Path(run), rel.split("/", 1)[0])
+        row = _to_row(summary) if summary is not None else None
+        state.entries[rel] = _Entry(folder, sig, row)
+        return old is None or old.row != row
 
     # -- reading ------------------------------------------------------------------------
-    def summaries(self, *, sweep: bool | None = None) -> list[JobSummary]:
-        """Every job summary, newest first."""
+    def _rows(self, sweep: bool | None) -> list[tuple[str, list[Any]]]:
         self.refresh(sweep=sweep)
         with self._lock:
             assert self._state is not None
-            found = [e.summary for e in self._state.entries.values() if e.summary is not None]
-        return sorted(found, key=lambda s: (s.created, s.id), reverse=True)
+            rows = [(rel, e.row) for rel, e in self._state.entries.items() if e.row is not None]
+        rows.sort(key=lambda x: (x[1][_CREATED], x[1][_ID]), reverse=True)
+        return rows
+
+    def summaries(self, *, sweep: bool | None = None) -> list[JobSummary]:
+        """Every job summary, newest first."""
+        return [_from_row(self.root, rel, row) for rel, row in self._rows(sweep)]
 
     def page(
         self,
@@ -480,22 +501,48 @@ class JobIndex:
     ) -> JobPage:
         """The jobs matching every filter given (a filter with several values matches any), newest first.
 
-        ``since``: jobs created, started or finished at or after this time (seconds since the epoch).
+        ``since``: jobs created, started or finished at or after this time (seconds since the epoch),
+        and every unfinished job.
         """
         if offset < 0 or (limit is not None and limit < 1):
             raise BadInputError("offset must be >= 0 and limit >= 1", field="limit")
-        rows = self.summaries(sweep=sweep)
+        rows = self._rows(sweep)
         if state:
-            wanted = set(state)
-            rows = [s for s in rows if s.state in wanted]
+            states = set(state)
+            rows = [r for r in rows if r[1][_STATE] in states]
         if backend:
-            rows = [s for s in rows if s.backend in set(backend)]
+            backends = set(backend)
+            rows = [r for r in rows if r[1][_BACKEND] in backends]
         if experiment:
-            rows = [s for s in rows if s.experiment in set(experiment)]
+            names = set(experiment)
+            rows = [r for r in rows if r[0].split("/", 1)[0] in names]
         if since is not None:
-            rows = [s for s in rows if max(s.created, s.started or 0.0, s.finished or 0.0) >= since]
-        items = tuple(rows[offset : offset + limit] if limit is not None else rows[offset:])
+            rows = [r for r in rows if r[1][_STATE] not in _FINISHED or _last_change(r[1]) >= since]
+        chosen = rows[offset : offset + limit] if limit is not None else rows[offset:]
+        items = tuple(_from_row(self.root, rel, row) for rel, row in chosen)
         return JobPage(items, len(rows), offset, limit, page_etag(items, len(rows)))
+
+
+_ROW = ("id", "backend", "name", "title", "state", "created", "started", "finished", "reason", "nodes",
+        "procs_per_node", "template", "accelerator", "steps", "restarts", "cost")  # fmt: skip
+
+
+_ID, _BACKEND, _STATE, _CREATED, _STARTED, _FINISHED_AT = (_ROW.index(k) for k in
+    ("id", "backend", "state", "created", "started", "finished"))  # fmt: skip
+
+
+def _last_change(row: list[Any]) -> float:
+    return max(row[_CREATED] or 0.0, row[_STARTED] or 0.0, row[_FINISHED_AT] or 0.0)
+
+
+def _to_row(s: JobSummary) -> list[Any]:
+    data = s.to_json()
+    return [data[k] for k in _ROW]
+
+
+def _from_row(root: Path, rel: str, row: list[Any]) -> JobSummary:
+    data = dict(zip(_ROW, row, strict=True))
+    return JobSummary.from_json({**data, "experiment": rel.split("/", 1)[0], "experiment_dir": f"{root}/{rel}"})
 
 
 def _in_experiment(name: str) -> Callable[[str], bool]:

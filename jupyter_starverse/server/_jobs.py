@@ -2,7 +2,7 @@
 
 | verb   | path                        | answer                                             |
 |--------|-----------------------------|----------------------------------------------------|
-| GET    | jobs[?backend=]             | ``[JobView]`` newest first (progress without points)|
+| GET    | jobs?state=&backend=&since=...| ``JobListView``: a page of the job index (ETag, 304)|
 | GET    | jobs/ID                     | ``JobView`` with the metric series                 |
 | DELETE | jobs/ID                     | cancel; the ``JobView`` after it                   |
 | POST   | jobs/ID/cancel              | same as DELETE                                     |
@@ -17,9 +17,12 @@ every route answers as before.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import math
 import shutil
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,16 +30,18 @@ from typing import Any
 from tornado import web
 from tornado.iostream import StreamClosedError
 
-from jupyter_starverse.errors import BadInputError
-from jupyter_starverse.experiments import RunPaths
-from jupyter_starverse.jobmodel import Job, JobSpec, LaunchBackend, LogLine
+from jupyter_starverse._settings import BACKENDS
+from jupyter_starverse.errors import BackendUnavailableError, BadInputError, NotFoundError
+from jupyter_starverse.experiments import JobSummary, RunPaths
+from jupyter_starverse.jobmodel import Job, JobSpec, JobState, LaunchBackend, LogLine
 from jupyter_starverse.watch import JobProgress
 
 from ._base import StarverseHandler, parse_int
 
-__all__ = ["JobView", "LogTail", "TensorBoardInfo", "routes", "tensorboard_info"]
+__all__ = ["JobListView", "JobView", "LogTail", "TensorBoardInfo", "routes", "tensorboard_info"]
 
 _MAX_TAIL = 5000
+_MAX_PAGE = 500
 _ID = r"(?P<job_id>[A-Za-z0-9][A-Za-z0-9._-]{0,127})"
 
 
@@ -110,13 +115,119 @@ class _JobsBase(StarverseHandler):
         return JobView(job, watch.progress(job=job), points)
 
 
+@dataclass(frozen=True)
+class JobListView:
+    """``GET jobs``: one page of the job list with each row's progress, and how to ask for the next."""
+
+    items: tuple[JobView, ...]
+    total: int
+    offset: int
+    limit: int | None
+    now: float
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "items": [v.to_json() for v in self.items],
+            "total": self.total,
+            "offset": self.offset,
+            "limit": self.limit,
+            "now": self.now,
+            "notes": list(self.notes),
+        }
+
+
+_STATES = tuple(s.value for s in JobState)
+_LIVE_EVERY_S = 15.0  # a page with unfinished jobs is answered anew at least this often
+
+
+def _names(value: str | None, name: str, allowed: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(v.strip() for v in (value or "").split(",") if v.strip()))
+    bad = [n for n in names if allowed is not None and n not in allowed]
+    if bad:
+        raise BadInputError(
+            f"?{name}={bad[0]!r} is not one of {', '.join(allowed or ())}",
+            field=name,
+            hint=f"e.g. ?{name}={(allowed or ('x',))[0]} (several: comma-separated)",
+        )
+    return names
+
+
+def _since(value: str | None) -> float | None:
+    if value is None or value == "":
+        return None
+    try:
+        since = float(value)
+    except ValueError:
+        since = float("nan")
+    if not math.isfinite(since) or since < 0:
+        raise BadInputError(
+            f"?since={value[:40]!r} is not a time",
+            field="since",
+            hint="seconds since the epoch, e.g. the `now` of the last answer",
+        )
+    return since
+
+
+def _live_tag(page_etag: str, rows: tuple[JobSummary, ...]) -> str:
+    """The page's validator plus what moves while a job runs (its metrics), checked every 15 s at least."""
+    moving = []
+    for row in rows:
+        if row.is_finished:
+            continue
+        try:
+            size = (Path(row.run_dir) / "metrics.jsonl").stat().st_size
+        except OSError:
+            size = -1
+        moving.append(f"{row.id}:{size}")
+    if not moving:
+        return page_etag
+    bucket = int(time.time() // _LIVE_EVERY_S)
+    return (
+        page_etag[:-1]
+        + "-"
+        + hashlib.sha1(f"{bucket}|{'|'.join(moving)}".encode(), usedforsecurity=False).hexdigest()[:12]
+        + '"'
+    )
+
+
 class JobsHandler(_JobsBase):
+    """``GET jobs?state=&backend=&experiment=&since=&offset=&limit=``: a page of the job index.
+
+    The answer carries an ``ETag``; a poll with ``If-None-Match`` gets ``304`` and no body while
+    nothing on the page changed (a finished page costs a look at the index, not at the runs).
+    """
+
     @web.authenticated
     async def get(self) -> None:
-        backend = self.backend()
+        state = _names(self.query("state"), "state", _STATES)
+        backend = _names(self.query("backend"), "backend", BACKENDS)
+        experiment = _names(self.query("experiment"), "experiment")
+        since = _since(self.query("since"))
+        offset = _int_arg(self.query("offset"), "offset", default=0, low=0, high=1 << 30) or 0
+        limit = _int_arg(self.query("limit"), "limit", default=50, low=1, high=_MAX_PAGE)
+        now = time.time()
+        page = await self.run(
+            lambda: self.client.job_page(
+                state=state, backend=backend, experiment=experiment, since=since, offset=offset, limit=limit
+            )
+        )
+        tag = _live_tag(page.etag, page.items)
+        self.set_header("Etag", tag)
+        self.set_header("Cache-Control", "no-cache")
+        if self.check_etag_header():
+            self.set_status(304)
+            self.finish()
+            return
 
-        def views() -> list[JobView]:
-            return [self.view(job, points=False) for job in backend.list()]
+        def views() -> JobListView:
+            out, notes = [], list(page.notes)
+            for row in page.items:
+                try:
+                    out.append(self.view(self.client.backend(row.backend).get(row.id), points=False))
+                except (BackendUnavailableError, NotFoundError) as e:
+                    notes.append(f"{row.id} ({row.backend}) left out: {e.message}")
+            return JobListView(tuple(out), page.total, page.offset, page.limit, now, tuple(dict.fromkeys(notes)))
 
         self.finish_json(await self.run(views))
 
@@ -218,9 +329,7 @@ class PreviewHandler(StarverseHandler):
             )
         output = body.get("output", "yaml")
         if output not in ("yaml", "json", "sbatch"):
-            raise BadInputError(
-                f"output must be 'yaml', 'json' or 'sbatch' (Slurm), got {output!r}", field="output"
-            )
+            raise BadInputError(f"output must be 'yaml', 'json' or 'sbatch' (Slurm), got {output!r}", field="output")
         backend = body.get("backend")
         if backend is not None and not isinstance(backend, str):
             raise BadInputError("backend must be a name: 'local', 'kubernetes' or 'slurm'", field="backend")

@@ -44,3 +44,8 @@ export function formatBytes(n: number | null): string {
 export function formatMoney(amount: string, currency: string): string {
   return `${amount} ${currency}`;
 }
+
+/** `1234567` -> `1,234,567` (like `_format.format_count`). */
+export function formatCount(n: number): string {
+  return n.toLocaleString('en-US');
+}

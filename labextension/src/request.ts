@@ -72,6 +72,54 @@ export async function requestAPI<T>(
   return data as T;
 }
 
+/** An answer that may be "not modified": `data` is null when the server said 304. */
+export interface ICachedReply<T> {
+  data: T | null;
+  etag: string | null;
+}
+
+/**
+ * GET with `If-None-Match: etag`: `{data: null}` when nothing changed since that answer
+ * (304, no body), else the new data and its validator.
+ */
+export async function requestIfChanged<T>(
+  segments: string[],
+  query: Record<string, string>,
+  etag: string | null
+): Promise<ICachedReply<T>> {
+  const settings = ServerConnection.makeSettings();
+  const path = URLExt.join(
+    settings.baseUrl,
+    NAMESPACE,
+    ...segments.map(s => encodeURIComponent(s))
+  );
+  const url = Object.keys(query).length ? path + URLExt.objectToQueryString(query) : path;
+  const headers: Record<string, string> = etag ? { 'If-None-Match': etag } : {};
+  let response: Response;
+  try {
+    response = await ServerConnection.makeRequest(url, { headers }, settings);
+  } catch (error) {
+    throw new ServerConnection.NetworkError(error as TypeError);
+  }
+  if (response.status === 304) {
+    return { data: null, etag };
+  }
+  const text = await response.text();
+  let data: unknown = null;
+  try {
+    data = text.length > 0 ? JSON.parse(text) : null;
+  } catch {
+    data = null;
+  }
+  if (!response.ok) {
+    if (isErrorReply(data)) {
+      throw new StarverseRequestError(response.status, data.message, data.hint);
+    }
+    throw new StarverseRequestError(response.status, response.statusText || text);
+  }
+  return { data: data as T, etag: response.headers.get('Etag') };
+}
+
 /** POST/PUT a JSON body. */
 export function sendJSON<T>(
   segments: string[],

@@ -112,10 +112,10 @@ export interface IJobProgress {
   line_fields: IJobLineField[];
 }
 
-/** `GET /jupyter-starverse/jobs` (a list) and `GET jobs/ID`: `JobView.to_json()`. */
+/** A row of `GET /jupyter-starverse/jobs` (`IJobList.items`) and `GET jobs/ID`: `JobView.to_json()`. */
 export interface IJob {
   id: string;
-  backend: 'local' | 'kubernetes';
+  backend: 'local' | 'kubernetes' | 'slurm';
   name: string;
   spec: IJobSpec;
   state: JobState;
@@ -126,6 +126,18 @@ export interface IJob {
   reason: string | null;
   nodes: IJobNode[];
   progress: IJobProgress;
+}
+
+/** `GET /jupyter-starverse/jobs?state=&backend=&offset=&limit=`: one page of the job list. */
+export interface IJobList {
+  items: IJob[];
+  /** Jobs that matched the filters (all pages). */
+  total: number;
+  offset: number;
+  limit: number | null;
+  /** The server's clock when it answered (pass back as `since` to get what changed). */
+  now: number;
+  notes: string[];
 }
 
 /** One log line; `rank` is null for agent/pod-level lines. */

@@ -26,7 +26,9 @@ REPO = str(Path(__file__).resolve().parents[2])
 async def test_list_get_logs_tensorboard_of_a_finished_job(jp_fetch: Any, settings: Settings) -> None:
     handle = quick_job(settings)
 
-    listed = json.loads((await jp_fetch("jupyter-starverse", "jobs")).body)
+    page = json.loads((await jp_fetch("jupyter-starverse", "jobs")).body)
+    listed = page["items"]
+    assert page["total"] == 1 and page["offset"] == 0 and page["limit"] == 50
     assert [j["id"] for j in listed] == [handle.id]
     row = listed[0]
     assert row["state"] == "succeeded" and row["backend"] == "local"
@@ -100,8 +102,9 @@ async def test_preview_is_the_cli_dry_run_over_rest(jp_fetch: Any, settings: Set
     from jupyter_starverse.client import Starverse
 
     spec = {"name": "prev", "code": "print(1)\n", "nodes": 2, "procs_per_node": 2, "steps": 10, "resume": True}
-    reply = await jp_fetch("jupyter-starverse", "jobs", "preview", method="POST",
-                           body=json.dumps({"spec": spec, "output": "json"}))
+    reply = await jp_fetch(
+        "jupyter-starverse", "jobs", "preview", method="POST", body=json.dumps({"spec": spec, "output": "json"})
+    )
     data = json.loads(reply.body)
     assert data["output"] == "json"
     plan = json.loads(data["rendered"])
@@ -109,15 +112,37 @@ async def test_preview_is_the_cli_dry_run_over_rest(jp_fetch: Any, settings: Set
     assert data["resume"]["new_world_size"] == 4 and data["resume"]["checkpoint"] is None
     assert data["cost"]  # the price shown before launch (or why it cannot be priced)
     # the same facade call as `starverse launch --dry-run`: same plan, nothing started
-    args = parse(["train", "--name", "prev", "--nodes", "2", "--procs", "2", "--steps", "10", "--resume",
-                  "--dry-run", "-o", "json"], cell="print(1)\n", notebook=True)
+    args = parse(
+        [
+            "train",
+            "--name",
+            "prev",
+            "--nodes",
+            "2",
+            "--procs",
+            "2",
+            "--steps",
+            "10",
+            "--resume",
+            "--dry-run",
+            "-o",
+            "json",
+        ],
+        cell="print(1)\n",
+        notebook=True,
+    )
     cli = args.run(Starverse(settings), args)
     assert json.loads(cli.rendered).keys() == plan.keys()
-    assert json.loads((await jp_fetch("jupyter-starverse", "jobs")).body) == []
+    assert json.loads((await jp_fetch("jupyter-starverse", "jobs")).body)["items"] == []
 
     # the sbatch script a Slurm cluster would run, rendered without one
-    reply = await jp_fetch("jupyter-starverse", "jobs", "preview", method="POST",
-                           body=json.dumps({"spec": spec, "backend": "slurm", "output": "sbatch"}))
+    reply = await jp_fetch(
+        "jupyter-starverse",
+        "jobs",
+        "preview",
+        method="POST",
+        body=json.dumps({"spec": spec, "backend": "slurm", "output": "sbatch"}),
+    )
     script = json.loads(reply.body)["rendered"]
     assert script.startswith("#!") and "#SBATCH --nodes=2" in script and "srun" in script
 
@@ -125,8 +150,9 @@ async def test_preview_is_the_cli_dry_run_over_rest(jp_fetch: Any, settings: Set
         await jp_fetch("jupyter-starverse", "jobs", "preview", method="POST", body=json.dumps({"spec": "x"}))
     assert err.value.code == 400
     with pytest.raises(HTTPClientError) as err:
-        await jp_fetch("jupyter-starverse", "jobs", "preview", method="POST",
-                       body=json.dumps({"spec": spec, "output": "toml"}))
+        await jp_fetch(
+            "jupyter-starverse", "jobs", "preview", method="POST", body=json.dumps({"spec": spec, "output": "toml"})
+        )
     assert err.value.code == 400
 
 
@@ -172,7 +198,9 @@ def _free_port() -> int:
 
 def _get(port: int, token: str, path: str, method: str = "GET") -> Any:
     req = urllib.request.Request(
-        f"http://127.0.0.1:{port}/{path}", method=method, headers={"Authorization": f"token {token}"},
+        f"http://127.0.0.1:{port}/{path}",
+        method=method,
+        headers={"Authorization": f"token {token}"},
         data=b"{}" if method == "POST" else None,
     )
     with urllib.request.urlopen(req, timeout=30) as r:
@@ -186,11 +214,20 @@ def _server(tmp_path: Path, port: int, token: str) -> subprocess.Popen[bytes]:
     env["JUPYTER_CONFIG_DIR"] = str(tmp_path)
     proc = subprocess.Popen(
         [
-            sys.executable, "-m", "jupyter_server", f"--port={port}", "--ip=127.0.0.1",
-            f"--IdentityProvider.token={token}", "--no-browser", f"--ServerApp.root_dir={tmp_path}",
-            "--ServerApp.port_retries=0", "--allow-root",
+            sys.executable,
+            "-m",
+            "jupyter_server",
+            f"--port={port}",
+            "--ip=127.0.0.1",
+            f"--IdentityProvider.token={token}",
+            "--no-browser",
+            f"--ServerApp.root_dir={tmp_path}",
+            "--ServerApp.port_retries=0",
+            "--allow-root",
         ],
-        env=env, stdout=subprocess.DEVNULL, stderr=(tmp_path / "server.log").open("ab"),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "server.log").open("ab"),
     )
     deadline = time.monotonic() + 120
     while True:
@@ -237,3 +274,69 @@ def test_jobs_endpoint_still_shows_the_job_after_a_server_restart(tmp_path: Path
     finally:
         _stop(second)
         handle.cancel()
+
+
+def _finished_runs(
+    settings: Settings, count: int, *, experiment: str = "many", state: str = "succeeded", start: int = 0
+) -> list[str]:
+    """``count`` finished run folders as the local backend leaves them (spec + status), oldest first."""
+    from jupyter_starverse.experiments import ExperimentPaths, RunStatus, write_json, write_status
+    from jupyter_starverse.jobmodel import JobSpec
+
+    ids = []
+    base = time.time() - 10_000
+    for i in range(count):
+        job_id = f"{experiment}{i:04d}-20261201-000000-{i:04x}"
+        run = ExperimentPaths.of(settings.experiments, experiment).run(job_id)
+        run.make()
+        write_json(run.spec, JobSpec(name=f"run{i:04d}", code="print(1)\n", experiment=experiment).to_json())
+        t = base + start + i
+        write_status(run, RunStatus(job_id=job_id, state=state, created=t, started=t, finished=t + 1))
+        ids.append(job_id)
+    return ids
+
+
+async def test_job_list_pages_filters_and_answers_304_while_nothing_changed(jp_fetch: Any, settings: Settings) -> None:
+    from jupyter_starverse.experiments import ExperimentPaths, read_status, write_status
+
+    ids = _finished_runs(settings, 30)
+    failed = _finished_runs(settings, 2, experiment="other", state="failed", start=100)
+    first = await jp_fetch("jupyter-starverse", "jobs", params={"limit": "10"})
+    page = json.loads(first.body)
+    assert page["total"] == 32 and len(page["items"]) == 10
+    assert [j["id"] for j in page["items"]] == (failed[::-1] + ids[::-1])[:10]  # newest first
+    second = json.loads((await jp_fetch("jupyter-starverse", "jobs", params={"limit": "10", "offset": "10"})).body)
+    assert [j["id"] for j in second["items"]] == ids[::-1][8:18]
+    only = json.loads((await jp_fetch("jupyter-starverse", "jobs", params={"state": "failed"})).body)
+    assert sorted(j["id"] for j in only["items"]) == sorted(failed) and only["total"] == 2
+    assert json.loads((await jp_fetch("jupyter-starverse", "jobs", params={"backend": "slurm"})).body)["total"] == 0
+
+    # a poll that sends the validator back gets 304 and no body while nothing changed ...
+    etag = first.headers["Etag"]
+    with pytest.raises(HTTPClientError) as same:
+        await jp_fetch("jupyter-starverse", "jobs", params={"limit": "10"}, headers={"If-None-Match": etag})
+    assert same.value.code == 304
+    # ... and the page again once a job on it changed
+    run = ExperimentPaths.of(settings.experiments, "other").run(failed[-1])
+    status = read_status(run)
+    assert status is not None
+    write_status(run, status.__class__.from_json({**status.to_json(), "reason": "out of memory"}))
+    changed = await jp_fetch("jupyter-starverse", "jobs", params={"limit": "10"}, headers={"If-None-Match": etag})
+    assert changed.code == 200 and changed.headers["Etag"] != etag
+    assert json.loads(changed.body)["items"][0]["reason"] == "out of memory"
+
+    # since= returns what changed after the `now` of an earlier answer
+    now = json.loads(changed.body)["now"]
+    assert json.loads((await jp_fetch("jupyter-starverse", "jobs", params={"since": str(now)})).body)["items"] == []
+    newer = _finished_runs(settings, 1, experiment="later", start=200)
+    run = ExperimentPaths.of(settings.experiments, "later").run(newer[0])
+    status = read_status(run)
+    assert status is not None
+    write_status(run, status.__class__.from_json({**status.to_json(), "finished": time.time() + 1}))
+    since = json.loads((await jp_fetch("jupyter-starverse", "jobs", params={"since": str(now)})).body)
+    assert [j["id"] for j in since["items"]] == newer
+
+    for bad in ({"state": "done"}, {"limit": "0"}, {"since": "yesterday"}, {"backend": "nomad"}):
+        with pytest.raises(HTTPClientError) as err:
+            await jp_fetch("jupyter-starverse", "jobs", params=bad)
+        assert err.value.code == 400, bad

@@ -1,11 +1,12 @@
 import * as React from 'react';
 
-import { errorText } from '../format';
+import { errorText, formatCount } from '../format';
 import { usePoll } from '../poll';
-import { requestAPI, sendJSON } from '../request';
+import { requestAPI, requestIfChanged, sendJSON } from '../request';
 import {
   FINISHED_STATES,
   IJob,
+  IJobList,
   ILogTail,
   ITensorBoardInfo,
   JobState
@@ -161,43 +162,114 @@ function JobRow(props: { job: IJob; onChanged: () => void }): JSX.Element {
   );
 }
 
+const PAGE = 20;
+const STATE_FILTERS: Array<[string, string]> = [
+  ['', 'All states'],
+  ['running,pending,preempted,resuming', 'Active'],
+  ['succeeded', 'Succeeded'],
+  ['failed', 'Failed'],
+  ['cancelled', 'Cancelled']
+];
+
 /**
- * The Jobs section of the side panel: every job of the default backend, live.
- * Reads `GET /jupyter-starverse/jobs`; a job's truth is its experiment folder or the
- * cluster, so the list survives kernel and server restarts.
+ * The Jobs section of the side panel: one page of the job list of every backend, live.
+ * Reads `GET /jupyter-starverse/jobs?limit=&offset=&state=` with `If-None-Match`, so a poll
+ * that finds nothing changed costs a 304 and no body, however many runs there are.
  */
 export function JobsSection(props: { interval?: number }): JSX.Element {
-  const [jobs, setJobs] = React.useState<IJob[] | null>(null);
+  const [list, setList] = React.useState<IJobList | null>(null);
   const [error, setError] = React.useState<string | null>(null);
+  const [offset, setOffset] = React.useState(0);
+  const [state, setState] = React.useState('');
+  const etag = React.useRef<string | null>(null);
+  const asked = React.useRef('');
   const load = async (): Promise<void> => {
+    const query: Record<string, string> = { limit: String(PAGE), offset: String(offset) };
+    if (state) {
+      query.state = state;
+    }
+    const key = JSON.stringify(query);
     try {
-      setJobs(await requestAPI<IJob[]>(['jobs']));
+      const reply = await requestIfChanged<IJobList>(['jobs'], query, asked.current === key ? etag.current : null);
+      asked.current = key;
+      etag.current = reply.etag;
+      if (reply.data !== null) {
+        setList(reply.data);
+      }
       setError(null);
     } catch (reason) {
       setError(errorText(reason));
       throw reason;
     }
   };
-  usePoll('jupyter-starverse:jobs', props.interval ?? 3000, load);
+  usePoll(`jupyter-starverse:jobs:${state}:${offset}`, props.interval ?? 3000, load);
   const reload = (): void => {
+    etag.current = null;
     load().catch(() => undefined); // shown through `error`
   };
-  if (error !== null && jobs === null) {
+  if (error !== null && list === null) {
     return (
       <div className="jp-Starverse-error" role="alert">
         Cannot list jobs: {error}
       </div>
     );
   }
-  if (jobs === null) {
+  if (list === null) {
     return <div className="jp-Starverse-loading">Loading…</div>;
   }
+  const jobs = list.items;
+  const last = offset + jobs.length;
   return (
     <div className="jp-Starverse-jobs">
+      <div className="jp-Starverse-jobFilters">
+        <select
+          className="jp-Starverse-stateFilter"
+          aria-label="Show jobs in state"
+          value={state}
+          onChange={e => {
+            setState(e.target.value);
+            setOffset(0);
+          }}
+        >
+          {STATE_FILTERS.map(([value, label]) => (
+            <option key={value} value={value}>
+              {label}
+            </option>
+          ))}
+        </select>
+        <span className="jp-Starverse-jobCount">
+          {list.total === 0 ? 'no jobs' : `${formatCount(offset + 1)}–${formatCount(last)} of ${formatCount(list.total)}`}
+        </span>
+        <button
+          className="jp-Button jp-mod-minimal jp-Starverse-prevPage"
+          disabled={offset === 0}
+          onClick={() => setOffset(Math.max(0, offset - PAGE))}
+        >
+          Newer
+        </button>
+        <button
+          className="jp-Button jp-mod-minimal jp-Starverse-nextPage"
+          disabled={last >= list.total}
+          onClick={() => setOffset(offset + PAGE)}
+        >
+          Older
+        </button>
+      </div>
       {error !== null && <div className="jp-Starverse-error">{error}</div>}
+      {list.notes.map(n => (
+        <div key={n} className="jp-Starverse-note">
+          {n}
+        </div>
+      ))}
       {jobs.length === 0 ? (
         <div className="jp-Starverse-empty">
-          No jobs yet. Launch one from a notebook with <code>%%sv train</code>.
+          {list.total === 0 && !state ? (
+            <>
+              No jobs yet. Launch one from a notebook with <code>%%sv train</code>.
+            </>
+          ) : (
+            'No jobs match.'
+          )}
         </div>
       ) : (
         <ul className="jp-Starverse-jobList">
