@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from .modes import Mode, ModeService, SmokeResult
     from .recipes import RecipeService
     from .pipelines import PipelineService
-    from .recipes import RecipeService
+    from .recipes import RecipePlan, RecipeService
     from .watch import JobWatch
 
 __all__ = ["Info", "JobsAcross", "LaunchPreview", "Starverse"]
@@ -52,6 +52,7 @@ class LaunchPreview:
     rendered: str
     resume: ResumePlan | None
     cost: Preview | str | None = None  # per-hour price, estimate and cap, shown before launch
+    recipe: RecipePlan | None = None  # a recipe job's batch plan (and what a resume recomputes)
 
     def to_json(self) -> dict[str, Any]:
         cost = self.cost if self.cost is None or isinstance(self.cost, str) else self.cost.to_json()
@@ -60,6 +61,7 @@ class LaunchPreview:
             "rendered": self.rendered,
             "resume": self.resume.to_json() if self.resume else None,
             "cost": cost,
+            "recipe": self.recipe.to_json() if self.recipe else None,
         }
 
     @property
@@ -70,6 +72,8 @@ class LaunchPreview:
             out += [f"cost: {line.strip()}" for line in str(self.cost).splitlines() if line.strip()]
         if self.resume:
             out.append(str(self.resume))
+        if self.recipe:
+            out.append(str(self.recipe))
         return tuple(out)
 
     @property
@@ -90,6 +94,7 @@ class LaunchPreview:
             head = "".join(f"# {line}\n" for line in self.notes)
             return head + self.document.rstrip()
         head = f"# {self.resume}\n" if self.resume else ""
+        head += f"# {self.recipe}\n" if self.recipe else ""
         if self.cost is not None:  # a comment line, so the text stays valid YAML
             head = "".join(f"# cost: {line.strip()}\n" for line in str(self.cost).splitlines()) + head
         return head + self.rendered.rstrip()
@@ -331,7 +336,7 @@ class Starverse:
             exp = ExperimentPaths.of(self.settings.experiments, spec.experiment_name)
             resume = plan_resume(exp.root, new_world_size=spec.world_size)
         rendered = self._target(backend).render(spec, output=output)
-        return LaunchPreview(output, rendered, resume, self.costs.preview_or_reason(spec))
+        return LaunchPreview(output, rendered, resume, self.costs.preview_or_reason(spec), self.recipes.plan(spec))
 
     @overload
     def launch(

@@ -23,6 +23,7 @@ from jupyter_starverse.watch import read_rank_records, startup_phase
 
 from ._common import StatusLine, add_json_flag, tracking
 from ._jobs import detail
+from ._recipes import add_recipe_options, recipe_spec
 
 __all__ = ["add_job_options", "job_fields", "register", "run_spec", "spec_from_launch_args"]
 
@@ -211,7 +212,8 @@ def _run_with_progress(client: Starverse, args: argparse.Namespace, spec: JobSpe
 
 
 def _launch(client: Starverse, args: argparse.Namespace) -> object:
-    spec = spec_from_launch_args(args, default_accelerator=client.default_accelerator())
+    fields = job_fields(args, default_accelerator=client.default_accelerator())
+    spec = recipe_spec(client, args, fields) or spec_from_launch_args(args, default_accelerator=fields["accelerator"])
     result = run_spec(client, args, spec) if args.dry_run or args.json else _run_with_progress(client, args, spec)
     if not isinstance(result, Job):
         return result
@@ -268,6 +270,7 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
         default="yaml",
         help="dry-run format (default: yaml; sbatch: the Slurm batch script alone)",
     )
+    add_recipe_options(p)
     add_json_flag(p)
 
 

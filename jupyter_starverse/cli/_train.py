@@ -15,6 +15,7 @@ from jupyter_starverse.jobmodel import JobSpec
 from jupyter_starverse.modes import SmokeResult
 
 from ._launch import add_job_options, job_fields, run_spec
+from ._recipes import recipe_spec
 
 __all__ = ["register", "spec_from_args"]
 
@@ -26,13 +27,15 @@ def spec_from_args(args: argparse.Namespace, code: str, *, default_accelerator: 
 
 def _train(client: Starverse, args: argparse.Namespace) -> object:
     code = args.cell
+    if code is None and args.recipe is not None and args.notebook:
+        code = ""  # `%sv train --recipe NAME ...` (a line): the recipe's own trainer
     if code is None:
         raise BadInputError(
             "train takes its script from the cell body of %%sv train",
             field="script",
             hint="in a terminal use `starverse launch SCRIPT --nodes N --procs P`",
         )
-    if not code.strip():
+    if not code.strip() and args.recipe is None:  # with --recipe an empty cell runs the recipe's trainer
         raise BadInputError(
             "the cell is empty: nothing to train", field="script", hint="write the training script below %%sv train"
         )
@@ -44,7 +47,9 @@ def _train(client: Starverse, args: argparse.Namespace) -> object:
             field="script",
             hint="fix the cell; nothing was launched",
         ) from None
-    result = run_spec(client, args, spec_from_args(args, code, default_accelerator=client.default_accelerator()))
+    fields = job_fields(args, default_accelerator=client.default_accelerator())
+    spec = recipe_spec(client, args, fields, code=code if code.strip() else None)
+    result = run_spec(client, args, spec or spec_from_args(args, code, default_accelerator=fields["accelerator"]))
     if isinstance(result, LaunchPreview):
         return result
     job = result.job if isinstance(result, SmokeResult) else result

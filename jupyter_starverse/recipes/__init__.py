@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from ._catalog import RECIPES, get_recipe
 from ._model import OBJECTIVES, RUNNERS, Param, Recipe, Reproduction, Topology
-from ._service import RecipeInfo, RecipeList, RecipePlan, RecipeService, recipe_args
+from ._service import Lineage, RecipeInfo, RecipeList, RecipePlan, RecipeService, recipe_args
 from .train import (
     LINEAGE_FILE,
     MODEL_DIR,
@@ -55,6 +55,7 @@ __all__ = [
     "BatchPlan",
     "ChatMessage",
     "LabeledCompletion",
+    "Lineage",
     "Param",
     "PreferencePair",
     "Recipe",

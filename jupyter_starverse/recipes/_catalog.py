@@ -17,17 +17,26 @@ _PRECISION = Param(
 )
 
 
-def _common(lr: float, *, warmup: int = 10, global_batch: int = 32, seq_len: int = 512) -> tuple[Param, ...]:
+def _common(
+    lr: float,
+    *,
+    warmup: int = 10,
+    global_batch: int = 32,
+    seq_len: int = 512,
+    steps: int = 1000,
+    weight_decay: float = 0.01,
+    min_lr_ratio: float = 0.1,
+) -> tuple[Param, ...]:
     return (
         Param("lr", lr, "float", "peak learning rate (AdamW)"),
-        Param("min_lr_ratio", 0.1, "float", "cosine decay ends at lr x this"),
+        Param("min_lr_ratio", min_lr_ratio, "float", "cosine decay ends at lr x this"),
         Param("warmup_steps", warmup, "int", "linear warm-up steps, then cosine decay"),
-        Param("steps", 1000, "int", "optimizer steps (the schedule's length; --steps overrides)"),
+        Param("steps", steps, "int", "optimizer steps (the schedule's length; --steps overrides)"),
         Param("global_batch", global_batch, "int", "sequences per optimizer step, kept across world sizes"),
         Param("micro_batch", 4, "int", "sequences per rank per forward; accumulation = global / (micro x world)"),
         Param("seq_len", seq_len, "int", "tokens per sequence (packed or truncated)"),
         Param("max_grad_norm", 1.0, "float", "gradient clipping (0: off)"),
-        Param("weight_decay", 0.01, "float", "AdamW weight decay"),
+        Param("weight_decay", weight_decay, "float", "AdamW weight decay"),
         _PRECISION,
         Param("seed", 0, "int", "data order and initialisation"),
     )
@@ -165,7 +174,10 @@ QWEN_VL = Recipe(
     description="Qwen-VL's published stage-1 schedule (peak lr 2e-4, 500 warm-up steps, cosine, 50k steps) "
     "on the article's 512 x A100 for 15 days.",
     data_format="*.txt files, or *.jsonl with a 'text' field",
-    params=(*_common(2e-4, warmup=500, global_batch=30720, seq_len=512), Param("pack", True, "bool", "pack")),
+    params=(
+        *_common(2e-4, warmup=500, global_batch=30720, seq_len=512, steps=50000, weight_decay=0.05, min_lr_ratio=0.005),
+        Param("pack", True, "bool", "pack"),
+    ),
     nodes=64,
     procs_per_node=8,
     accelerator="a100-80g",

@@ -18,11 +18,11 @@ from ._model import Recipe
 from .train import LINEAGE_FILE, MODEL_DIR, RECIPE_FILE, TRAIN_SCRIPT, BatchPlan, batch_plan
 
 if TYPE_CHECKING:
-    from jupyter_starverse.catalog import Catalog, Entry
+    from jupyter_starverse.catalog import Catalog, Entry, EntryStatus
     from jupyter_starverse.costs import CostService, Estimate
     from jupyter_starverse.jobmodel import Job
 
-__all__ = ["RecipeInfo", "RecipeList", "RecipePlan", "RecipeService", "recipe_args"]
+__all__ = ["Lineage", "RecipeInfo", "RecipeList", "RecipePlan", "RecipeService", "recipe_args"]
 
 
 @dataclass(frozen=True)
@@ -348,12 +348,49 @@ class RecipeService:
             raise ConflictError(f"{folder} has no {LINEAGE_FILE}", hint="only folders saved by a recipe job publish")
         return self.catalog.import_model(folder, repo=repo)
 
-    def lineage(self, model: str) -> dict[str, Any]:
+    def lineage(self, model: str) -> Lineage:
         """The lineage recorded in a published model version (empty for a model pulled from a hub)."""
         from jupyter_starverse.experiments import read_json
 
         path = self.catalog.mount(model) / LINEAGE_FILE
-        return dict(read_json(path)) if path.is_file() else {}
+        return Lineage(self.catalog.status(model).ref, dict(read_json(path)) if path.is_file() else {})
+
+    def pretokenize(self, data: str, *, model: str, name: str, version: str = "v1") -> EntryStatus:
+        """Megatron-LM input: ``data``'s text tokenized with ``model``'s tokenizer into ``text_document.bin/.idx``,
+        added to the store as dataset ``name@version`` (on CPU; the folder is prepared under the home)."""
+        from ._megatron import pretokenize
+
+        ref = f"{name}@{version}"
+        folder = self.settings.home / "recipes" / "megatron" / name / version
+        pretokenize(self.catalog.mount(data), self.catalog.mount(model), folder)
+        self.catalog.add_dataset(name, str(folder), version=version,
+                                 description=f"{data} tokenized for Megatron-LM with {model}")  # fmt: skip
+        return self.catalog.pull(ref)
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """Where a model version came from (``starverse-lineage.json`` in its folder)."""
+
+    model: str
+    record: Mapping[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": self.model, **self.record}
+
+    def __str__(self) -> str:
+        r = self.record
+        if not r:
+            return f"{self.model}: no lineage recorded (pulled from a hub, or imported by hand)"
+        data = ", ".join(str(d.get("ref")) for d in r.get("data", []))
+        return (
+            f"{self.model}\n  base model: {r.get('base_model')} (commit {str(r.get('base_commit'))[:12]})\n"
+            f"  data: {data}\n  recipe: {r.get('recipe')} ({r.get('objective')}), {r.get('steps')} steps\n"
+            f"  job: {r.get('job_id')}"
+        )
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        pretty_text(p, str(self))
 
 
 def _recorded_plan(path: Path, read_json: Any) -> BatchPlan | None:

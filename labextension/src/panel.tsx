@@ -6,6 +6,7 @@ import { CatalogSection } from './sections/catalog';
 import { CostSection } from './sections/cost';
 import { InfoSection } from './sections/info';
 import { JobsSection } from './sections/jobs';
+import { RecipesSection } from './sections/recipes';
 
 /** One collapsible section of the side panel. */
 function Section(props: {
@@ -49,6 +50,9 @@ export class StarversePanel extends ReactWidget {
             </Section>
             <Section id="cost" title="Costs">
               <CostSection />
+            </Section>
+            <Section id="recipes" title="Recipes">
+              <RecipesSection />
             </Section>
           </div>
         )}

@@ -442,3 +442,50 @@ export interface ISwitchResult {
   restart_requested: boolean;
 }
 // ---- end mode ----------------------------------------------------------------------------
+
+/** One recipe parameter: `Param.to_json()`. */
+export interface IRecipeParam {
+  name: string;
+  default: string | number | boolean;
+  kind: 'int' | 'float' | 'str' | 'bool';
+  help: string;
+  choices: string[];
+}
+
+/** A published set-up of a reproduction: `Topology.to_json()`. */
+export interface IRecipeTopology {
+  nodes: number;
+  gpus_per_node: number;
+  gpu: string;
+  hours: number;
+  cards: number;
+}
+
+/** `Reproduction.to_json()`. */
+export interface IRecipeReproduction {
+  model: string;
+  stage: string;
+  source: string;
+  published: IRecipeTopology;
+  schedule: Record<string, string | number | number[]>;
+  reported: Record<string, number>;
+  small: Record<string, string | number>;
+  caveat: string;
+}
+
+/** `GET recipes` items and `GET recipes/NAME`: `RecipeInfo.to_json()`. */
+export interface IRecipe {
+  name: string;
+  title: string;
+  objective: 'cpt' | 'sft' | 'dpo' | 'kto' | 'reward';
+  description: string;
+  data_format: string;
+  runner: 'starverse' | 'llamafactory' | 'megatron';
+  templates: string[];
+  params: IRecipeParam[];
+  resources: { nodes: number; procs_per_node: number; accelerator: string; hours: number };
+  reference_model: boolean;
+  reproduction: IRecipeReproduction | null;
+  /** The estimate of the default (or published) resources, or why it could not be priced. */
+  cost: IEstimate | string;
+}

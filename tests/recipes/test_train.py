@@ -6,6 +6,7 @@ the model offline from the store's HF cache on every rank, and its loss must fal
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -69,3 +70,51 @@ def test_cpt_on_two_processes_saves_a_model_the_store_imports_with_its_lineage(s
     assert [d["ref"] for d in lineage["data"]] == ["corpus@v1"] and lineage["job_id"] == done.id
     again = AutoModelForCausalLM.from_pretrained(store.catalog.mount("hf:tiny/llama-cpt@v1"), local_files_only=True)
     assert all(bool((a == b).all()) for a, b in zip(again.parameters(), tuned.parameters()))
+
+
+def test_a_resume_on_another_world_size_keeps_the_global_batch_and_the_schedule(store: Starverse) -> None:
+    first = run(store, "cpt", "corpus@v1", steps=3, params={"steps": 6}, experiment="cpt-resume")
+    assert not (Path(first.experiment_dir) / "model").exists()  # 3 of 6 steps: no model folder yet
+    spec = store.recipes.spec("cpt", model=MODEL, data="corpus@v1", params={**SMALL, "steps": 6}, steps=6,
+                              procs_per_node=1, experiment="cpt-resume", resume=True)  # fmt: skip
+    plan = store.recipes.plan(spec)
+    assert plan is not None and plan.resume_step == 3
+    assert (plan.batch.accumulation, plan.resumed_from and plan.resumed_from.accumulation) == (2, 1)
+    assert "global batch 4 kept; world size 2 -> 1" in str(plan) and "accumulation 1 -> 2" in str(plan)
+    assert "accumulation 1 -> 2" in str(store.preview(spec))  # the launch preview says so too
+    done = store.backend("local").wait(store.launch(spec).id, timeout=240)
+    assert done.state.value == "succeeded", done.reason
+    log = Path(done.experiment_dir, "logs", "rank0.log").read_text()
+    assert "(step 2, written by world size 2)" in log
+    assert "accumulation 1 -> 2; schedule continues at step 3" in log
+    points = {p.step: p.values for p in read_metrics(Path(done.experiment_dir), from_logs=False)}
+    assert sorted(points) == [3, 4, 5] and points[3]["accumulation"] == 2
+    before = {p.step: p.values for p in read_metrics(Path(first.experiment_dir), from_logs=False)}
+    assert before[2]["lr"] > points[3]["lr"] > points[5]["lr"]  # the cosine went on where it stopped
+    assert store.recipes.result_folder(done).is_dir()
+
+
+def test_sft_from_the_published_cpt_model_under_fsdp_learns_the_answers(store: Starverse) -> None:
+    cpt = run(store, "cpt", "corpus@v1", steps=4)
+    store.recipes.publish(cpt, repo="tiny/llama-cpt@v1")
+    done = run(store, "sft", "chat@v1", steps=8, model="hf:tiny/llama-cpt@v1", template="fsdp")
+    curve = losses(done)
+    assert curve[-1] < curve[0] - 0.5, curve
+    lineage = json.loads((store.recipes.result_folder(done) / "starverse-lineage.json").read_text())
+    assert lineage["base_model"] == "hf:tiny/llama-cpt@v1" and lineage["objective"] == "sft"
+
+
+@pytest.mark.parametrize(
+    ("recipe", "data", "extra"),
+    [("dpo", "pairs@v1", "accuracy"), ("kto", "unpaired@v1", "reward_good"), ("reward", "pairs@v1", "accuracy")],
+)
+def test_alignment_and_reward_recipes_on_two_processes(store: Starverse, recipe: str, data: str, extra: str) -> None:
+    done = run(store, recipe, data, steps=6)
+    curve = losses(done)
+    assert curve[-1] < curve[0] - 0.1, curve
+    assert extra in read_metrics(Path(done.experiment_dir), from_logs=False)[-1].values
+    folder = store.recipes.result_folder(done)
+    if recipe == "reward":
+        from transformers import AutoModelForSequenceClassification
+
+        assert AutoModelForSequenceClassification.from_pretrained(folder, local_files_only=True).config.num_labels == 1

@@ -1,0 +1,105 @@
+"""LLaMA-Factory and Megatron-LM: rendering always; the LLaMA-Factory run only where its environment exists."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+import yaml
+
+from jupyter_starverse.client import Starverse
+from jupyter_starverse.errors import BadInputError
+from jupyter_starverse.recipes import get_recipe
+from jupyter_starverse.recipes._llamafactory import dataset_info, find_llamafactory, llamafactory_config, render_yaml
+from jupyter_starverse.recipes._megatron import megatron_args, read_index, write_indexed_dataset
+from tests.recipes.conftest import MODEL
+
+
+def test_llamafactory_yaml_and_dataset_info_follow_the_recipe_parameters() -> None:
+    values = get_recipe("llamafactory-sft").resolve({"lr": 1e-4, "steps": 30, "warmup_steps": 3, "seq_len": 256})
+    config = llamafactory_config(values, objective="sft", model_dir="/store/m", dataset_dir="/run/lf",
+                                 output_dir="/run/model", accumulation=4)  # fmt: skip
+    parsed = yaml.safe_load(render_yaml(config))
+    assert parsed["stage"] == "sft" and parsed["finetuning_type"] == "full" and parsed["do_train"] is True
+    assert (parsed["learning_rate"], parsed["max_steps"], parsed["warmup_steps"]) == (1e-4, 30, 3)
+    assert parsed["lr_scheduler_type"] == "cosine_with_min_lr" and parsed["cutoff_len"] == 256
+    assert (parsed["per_device_train_batch_size"], parsed["gradient_accumulation_steps"]) == (4, 4)
+    assert parsed["bf16"] is True and parsed["dataset"] == "starverse"
+    info = dataset_info("sft", ["/store/chat"])["starverse"]
+    assert info["formatting"] == "sharegpt" and info["columns"] == {"messages": "messages"}
+    assert dataset_info("dpo", ["/p"])["starverse"]["ranking"] is True
+    assert dataset_info("kto", ["/u"])["starverse"]["columns"]["kto_tag"] == "label"
+
+
+def test_llamafactory_launch_needs_its_environment(store: Starverse) -> None:
+    if find_llamafactory() is not None:
+        pytest.skip("LLaMA-Factory is installed here: the refusal cannot be shown")
+    with pytest.raises(BadInputError, match="llamafactory-cli` is not on PATH") as e:
+        store.recipes.spec("llamafactory-sft", model=MODEL, data="chat")
+    assert "own environment" in (e.value.hint or "") and "pip install llamafactory" in (e.value.hint or "")
+
+
+@pytest.mark.slow
+def test_llamafactory_sft_runs_under_torchrun_where_installed(store: Starverse) -> None:
+    if find_llamafactory() is None:
+        pytest.skip("LLaMA-Factory's environment is absent (llamafactory-cli not on PATH): run not tested here")
+    spec = store.recipes.spec("llamafactory-sft", model=MODEL, data="chat", procs_per_node=2,
+                              params={"steps": 4, "global_batch": 4, "micro_batch": 2, "seq_len": 64})  # fmt: skip
+    done = store.backend("local").wait(store.launch(spec).id, timeout=600)
+    assert done.state.value == "succeeded", done.reason
+    assert (Path(done.experiment_dir) / "model" / "config.json").is_file()
+
+
+def test_megatron_indexed_dataset_round_trips_in_megatron_core_layout(tmp_path: Path) -> None:
+    docs = [[5, 6, 7, 1], [9, 1], [300, 2, 1]]
+    written = write_indexed_dataset(docs, tmp_path / "text_document", vocab_size=450)
+    idx = (tmp_path / "text_document.idx").read_bytes()
+    assert idx[:9] == b"MMIDIDX\x00\x00" and struct.unpack_from("<QBQQ", idx, 9) == (1, 8, 3, 4)  # uint16
+    back = read_index(tmp_path / "text_document.idx")
+    assert back == written and back.lengths == (4, 2, 3) and back.pointers == (0, 8, 12)
+    assert back.documents == (0, 1, 2, 3)
+    assert [back.tokens(tmp_path / "text_document.bin", i) for i in range(3)] == docs
+    assert (tmp_path / "text_document.bin").stat().st_size == 9 * 2
+    try:
+        from megatron.core.datasets.indexed_dataset import IndexedDataset
+    except ImportError:
+        return  # megatron-core is not installed: our reader stands in for it
+    ds = IndexedDataset(str(tmp_path / "text_document"))
+    assert [list(ds[i]) for i in range(3)] == docs
+
+
+def test_megatron_pretokenize_and_arguments(store: Starverse) -> None:
+    entry = store.recipes.pretokenize("corpus", model=MODEL, name="corpus-megatron")
+    assert entry.ref == "corpus-megatron@v1" and entry.state == "cached"
+    folder = store.catalog.mount("corpus-megatron@v1")
+    index = read_index(folder / "text_document.idx")
+    assert len(index.lengths) == 1 and index.lengths[0] > 100  # the corpus file is one document
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(store.catalog.mount(MODEL))
+    assert tok.decode(index.tokens(folder / "text_document.bin", 0)).startswith("The quick brown fox")
+
+    values = get_recipe("megatron-gpt").resolve({"steps": 100})
+    config = json.loads((store.catalog.mount(MODEL) / "config.json").read_text())
+    args = megatron_args(values, config, data_prefix="/d/text_document", tokenizer="/m")
+    pairs = dict(zip(args[::2], args[1::2], strict=False))
+    assert (pairs["--num-layers"], pairs["--hidden-size"], pairs["--lr-decay-style"]) == ("2", "64", "cosine")
+    assert pairs["--global-batch-size"] == "512" and pairs["--data-path"] == "/d/text_document"
+    assert "--bf16" in args and "--group-query-attention" in args
+
+    gpu = store.recipes.spec("megatron-gpt", model=MODEL, data="corpus-megatron@v1", accelerator="a100-80g",
+                             nodes=2, procs_per_node=8, tensor_parallel=2, pipeline_parallel=2,
+                             params={"global_batch": 64, "micro_batch": 1})  # fmt: skip
+    assert gpu.framework == "megatron" and gpu.command is not None and gpu.command[1].endswith("pretrain_gpt.py")
+    from jupyter_starverse.backends.templates import framework_args
+
+    rendered = framework_args(gpu)
+    assert rendered[:4] == ["--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"]
+    cpu = store.recipes.spec("megatron-gpt", model=MODEL, data="corpus-megatron@v1",
+                             params={"global_batch": 8, "micro_batch": 1})  # fmt: skip
+    with pytest.raises(BadInputError, match="Megatron-LM needs GPUs"):
+        store.preview(cpu)
+    with pytest.raises(BadInputError, match="holds no Megatron index"):
+        store.recipes.spec("megatron-gpt", model=MODEL, data="corpus", accelerator="a100-80g")

@@ -1,0 +1,32 @@
+import { expect, test } from '@jupyterlab/galata';
+import * as path from 'path';
+
+const ARTIFACTS = path.join(__dirname, '..', 'artifacts');
+
+test.describe('Starverse recipes section', () => {
+  test.beforeEach(async ({ page }) => {
+    await page.sidebar.openTab('jupyter-starverse-panel');
+  });
+
+  test('recipes: the catalog lists each recipe with its cost, and opens to its defaults', async ({ page }) => {
+    const section = page.locator('.jp-Starverse-section[data-section="recipes"]');
+    await section.scrollIntoViewIfNeeded();
+    const cpt = section.locator('.jp-Starverse-recipe[data-recipe="cpt"]');
+    await expect(cpt).toBeVisible({ timeout: 30000 });
+    await expect(section.locator('.jp-Starverse-recipe')).toHaveCount(10);
+
+    // The article's set-up: 32 x RTX 4090 for 4 h, priced by the shipped table (1.80 CNY per card-hour).
+    const cogvlm = section.locator('.jp-Starverse-recipe[data-recipe="cogvlm-stage1"]');
+    await expect(cogvlm.locator('.jp-Starverse-recipeCost')).toHaveText('230.40 CNY');
+    await expect(section.locator('.jp-Starverse-recipe[data-recipe="qwen-vl-stage1"] .jp-Starverse-recipeCost'))
+      .toHaveText('1198080.00 CNY');
+
+    await cpt.locator('summary').click();
+    const params = cpt.locator('.jp-Starverse-recipeParams');
+    await expect(params).toBeVisible();
+    await expect(params.locator('tr', { hasText: 'warmup_steps' })).toContainText('50');
+    await expect(params.locator('tr', { hasText: 'global_batch' })).toContainText('32');
+    await expect(cpt.locator('.jp-Starverse-recipeCommand')).toContainText('--recipe cpt');
+    await section.screenshot({ path: path.join(ARTIFACTS, 'starverse-recipes.png') });
+  });
+});
