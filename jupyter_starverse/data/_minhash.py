@@ -10,6 +10,7 @@ character shingles, read back from a spill of the normalized texts.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import struct
@@ -40,6 +41,7 @@ def normalize(text: str) -> str:
     return _WS.sub(" ", text).strip().lower()
 
 
+@functools.lru_cache(maxsize=64)
 def lsh_params(threshold: float, num_perm: int) -> tuple[int, int]:
     """``(bands, rows)`` datasketch's MinHashLSH would pick (equal false positive/negative weights)."""
     try:
