@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 from ._format import highlight_html, html_pre, html_table, pretty_text
 from ._settings import Settings
 from ._version import __version__
-from .errors import BackendUnavailableError, NotFoundError
+from .errors import BackendUnavailableError, NotFoundError, StarverseError
 from .jobmodel import LaunchBackend
 
 if TYPE_CHECKING:
     from .catalog import Catalog
-    from .costs import CostService, Preview, PriceTable
+    from .costs import CostService, Preview, PriceTable, UserTotal
     from .data import DataPrep
     from .experiments import JobIndex, JobPage, ResumePlan
     from .export import ExportService
@@ -463,6 +463,29 @@ class Starverse:
         return dataclasses.replace(
             page, items=tuple(items), notes=tuple(dict.fromkeys(notes)), etag=page_etag(items, page.total)
         )
+
+    def cost_total(self, user: str | None = None) -> UserTotal:
+        """What ``user`` spent on every backend: run folders of cluster jobs are metered first.
+
+        The local supervisor writes each run's ``cost.json``; a Kubernetes or Slurm job of this
+        user that has none yet is metered from its nodes' run times and recorded (a backend that
+        does not answer is left out until it does).
+        """
+        from .costs import COST_FILE
+
+        me = os.getuid() if hasattr(os, "getuid") else None
+        configured = self.job_backends()
+        for row in self.job_page(backend=("kubernetes", "slurm"), sweep=True).items:
+            folder = Path(row.run_dir)
+            if row.backend not in configured or (folder / COST_FILE).exists():
+                continue
+            try:
+                if me is not None and folder.stat().st_uid != me:
+                    continue  # another user's run: theirs to meter
+                self.costs.record(self.backend(row.backend).get(row.id))
+            except (OSError, StarverseError):
+                continue
+        return self.costs.total(user)
 
     def jobs(self, *, backend: str | None = None) -> list[Job]:
         """Jobs known to ``backend`` (default: every configured, reachable backend), newest first."""

@@ -80,7 +80,7 @@ def _prices(client: Starverse, args: argparse.Namespace) -> PriceTable:
 
 
 def _total(client: Starverse, args: argparse.Namespace) -> UserTotal:
-    return client.costs.total(args.user)
+    return client.cost_total(args.user)  # every backend's runs, cluster jobs metered first
 
 
 def _job(client: Starverse, args: argparse.Namespace) -> Cost:

@@ -26,6 +26,7 @@ from jupyter_starverse.client import Starverse
 from jupyter_starverse.errors import BadInputError, StarverseError
 from jupyter_starverse.experiments import JobSummary, Progress, latest_checkpoint, progress, read_metrics
 from jupyter_starverse.jobmodel import Job, JobState
+from jupyter_starverse.watch import JobProgress
 
 from ._common import add_json_flag
 
@@ -117,14 +118,24 @@ class JobList:
 
 @dataclass(frozen=True)
 class JobDetail:
-    """``jobs show``: state, nodes, progress, latest checkpoint and where the files are."""
+    """``jobs show``: state, nodes, progress, cost so far, ranks, latest checkpoint and where the files are."""
 
     job: Job
     progress: Progress
     checkpoint_step: int | None
+    live: JobProgress | None = None  # ranks and the cost meter's reading (None: not watched)
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.job.to_json(), "progress": self.progress.to_json(), "checkpoint_step": self.checkpoint_step}
+        data = {**self.job.to_json(), "progress": self.progress.to_json(), "checkpoint_step": self.checkpoint_step}
+        live = self.live
+        data["restarts"] = self.job.restarts
+        data["ranks"] = [r.to_json() for r in live.ranks] if live else []
+        data["cost"] = (
+            {"amount": str(live.cost) if live.cost is not None else None, "currency": live.currency,
+             "text": live.cost_text}
+            if live and (live.cost is not None or live.cost_text) else None
+        )  # fmt: skip
+        return data
 
     def _fields(self) -> list[tuple[str, str]]:
         j, p = self.job, self.progress
@@ -145,16 +156,32 @@ class JobDetail:
             speed = f", {format_rate(p.steps_per_s)}" if p.steps_per_s else ""
             eta = f", ETA {format_duration(p.eta_s)}" if p.eta_s is not None and not j.state.finished else ""
             values = " ".join(f"{k} {format_metric(v)}" for k, v in p.values.items())
-            out.append(("progress", f"{format_step(p.step, p.total)}{speed}{eta}  {values}".rstrip()))
+            out.append(("progress", f"{format_step(p.step + 1, p.total)}{speed}{eta}  {values}".rstrip()))
+        if self.live is not None and self.live.cost_text:
+            out.append(("cost", self.live.cost_text + ("" if j.state.finished else " so far")))
         if self.checkpoint_step is not None:
             out.append(("checkpoint", format_step(self.checkpoint_step)))
         return out
+
+    def _rank_rows(self) -> list[tuple[str, ...]]:
+        if self.live is None:
+            return []
+        rows: list[tuple[str, ...]] = []
+        for r in self.live.ranks:
+            step = format_step(r.last_step + 1 if r.last_step is not None else None).removeprefix("step ")
+            why = f" {r.error}" if r.error else ""
+            restarts = f", {r.restarts} restart{'s' if r.restarts != 1 else ''}" if r.restarts else ""
+            rows.append((f"rank {r.rank}", f"node{r.node}", r.state.value, f"step {step}{restarts}{why}"))
+        return rows
 
     def __str__(self) -> str:
         lines = [f"{k:<11} {v}" for k, v in self._fields()]
         for n in self.job.nodes:
             extra = f" exit {n.exit_code}" if n.exit_code is not None else ""
             lines.append(f"  node{n.index}     {n.state.value}{extra}" + (f" ({n.reason})" if n.reason else ""))
+        ranks = self._rank_rows()
+        if ranks:
+            lines += ["ranks", *("  " + line for line in _table(ranks).splitlines())]
         return "\n".join(lines)
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
@@ -167,14 +194,28 @@ class JobDetail:
             extra = f" exit {n.exit_code}" if n.exit_code is not None else ""
             why = f" ({escape(n.reason)})" if n.reason else ""
             rows.append((f"node{n.index}", state_badge(n.state.value) + escape(extra) + why))
-        return html_table(("", ""), rows, raw_columns=(0, 1))
+        table = html_table(("", ""), rows, raw_columns=(0, 1))
+        ranks = self._rank_rows()
+        if ranks:
+            table += html_table(
+                ("rank", "node", "state", "progress"),
+                [(a, b, state_badge(c), escape(d)) for a, b, c, d in ranks],
+                raw_columns=(2, 3),
+            )
+        return table
 
 
-def detail(job: Job) -> JobDetail:
-    """A job with its progress (from metrics) and latest checkpoint step."""
+def detail(job: Job, client: Starverse | None = None) -> JobDetail:
+    """A job with its progress (from metrics), latest checkpoint step and, with ``client``, ranks and cost."""
     points = read_metrics(Path(job.experiment_dir)) if Path(job.experiment_dir).is_dir() else []
     ckpt = latest_checkpoint(Path(job.experiment_dir)) if Path(job.experiment_dir).is_dir() else None
-    return JobDetail(job, progress(points, total=job.spec.steps), ckpt.step if ckpt else None)
+    live = None
+    if client is not None:
+        try:
+            live = client.watch(job.id, backend=job.backend).progress(job=job)
+        except StarverseError:
+            live = None  # ranks and cost are extras: the job itself is still shown
+    return JobDetail(job, progress(points, total=job.spec.steps), ckpt.step if ckpt else None, live)
 
 
 def parse_since(text: str | None, *, now: float | None = None) -> float | None:
@@ -215,7 +256,7 @@ def _ls(client: Starverse, args: argparse.Namespace) -> JobList:
 
 
 def _show(client: Starverse, args: argparse.Namespace) -> JobDetail:
-    return detail(client.attach(args.job_id, backend=args.backend))
+    return detail(client.attach(args.job_id, backend=args.backend), client)
 
 
 def _backend_of(client: Starverse, args: argparse.Namespace) -> str:
@@ -239,15 +280,15 @@ def _wait(client: Starverse, args: argparse.Namespace) -> JobDetail:
             f"job {job.id} {job.state.value}" + (f": {job.reason}" if job.reason else ""),
             hint=f"see `starverse jobs logs {job.id}`",
         )
-    return detail(job)
+    return detail(job, client)
 
 
 def _cancel(client: Starverse, args: argparse.Namespace) -> JobDetail:
-    return detail(client.backend(_backend_of(client, args)).cancel(args.job_id))
+    return detail(client.backend(_backend_of(client, args)).cancel(args.job_id), client)
 
 
 def _preempt(client: Starverse, args: argparse.Namespace) -> JobDetail:
-    return detail(client.backend(_backend_of(client, args)).preempt(args.job_id))
+    return detail(client.backend(_backend_of(client, args)).preempt(args.job_id), client)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -219,7 +219,7 @@ def _launch(client: Starverse, args: argparse.Namespace) -> object:
         return result
     if args.notebook:  # in a kernel: the live monitor
         return args.presenter.show(client.watch(result.id, backend=result.backend))
-    return detail(result)
+    return detail(result, client)
 
 
 def add_job_options(p: argparse.ArgumentParser) -> None:

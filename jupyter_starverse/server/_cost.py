@@ -139,7 +139,7 @@ class CompareHandler(_CostHandler):
 class TotalHandler(StarverseHandler):
     @web.authenticated
     async def get(self) -> None:
-        self.finish_json(await self.run(self.client.costs.total, self.query("user") or None))
+        self.finish_json(await self.run(self.client.cost_total, self.query("user") or None))
 
 
 class JobCostHandler(StarverseHandler):
