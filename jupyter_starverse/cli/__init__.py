@@ -20,7 +20,8 @@ from ._common import CommandParser, HelpShown, Presenter, UsageError, exit_code_
 __all__ = ["HelpShown", "Presenter", "build_parser", "main", "parse"]
 
 # Command group modules (each has ``register``); add yours here.
-_GROUPS = ("_info", "_cost", "_train", "_store", "_data", "_launch", "_jobs", "_demo", "_mode", "_pipeline", "_recipes")
+_GROUPS = ("_info", "_cost", "_train", "_store", "_data", "_launch", "_jobs", "_demo", "_mode", "_pipeline", "_recipes",
+           "_feedback", "_export")  # fmt: skip
 
 # Commands that run only inside a notebook kernel: listed, and marked so in the help.
 _NOTEBOOK_ONLY = ("train",)

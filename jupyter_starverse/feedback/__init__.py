@@ -11,7 +11,7 @@ from __future__ import annotations
 from ._chat import ChatSession, ChatSessions, ChatTurn, resolve_model
 from ._pairs import LabelExample, PreferencePair, make_labels, make_pairs
 from ._records import VOTES, FeedbackRecord, effective
-from ._service import EXPORT_KINDS, FeedbackService, FeedbackSnapshot, FeedbackTable, SnapshotFile
+from ._service import EXPORT_KINDS, FeedbackLogs, FeedbackService, FeedbackSnapshot, FeedbackTable, SnapshotFile
 
 __all__ = [
     "EXPORT_KINDS",
@@ -19,6 +19,7 @@ __all__ = [
     "ChatSession",
     "ChatSessions",
     "ChatTurn",
+    "FeedbackLogs",
     "FeedbackRecord",
     "FeedbackService",
     "FeedbackSnapshot",

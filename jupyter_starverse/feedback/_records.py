@@ -70,6 +70,15 @@ class FeedbackRecord:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    def __str__(self) -> str:
+        what = {"up": "thumbs up", "down": "thumbs down"}.get(self.vote or "", "")
+        extra = ", ".join(
+            x for x in (what, "better answer" if self.better else "", "comment" if self.comment else "") if x
+        )
+        prompt = " ".join(self.prompt.split())
+        prompt = prompt if len(prompt) <= 50 else prompt[:49] + "…"
+        return f"recorded {extra} from {self.user} on {self.model} for {prompt!r} (answer {self.answer_id[:12]})"
+
     @classmethod
     def from_json(cls, data: object) -> FeedbackRecord:
         if not isinstance(data, dict):

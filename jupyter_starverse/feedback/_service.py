@@ -26,7 +26,7 @@ from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError
 from ._pairs import LabelExample, PreferencePair, make_labels, make_pairs, write_jsonl
 from ._records import FeedbackLog, FeedbackRecord, effective, new_record
 
-__all__ = ["EXPORT_KINDS", "FeedbackService", "FeedbackSnapshot", "FeedbackTable", "SnapshotFile"]
+__all__ = ["EXPORT_KINDS", "FeedbackLogs", "FeedbackService", "FeedbackSnapshot", "FeedbackTable", "SnapshotFile"]
 
 EXPORT_KINDS = ("pairs", "labels", "records")
 _FILES = {"records": "feedback.jsonl", "pairs": "pairs.jsonl", "labels": "labels.jsonl"}
@@ -146,6 +146,26 @@ class SnapshotFile:
         return f"{self.rows} {self.kind} from {self.ref} -> {self.path}"
 
 
+@dataclass(frozen=True)
+class FeedbackLogs:
+    """The feedback logs on the store: records so far and frozen versions of each."""
+
+    logs: tuple[tuple[str, int, tuple[str, ...]], ...]
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [{"name": n, "records": r, "versions": list(v)} for n, r, v in self.logs]
+
+    def __str__(self) -> str:
+        if not self.logs:
+            return "no feedback yet (chat with a model, or `starverse feedback add`)"
+        rows = [("log", "records", "versions")] + [(n, str(r), ", ".join(v) or "-") for n, r, v in self.logs]
+        widths = [max(len(row[i]) for row in rows) for i in range(3)]
+        return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        pretty_text(p, str(self))
+
+
 class FeedbackService:
     """Feedback logs on the store (``client.feedback``)."""
 
@@ -174,6 +194,10 @@ class FeedbackService:
         """Names of the logs on the store."""
         top = self.catalog.root / "feedback"
         return sorted(p.name for p in top.iterdir() if (p / "records").is_dir()) if top.is_dir() else []
+
+    def ls(self) -> FeedbackLogs:
+        """Every log with its record count and versions."""
+        return FeedbackLogs(tuple((n, len(self.log(n).read()), tuple(self.versions(n))) for n in self.logs()))
 
     def record(
         self,

@@ -1,0 +1,61 @@
+"""``starverse export MODEL --format onnx|onnx-int8|onnx-int4|tensorrt-llm`` (and ``%sv export``).
+
+ONNX formats run here (CPU) and print the parity report; the graph becomes the store model
+``--as ORG/REPO@REV`` (default for a store model: the same repo, revision ``REV-FORMAT``). A
+failed parity check stores nothing and exits 4 unless ``--force``. ``tensorrt-llm`` is a GPU
+job: ``--gpu TYPE`` launches it (``--dry-run`` shows it); without a GPU it is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from jupyter_starverse.client import Starverse
+from jupyter_starverse.errors import ConflictError
+from jupyter_starverse.export import FORMATS, GPU_FORMATS
+
+from ._common import add_json_flag
+
+__all__ = ["register"]
+
+
+def _export(client: Starverse, args: argparse.Namespace) -> object:
+    if args.format in GPU_FORMATS:
+        gpu = args.gpu or (client.default_accelerator() if client.default_accelerator() != "cpu" else None)
+        spec = client.export.tensorrt_spec(args.model, gpu=gpu, experiment=args.experiment)
+        backend = client.backend(args.backend)
+        if args.dry_run:
+            return client.preview(spec, backend=backend)
+        return client.launch(spec, backend=backend)
+    status = args.presenter.status()
+    try:
+        result = client.export.export(
+            args.model, args.format, target=args.target, feedback=args.feedback, force=args.force,
+            new_tokens=args.new_tokens, progress=status.update,
+        )  # fmt: skip
+    finally:
+        status.close()
+    if result.state == "failed":
+        raise ConflictError(str(result), hint="fix the model, or pass --force to store the graph anyway")
+    return result
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "export",
+        help="export a model to ONNX (fp32, INT8, INT4) with a parity report, or build a TensorRT-LLM engine",
+        description="Export MODEL (hf:ORG/REPO@REV, exp:EXPERIMENT or a model folder) and store the result.",
+    )
+    p.add_argument("model", metavar="MODEL")
+    p.add_argument("--format", choices=(*FORMATS, *GPU_FORMATS), default="onnx", help="default: onnx (fp32)")
+    p.add_argument("--as", dest="target", default=None, metavar="ORG/REPO@REV", help="the new store model")
+    p.add_argument("--feedback", default=None, metavar="LOG[@N]", help="replay this feedback's prompts in the report")
+    p.add_argument("--force", action="store_true", help="store the graph even if its parity check fails")
+    p.add_argument("--new-tokens", type=int, default=16, metavar="N", help="greedy tokens per prompt (default 16)")
+    g = p.add_argument_group("tensorrt-llm (a GPU job)")
+    g.add_argument("--gpu", default=None, metavar="TYPE", help="GPU type of the build job")
+    g.add_argument("--backend", default=None, help="backend of the build job (default: settings)")
+    g.add_argument("--experiment", default=None, help="experiment of the build job (default: exports)")
+    g.add_argument("--dry-run", action="store_true", help="show the build job; start nothing")
+    add_json_flag(p)
+    p.set_defaults(run=_export)
