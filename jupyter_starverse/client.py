@@ -220,7 +220,12 @@ class Starverse:
         """Data preparation: scan, clean, dedup and score store datasets into new versions."""
         from .data import DataPrep
 
-        return DataPrep(self.settings, self.catalog)
+        return DataPrep(
+            self.settings,
+            self.catalog,
+            submit=lambda spec: self.launch(spec),
+            wait=lambda job, timeout: self.backend(job.backend).wait(job.id, timeout=timeout),
+        )
 
     @functools.cached_property
     def feedback(self) -> FeedbackService:

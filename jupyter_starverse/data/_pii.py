@@ -17,9 +17,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from jupyter_starverse.errors import BadInputError, MissingDependencyError
 
@@ -391,6 +393,33 @@ class Deidentifier:
             pos = f.end
         out.append(text[pos:])
         return "".join(out), acted
+
+
+def resolve_salt(salt: str | None) -> bytes | None:
+    """The secret behind a reference: ``env:VARIABLE`` or ``file:PATH`` (never the secret itself)."""
+    if salt is None:
+        return None
+    kind, _, where = salt.partition(":")
+    if kind == "env" and where:
+        value = os.environ.get(where)
+        if not value:
+            raise BadInputError(
+                f"the salt variable {where} is not set", field="salt", hint=f"export {where}=<a long random secret>"
+            )
+        return value.encode()
+    if kind == "file" and where:
+        path = Path(where).expanduser()
+        if not path.is_file():
+            raise BadInputError(f"no salt file {where}", field="salt", hint="write a long random secret to that file")
+        data = path.read_bytes().strip()
+        if not data:
+            raise BadInputError(
+                f"the salt file {where} is empty", field="salt", hint="write a long random secret to it"
+            )
+        return data
+    raise BadInputError(
+        "the salt is given by reference: env:VARIABLE or file:PATH", field="salt", hint="e.g. --salt env:PII_SALT"
+    )
 
 
 def masked_snippet(text: str, findings: list[Finding], focus: Finding, *, width: int = 40) -> str:

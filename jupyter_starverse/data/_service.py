@@ -20,12 +20,14 @@ from typing import Any
 
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.catalog import Catalog, DatasetRef, parse_ref
-from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError
+from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError, StoreError
+from jupyter_starverse.jobmodel import Job, JobSpec, JobState
 
 from . import _steps
 from ._html import report_html
-from ._pii import PII_TYPES, Deidentifier, find_pii
+from ._pii import PII_TYPES, SUGGESTED, Deidentifier, find_pii, resolve_salt
 from ._read import Doc, Malformed, Source, list_files, read_docs
+from ._shard import JOB_CODE, merge_dedup_signed, merge_rows, merge_tallies, missing_ranks
 from ._types import DataReport, ReportList, StepEstimate
 
 __all__ = ["DataPrep"]
@@ -50,11 +52,23 @@ class DataPrep:
         The workspace settings (the store).
     catalog
         The store's catalog: where inputs come from and outputs are published.
+    submit, wait
+        Launch a job and wait for it (the facade's); needed only for sharded runs
+        (``shards=(nodes, procs_per_node)``), which run the per-document work as a job.
     """
 
-    def __init__(self, settings: Settings, catalog: Catalog) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        catalog: Catalog,
+        *,
+        submit: Callable[[JobSpec], Job] | None = None,
+        wait: Callable[[Job, float | None], Job] | None = None,
+    ) -> None:
         self.settings = settings
         self.catalog = catalog
+        self._submit = submit
+        self._wait = wait
 
     # -- places ------------------------------------------------------------------------
     @property
@@ -115,31 +129,7 @@ class DataPrep:
         )
 
     def _salt(self, salt: str | None) -> bytes | None:
-        if salt is None:
-            return None
-        kind, _, where = salt.partition(":")
-        if kind == "env" and where:
-            value = os.environ.get(where)
-            if not value:
-                raise BadInputError(
-                    f"the salt variable {where} is not set", field="salt", hint=f"export {where}=<a long random secret>"
-                )
-            return value.encode()
-        if kind == "file" and where:
-            path = Path(where).expanduser()
-            if not path.is_file():
-                raise BadInputError(
-                    f"no salt file {where}", field="salt", hint="write a long random secret to that file"
-                )
-            data = path.read_bytes().strip()
-            if not data:
-                raise BadInputError(
-                    f"the salt file {where} is empty", field="salt", hint="write a long random secret to it"
-                )
-            return data
-        raise BadInputError(
-            "the salt is given by reference: env:VARIABLE or file:PATH", field="salt", hint="e.g. --salt env:PII_SALT"
-        )
+        return resolve_salt(salt)
 
     def _model(self, ref: str | None, what: str, make: Callable[[Path], Any]) -> Any:
         if not ref:
@@ -216,21 +206,23 @@ class DataPrep:
         text_field: str = "text",
         types: Sequence[str] | None = None,
         examples: int = 3,
+        shards: tuple[int, int] | None = None,
         say: Say | None = None,
     ) -> DataReport:
-        """Count the sensitive fields per type, with masked examples and a suggested action (no new version)."""
+        """Count the sensitive fields per type, with masked examples and a suggested action (no new version).
+
+        ``shards=(nodes, procs_per_node)`` runs the detection as a job of that many ranks.
+        """
         wanted = _types(types)
         inp = self._input(source)
-        params = {"text_field": text_field, "types": list(wanted), "examples": examples}
-        return self._run(
-            "scan",
-            inp,
-            None,
-            params,
-            say,
-            lambda docs, write, work, tick, est: _steps.scan(docs, types=wanted, examples=examples, progress=tick),
-            writes=False,
-        )
+        params: dict[str, Any] = {"text_field": text_field, "types": list(wanted), "examples": examples}
+
+        def body(docs: Any, write: Any, work: Path, tick: Any, est: StepEstimate) -> _steps.StepResult:
+            if shards:
+                return self._sharded_pii("scan", inp, params, shards, work, write, dict(SUGGESTED), say)
+            return _steps.scan(docs, types=wanted, examples=examples, progress=tick)
+
+        return self._run("scan", inp, None, params, say, body, writes=False)
 
     def clean(
         self,
@@ -241,6 +233,7 @@ class DataPrep:
         to: str | None = None,
         text_field: str = "text",
         examples: int = 3,
+        shards: tuple[int, int] | None = None,
         say: Say | None = None,
     ) -> DataReport:
         """Apply an action per sensitive type (default: the suggested ones) and write a new version.
@@ -250,15 +243,15 @@ class DataPrep:
         deid = Deidentifier(actions, salt=self._salt(salt))
         inp = self._input(source)
         target = self._target("clean", inp, to)
-        params = {"text_field": text_field, "actions": dict(deid.actions), "salt": salt}
-        return self._run(
-            "clean",
-            inp,
-            target,
-            params,
-            say,
-            lambda docs, write, work, tick, est: _steps.clean(docs, write, deid=deid, examples=examples, progress=tick),
-        )
+        params: dict[str, Any] = {"text_field": text_field, "actions": dict(deid.actions), "salt": salt}
+
+        def body(docs: Any, write: Any, work: Path, tick: Any, est: StepEstimate) -> _steps.StepResult:
+            if shards:
+                job_params = {**params, "examples": examples}
+                return self._sharded_pii("clean", inp, job_params, shards, work, write, deid.actions, say)
+            return _steps.clean(docs, write, deid=deid, examples=examples, progress=tick)
+
+        return self._run("clean", inp, target, params, say, body)
 
     def dedup(
         self,
@@ -274,6 +267,7 @@ class DataPrep:
         max_memory: int = 256 << 20,
         to: str | None = None,
         text_field: str = "text",
+        shards: tuple[int, int] | None = None,
         say: Say | None = None,
     ) -> DataReport:
         """Exact, MinHash near (Jaccard-verified), paragraph (> ``paragraph_share``) and semantic duplicates."""
@@ -318,6 +312,12 @@ class DataPrep:
                 semantic_threshold,
                 expected_docs=est.docs,
             )
+            if shards:
+                out = self._shard_job("dedup", inp, params, shards, work, say)
+                signed, _ = merge_dedup_signed(out, shards[0] * shards[1])
+                result = _steps.dedup(docs, write, work, params=p, progress=tick, signed=signed)
+                result.notes.append(f"pass one ran as {shards[0]} x {shards[1]} ranks; banding saw every shard")
+                return result
             return _steps.dedup(docs, write, work, params=p, progress=tick)
 
         return self._run("dedup", inp, target, params, say, body, models=models)
@@ -425,6 +425,9 @@ class DataPrep:
 
                 result = body(docs, write if writes else None, work, tick, estimate)
             elapsed = time.perf_counter() - started
+            if result.malformed and not malformed_total:  # read by the ranks of a sharded job
+                malformed_total = len(result.malformed)
+                malformed = [Malformed(**m) for m in result.malformed[:_MALFORMED_SHOWN]]
             step_record = {
                 "step": step,
                 "source": inp.label,
@@ -478,6 +481,73 @@ class DataPrep:
             return rep
         finally:
             shutil.rmtree(work, ignore_errors=True)
+
+    # -- sharded runs ------------------------------------------------------------------------------
+    def _shard_job(
+        self, step: str, inp: _Input, params: Mapping[str, Any], shards: tuple[int, int], work: Path, say: Say | None
+    ) -> Path:
+        """Run the per-document work of ``step`` as a job of ``nodes x procs`` ranks; their output folder."""
+        nodes, procs = shards
+        if self._submit is None or self._wait is None:
+            raise BadInputError("sharded runs need a launcher", field="shards", hint="use Starverse().data")
+        if inp.ref is None:
+            raise BadInputError(
+                "a sharded run reads a store dataset (every rank mounts it)",
+                field="source",
+                hint="add the folder first: starverse store add NAME FOLDER",
+            )
+        out = work / "shards"
+        out.mkdir(parents=True, exist_ok=True)
+        args = ("--step", step, "--mount", inp.label, "--out", str(out), "--params", json.dumps(dict(params)))
+        spec = JobSpec(
+            name=f"data-{step}-{inp.ref.name}"[:63].lower(),
+            code=JOB_CODE,
+            args=(*args, "--text-field", str(params.get("text_field", "text"))),
+            nodes=nodes,
+            procs_per_node=procs,
+            accelerator="cpu",
+            mounts=(inp.label,),
+        )
+        job = self._submit(spec)
+        (say or (lambda text: None))(f"{step}: job {job.id} ({nodes} x {procs} ranks)")
+        done = self._wait(job, None)
+        missing = missing_ranks(out, nodes * procs)
+        if done.state is not JobState.SUCCEEDED or missing:
+            raise StoreError(
+                f"the {step} job {job.id} ended {done.state.value}"
+                + (f"; ranks {missing} wrote nothing" if missing else ""),
+                hint=f"see `starverse jobs logs {job.id}`",
+            )
+        return out
+
+    def _sharded_pii(
+        self,
+        step: str,
+        inp: _Input,
+        params: Mapping[str, Any],
+        shards: tuple[int, int],
+        work: Path,
+        write: Any,
+        actions: Mapping[str, str],
+        say: Say | None,
+    ) -> _steps.StepResult:
+        out = self._shard_job(step, inp, params, shards, work, say)
+        world = shards[0] * shards[1]
+        res = _steps.StepResult()
+        res.malformed = merge_tallies(out, world, res, dict(actions), int(params.get("examples", 3)))
+        if step == "clean":
+            text_field = str(params.get("text_field", "text"))
+            for row in merge_rows(out, world):
+                if row is None:
+                    res.removed["pii_drop"] = res.removed.get("pii_drop", 0) + 1
+                    continue
+                text = str(row.get(text_field, ""))
+                write(Doc(0, "", 0, text, row), text)
+                res.docs_out += 1
+        else:
+            res.docs_out = res.docs_in
+        res.notes.append(f"ran as {shards[0]} x {shards[1]} ranks, merged in document order")
+        return res
 
     # -- reports ---------------------------------------------------------------------------------
     def _save_report(self, rep: DataReport) -> None:

@@ -47,6 +47,7 @@ class StepResult:
     histograms: list[Histogram] = field(default_factory=list)
     examples: list[Example] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    malformed: list[dict[str, Any]] = field(default_factory=list)  # read by the ranks of a sharded run
 
 
 def mask_text(text: str, limit: int = _SNIPPET) -> str:
@@ -202,8 +203,12 @@ class _Db:
         self.con.close()
 
 
-def _h(text: str) -> bytes:
+def exact_hash(text: str) -> bytes:
+    """12 bytes naming a normalized text (exact duplicates share it)."""
     return hashlib.blake2b(text.encode("utf-8"), digest_size=12).digest()
+
+
+_h = exact_hash
 
 
 def _preview(pairs: list[Pair], floor: float, removed_other: int = 0) -> list[tuple[float, int]]:
@@ -233,8 +238,30 @@ def _preview(pairs: list[Pair], floor: float, removed_other: int = 0) -> list[tu
     return sorted(out)
 
 
-def dedup(docs: Docs, write: Write, work: Path, *, params: DedupParams, progress: Progress | None = None) -> StepResult:
-    """Exact, then MinHash near duplicates (Jaccard-verified), then the paragraph rule, then semantic."""
+Signed = Iterator[tuple[int, str, bytes, Any]]  # (doc, normalized text, exact hash, MinHash signature)
+
+
+def sign(docs: Iterator[Doc], hasher: MinHasher) -> Signed:
+    """Pass one's per-document work (what the ranks of a sharded run do)."""
+    for doc in docs:
+        norm = normalize(doc.text)
+        yield doc.idx, norm, exact_hash(norm), hasher.signature(hasher.shingles(norm))
+
+
+def dedup(
+    docs: Docs,
+    write: Write,
+    work: Path,
+    *,
+    params: DedupParams,
+    progress: Progress | None = None,
+    signed: Signed | None = None,
+) -> StepResult:
+    """Exact, then MinHash near duplicates (Jaccard-verified), then the paragraph rule, then semantic.
+
+    ``signed`` gives pass one's results computed elsewhere (the ranks of a sharded run, merged
+    in document order); the banding and verification here then see every shard at once.
+    """
     res = StepResult()
     work.mkdir(parents=True, exist_ok=True)
     db = _Db(work / "dedup.sqlite")
@@ -252,14 +279,13 @@ def dedup(docs: Docs, write: Write, work: Path, *, params: DedupParams, progress
             buffer_bytes=max(1 << 20, params.max_memory // 8),
         )
         n = 0
-        for doc in docs():  # pass 1: exact hashes, signatures, band keys on disk
-            n += 1
-            norm = normalize(doc.text)
-            first = db.first("exact", _h(norm), doc.idx)
-            if first != doc.idx:
-                db.remove(doc.idx, first, "exact", 1.0)
+        for idx, norm, digest, signature in signed if signed is not None else sign(docs(), hasher):
+            n += 1  # pass 1: exact hashes, then band keys (on disk) of what is not an exact copy
+            first = db.first("exact", digest, idx)
+            if first != idx:
+                db.remove(idx, first, "exact", 1.0)
             else:
-                index.add(doc.idx, norm, hasher.signature(hasher.shingles(norm)))
+                index.add(idx, norm, signature)
             _tick(progress, n)
         db.con.commit()
         index.finish()
