@@ -5,6 +5,7 @@
 | data scan SOURCE [--types T,..] [--text-field F]               | DataReport (no version) |
 | data clean SOURCE [--action TYPE=ACTION].. [--salt env:V] [--to NAME@V] | DataReport     |
 | data dedup SOURCE [--threshold 0.7] [--semantic hf:ORG/REPO] [--max-memory 256M] | DataReport |
+| data scan/clean/dedup ... --shards 2x2 (a job of 2 nodes x 2 processes) | DataReport |
 | data score SOURCE [--min-quality 0.5] [--lm hf:..] [--example TEXT].. | DataReport       |
 | data estimate STEP SOURCE                                      | StepEstimate            |
 | data reports                                                   | ReportList              |
@@ -86,7 +87,12 @@ def _scan(client: Starverse, args: argparse.Namespace) -> object:
         client,
         args,
         lambda say: client.data.scan(
-            args.source, text_field=args.text_field, types=_types(args.types), examples=args.examples, say=say
+            args.source,
+            text_field=args.text_field,
+            types=_types(args.types),
+            examples=args.examples,
+            shards=args.shards,
+            say=say,
         ),
     )
 
@@ -102,6 +108,7 @@ def _clean(client: Starverse, args: argparse.Namespace) -> object:
             to=args.to,
             text_field=args.text_field,
             examples=args.examples,
+            shards=args.shards,
             say=say,
         ),
     )
@@ -123,6 +130,7 @@ def _dedup(client: Starverse, args: argparse.Namespace) -> object:
             max_memory=parse_size(args.max_memory),
             to=args.to,
             text_field=args.text_field,
+            shards=args.shards,
             say=say,
         ),
     )
@@ -166,12 +174,33 @@ def _report(client: Starverse, args: argparse.Namespace) -> object:
     return report
 
 
+def _shards(text: str) -> tuple[int, int]:
+    nodes, sep, procs = text.lower().partition("x")
+    try:
+        out = (int(nodes), int(procs) if sep else 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NODESxPROCS, e.g. 2x2") from None
+    if min(out) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: nodes and processes must be at least 1")
+    return out
+
+
 def _unit(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     return value
+
+
+def _add_shards(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--shards",
+        type=_shards,
+        default=None,
+        metavar="NODESxPROCS",
+        help="run the per-document work as a job of NODES x PROCS ranks (e.g. 2x2), merged in order",
+    )
 
 
 def _common(p: argparse.ArgumentParser, step: str, *, output: bool = True) -> None:
@@ -192,6 +221,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _common(p, "scan", output=False)
     p.add_argument("--types", default=None, help=f"comma-separated subset of {','.join(PII_TYPES)}")
     p.add_argument("--examples", type=int, default=3, help="masked examples per type (default 3)")
+    _add_shards(p)
     p.set_defaults(run=_scan)
 
     p = verbs.add_parser("clean", help="de-identify: apply an action per sensitive type into a new version")
@@ -204,6 +234,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--salt", default=None, metavar="env:VAR|file:PATH", help="secret for pseudonyms, by reference")
     p.add_argument("--examples", type=int, default=3, help="before/after examples per type (default 3)")
+    _add_shards(p)
     p.set_defaults(run=_clean)
 
     p = verbs.add_parser("dedup", help="exact, MinHash near, paragraph and semantic duplicates into a new version")
@@ -217,6 +248,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--semantic", default=None, metavar="hf:ORG/REPO", help="embedding model for semantic dedup")
     p.add_argument("--semantic-threshold", type=_unit, default=0.95, help="cosine similarity (default 0.95)")
     p.add_argument("--max-memory", default="256M", help="memory for band tables; the rest spills to disk")
+    _add_shards(p)
     p.set_defaults(run=_dedup)
 
     p = verbs.add_parser("score", help="quality, perplexity and domain relevance; remove past thresholds")

@@ -31,9 +31,10 @@ __all__ = ["routes"]
 _NUM = (int, float)
 # What each step accepts from a request body, and the JSON types allowed.
 _OPTIONS: dict[str, dict[str, tuple[type, ...]]] = {
-    "scan": {"types": (list,), "examples": (int,)},
-    "clean": {"actions": (dict,), "salt": (str,), "examples": (int,)},
+    "scan": {"types": (list,), "examples": (int,), "shards": (list,)},
+    "clean": {"actions": (dict,), "salt": (str,), "examples": (int,), "shards": (list,)},
     "dedup": {
+        "shards": (list,),
         "threshold": _NUM,
         "lsh_threshold": _NUM,
         "num_perm": (int,),
@@ -104,6 +105,11 @@ def _options(step: str, raw: object) -> dict[str, Any]:
         if isinstance(value, bool) or not isinstance(value, allowed[key]):
             raise BadInputError(f"option {key!r} has the wrong type", field=key)
         out[key] = value
+    if "shards" in out:
+        shards = out["shards"]
+        if len(shards) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in shards):
+            raise BadInputError("'shards' is [nodes, procs_per_node]", field="shards", hint="e.g. [2, 2]")
+        out["shards"] = (shards[0], shards[1])
     return out
 
 
