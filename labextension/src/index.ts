@@ -9,6 +9,7 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { starverseIcon } from './icon';
 import { StarverseModel } from './model';
 import { StarversePanel } from './panel';
+import { registerPipelines } from './pipeline/widget';
 import { ModeStatus } from './statusbar';
 
 /** Command ids, also shown in the command palette under "Starverse". */
@@ -53,6 +54,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         palette.addItem({ command, category: 'Starverse' });
       }
     }
+    registerPipelines(app, starverseIcon, palette);
 
     if (statusBar) {
       const item = new ModeStatus(model, () => {

@@ -443,6 +443,113 @@ export interface ISwitchResult {
 }
 // ---- end mode ----------------------------------------------------------------------------
 
+// ---- pipelines (jupyter_starverse.pipelines) ------------------------------------------------
+// Owned by the pipelines area; mirrors the to_json() of jupyter_starverse/pipelines/.
+
+/** Node kinds of a `.svpipeline` document: catalog entries and steps. */
+export type PipelineNodeKind = 'dataset' | 'model' | 'train';
+
+/** A train step's parameters (every one optional; the server fills the defaults). */
+export interface ITrainParams {
+  script?: string;
+  args?: string[];
+  template?: 'ddp' | 'fsdp' | 'tp' | 'pp';
+  nodes?: number;
+  gpus_per_node?: number;
+  gpu?: string;
+  data_parallel?: number;
+  tensor_parallel?: number;
+  pipeline_parallel?: number;
+  steps?: number;
+  hours?: number;
+  budget?: string;
+  billing?: BillingMode;
+  backend?: 'local' | 'kubernetes' | 'slurm';
+  env?: Record<string, string>;
+  experiment?: string;
+}
+
+/** `Node.to_json()`: one box of the canvas. */
+export interface IPipelineNode {
+  id: string;
+  kind: PipelineNodeKind;
+  params: ITrainParams & { ref?: string };
+  position: { x: number; y: number };
+}
+
+/** `Pipeline.to_json()`: the `.svpipeline` file. */
+export interface IPipelineDoc {
+  version: 1;
+  name: string;
+  backend: 'local' | 'kubernetes' | 'slurm';
+  nodes: IPipelineNode[];
+  edges: { source: string; target: string }[];
+}
+
+/** `Issue.to_json()`: pinned to a node and a field of its form. */
+export interface IPipelineIssue {
+  node: string | null;
+  field: string | null;
+  level: 'error' | 'warning';
+  message: string;
+  hint: string | null;
+}
+
+/** `PipelineCheck.to_json()`: `POST pipelines/validate` and `pipelines/cost`. */
+export interface IPipelineCheck {
+  name: string;
+  ok: boolean;
+  issues: IPipelineIssue[];
+  costs: { node: string; preview: ICostPreview | null; reason: string | null }[];
+  currency: string;
+  total_low: string;
+  total_high: string;
+  total: string;
+  unpriced: string[];
+  info: Record<
+    string,
+    {
+      cards: number;
+      data_parallel: number | null;
+      backend: string;
+      accelerator: string;
+      job_name: string;
+      mounts: string[];
+      paths: Record<string, string | null>;
+      script: string;
+    }
+  >;
+}
+
+/** `PipelineExport.to_json()`: `POST pipelines/export`. */
+export interface IPipelineExport {
+  name: string;
+  format: 'sbatch' | 'yaml' | 'python';
+  files: { name: string; text: string; executable: boolean }[];
+  written: string[];
+}
+
+/** `StepRun.to_json()`: a step's job and state (a job state, `waiting`, `skipped` or `not_submitted`). */
+export interface IStepRun {
+  node: string;
+  backend: string;
+  state: JobState | 'waiting' | 'skipped' | 'not_submitted';
+  job_id: string | null;
+  reason: string | null;
+  experiment_dir: string | null;
+}
+
+/** `PipelineRun.to_json()`: `POST pipelines/run`, `GET pipelines/runs/ID`. */
+export interface IPipelineRun {
+  run_id: string;
+  name: string;
+  created: number;
+  state: 'running' | 'succeeded' | 'failed' | 'stopped';
+  driver: 'running' | 'gone' | null;
+  steps: IStepRun[];
+}
+// ---- end pipelines -------------------------------------------------------------------------
+
 /** One recipe parameter: `Param.to_json()`. */
 export interface IRecipeParam {
   name: string;

@@ -1,2 +1,3 @@
 import './base.css';
 import './jobs.css';
+import './pipeline.css';

@@ -1,0 +1,220 @@
+/** The side form of the selected node (cards, GPU type, nodes, backend, budget), and of the pipeline. */
+import * as React from 'react';
+
+import {
+  BILLING_MODES,
+  IPipelineCheck,
+  IPipelineDoc,
+  IPipelineIssue,
+  IPipelineNode,
+  IStoreEntry,
+  ITrainParams
+} from '../tokens';
+
+type Change = Partial<IPipelineNode['params']>;
+
+function issueFor(issues: IPipelineIssue[], field: string): IPipelineIssue | undefined {
+  return issues.find(i => i.field === field);
+}
+
+function Field(props: {
+  label: string;
+  field: string;
+  issues: IPipelineIssue[];
+  children: React.ReactNode;
+}): JSX.Element {
+  const issue = issueFor(props.issues, props.field);
+  return (
+    <label className={`jp-SvPipeline-field ${issue ? `jp-mod-${issue.level}` : ''}`}>
+      <span>{props.label}</span>
+      {props.children}
+      {issue && (
+        <span className="jp-SvPipeline-fieldIssue" title={issue.hint ?? ''}>
+          {issue.message}
+        </span>
+      )}
+    </label>
+  );
+}
+
+function NumberInput(props: {
+  field: keyof ITrainParams;
+  value: number | undefined;
+  placeholder?: string;
+  min?: number;
+  step?: number;
+  onChange: (c: Change) => void;
+}): JSX.Element {
+  const [text, setText] = React.useState(props.value === undefined ? '' : String(props.value));
+  React.useEffect(() => {
+    setText(props.value === undefined ? '' : String(props.value));
+  }, [props.value]);
+  return (
+    <input
+      type="number"
+      aria-label={props.field}
+      name={props.field}
+      min={props.min ?? 1}
+      step={props.step ?? 1}
+      placeholder={props.placeholder}
+      value={text}
+      onChange={event => {
+        setText(event.target.value);
+        const value = event.target.value === '' ? undefined : Number(event.target.value);
+        if (value === undefined || Number.isFinite(value)) {
+          props.onChange({ [props.field]: value });
+        }
+      }}
+    />
+  );
+}
+
+function TextInput(props: {
+  field: keyof ITrainParams;
+  value: string | undefined;
+  placeholder?: string;
+  onChange: (c: Change) => void;
+}): JSX.Element {
+  return (
+    <input
+      type="text"
+      aria-label={props.field}
+      name={props.field}
+      placeholder={props.placeholder}
+      value={props.value ?? ''}
+      onChange={event => props.onChange({ [props.field]: event.target.value })}
+    />
+  );
+}
+
+function Select(props: {
+  field: string;
+  value: string | undefined;
+  options: ReadonlyArray<string>;
+  empty?: string;
+  onChange: (value: string | undefined) => void;
+}): JSX.Element {
+  return (
+    <select
+      aria-label={props.field}
+      name={props.field}
+      value={props.value ?? ''}
+      onChange={event => props.onChange(event.target.value || undefined)}
+    >
+      {props.empty !== undefined && <option value="">{props.empty}</option>}
+      {props.options.map(o => (
+        <option key={o} value={o}>
+          {o}
+        </option>
+      ))}
+    </select>
+  );
+}
+
+/** The form of a training step. */
+function TrainForm(props: {
+  node: IPipelineNode;
+  issues: IPipelineIssue[];
+  info: IPipelineCheck['info'][string] | null;
+  gpus: string[];
+  onChange: (c: Change) => void;
+}): JSX.Element {
+  const p = props.node.params;
+  const on = props.onChange;
+  const f = (label: string, field: string, child: React.ReactNode): JSX.Element => (
+    <Field label={label} field={field} issues={props.issues}>
+      {child}
+    </Field>
+  );
+  return (
+    <>
+      {f('Template', 'template', <Select field="template" value={p.template ?? 'ddp'} options={['ddp', 'fsdp', 'tp', 'pp']}
+        onChange={v => on({ template: v as ITrainParams['template'] })} />)}
+      {f('Script', 'script', <TextInput field="script" value={p.script} placeholder="the template's example" onChange={on} />)}
+      {f('Nodes', 'nodes', <NumberInput field="nodes" value={p.nodes} placeholder="1" onChange={on} />)}
+      {f('Cards per node', 'gpus_per_node', <NumberInput field="gpus_per_node" value={p.gpus_per_node} placeholder="1" onChange={on} />)}
+      {f('GPU type', 'gpu', <Select field="gpu" value={p.gpu} options={props.gpus} empty="workspace default" onChange={v => on({ gpu: v })} />)}
+      {f('Data parallel', 'data_parallel', <NumberInput field="data_parallel" value={p.data_parallel}
+        placeholder={props.info?.data_parallel ? `${props.info.data_parallel} (derived)` : 'derived'} onChange={on} />)}
+      {f('Tensor parallel', 'tensor_parallel', <NumberInput field="tensor_parallel" value={p.tensor_parallel} placeholder="1" onChange={on} />)}
+      {f('Pipeline parallel', 'pipeline_parallel', <NumberInput field="pipeline_parallel" value={p.pipeline_parallel} placeholder="1" onChange={on} />)}
+      {f('Steps', 'steps', <NumberInput field="steps" value={p.steps} placeholder="the script's" onChange={on} />)}
+      {f('Estimated hours', 'hours', <NumberInput field="hours" value={p.hours} min={0.01} step={0.25} placeholder="1" onChange={on} />)}
+      {f('Budget', 'budget', <TextInput field="budget" value={p.budget} placeholder="no cap" onChange={on} />)}
+      {f('Billing', 'billing', <Select field="billing" value={p.billing} options={BILLING_MODES} empty="on_demand" onChange={v => on({ billing: v as ITrainParams['billing'] })} />)}
+      {f('Backend', 'backend', <Select field="backend" value={p.backend} options={['local', 'kubernetes', 'slurm']} empty="the pipeline's"
+        onChange={v => on({ backend: v as ITrainParams['backend'] })} />)}
+      {props.info && props.info.mounts.length > 0 && (
+        <div className="jp-SvPipeline-paths">
+          {props.info.mounts.map(ref => (
+            <div key={ref}>
+              <b>{ref}</b> → DATA_PATH {props.info?.paths[ref] ?? '(not pulled)'}
+            </div>
+          ))}
+        </div>
+      )}
+    </>
+  );
+}
+
+/** The side form: the selected node's, or the pipeline's own when nothing is selected. */
+export function SideForm(props: {
+  doc: IPipelineDoc;
+  selected: IPipelineNode | null;
+  issues: IPipelineIssue[];
+  check: IPipelineCheck | null;
+  gpus: string[];
+  entries: IStoreEntry[];
+  onNode: (id: string, change: Change) => void;
+  onDoc: (change: Partial<Pick<IPipelineDoc, 'name' | 'backend'>>) => void;
+  onDelete: (id: string) => void;
+}): JSX.Element {
+  const { selected } = props;
+  if (!selected) {
+    return (
+      <div className="jp-SvPipeline-form" data-form="pipeline">
+        <h3>Pipeline</h3>
+        <label className="jp-SvPipeline-field">
+          <span>Name</span>
+          <input aria-label="pipeline name" value={props.doc.name} onChange={e => props.onDoc({ name: e.target.value })} />
+        </label>
+        <label className="jp-SvPipeline-field">
+          <span>Backend</span>
+          <Select field="pipeline backend" value={props.doc.backend} options={['local', 'kubernetes', 'slurm']}
+            onChange={v => props.onDoc({ backend: (v ?? 'local') as IPipelineDoc['backend'] })} />
+        </label>
+        <p className="jp-SvPipeline-help">
+          Drag a training step from the palette, then drop a dataset onto it. Select a node to edit it.
+        </p>
+      </div>
+    );
+  }
+  const issues = props.issues.filter(i => i.node === selected.id);
+  const change = (c: Change): void => props.onNode(selected.id, c);
+  const refs = props.entries.filter(e => e.kind === selected.kind).map(e => e.ref);
+  return (
+    <div className="jp-SvPipeline-form" data-form={selected.id}>
+      <h3>
+        {selected.id} <span className="jp-SvPipeline-tag">{selected.kind}</span>
+      </h3>
+      {selected.kind === 'train' ? (
+        <TrainForm node={selected} issues={issues} info={props.check?.info[selected.id] ?? null} gpus={props.gpus} onChange={change} />
+      ) : (
+        <Field label="Catalog entry" field="ref" issues={issues}>
+          <Select field="ref" value={selected.params.ref} options={refs} empty="(pick one)" onChange={v => change({ ref: v })} />
+        </Field>
+      )}
+      {issues
+        .filter(i => !i.field || !['template', 'script', 'nodes', 'gpus_per_node', 'gpu', 'data_parallel',
+          'tensor_parallel', 'pipeline_parallel', 'steps', 'hours', 'budget', 'billing', 'backend', 'ref'].includes(i.field))
+        .map((i, n) => (
+          <div key={n} className={`jp-SvPipeline-issue jp-mod-${i.level}`} title={i.hint ?? ''}>
+            {i.message}
+          </div>
+        ))}
+      <button className="jp-SvPipeline-delete" onClick={() => props.onDelete(selected.id)}>
+        Remove node
+      </button>
+    </div>
+  );
+}

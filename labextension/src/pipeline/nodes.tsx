@@ -1,0 +1,129 @@
+/** The boxes of the canvas: a training step and a catalog entry, each with its issues and run state. */
+import { Handle, Node, NodeProps, Position } from '@xyflow/react';
+import * as React from 'react';
+
+import { IPipelineCheck, IPipelineIssue, IPipelineNode, IStepRun } from '../tokens';
+import { cardsOf } from './graph';
+
+/** What the canvas hands every node. */
+export type FlowData = {
+  node: IPipelineNode;
+  issues: IPipelineIssue[];
+  info: IPipelineCheck['info'][string] | null;
+  cost: string | null;
+  run: IStepRun | null;
+  onOpenJob: (run: IStepRun) => void;
+};
+
+export type StepNode = Node<FlowData, 'train'>;
+export type EntryNode = Node<FlowData, 'entry'>;
+
+function Issues(props: { issues: IPipelineIssue[] }): JSX.Element | null {
+  if (props.issues.length === 0) {
+    return null;
+  }
+  return (
+    <ul className="jp-SvPipeline-issues">
+      {props.issues.map((issue, i) => (
+        <li
+          key={i}
+          className={`jp-SvPipeline-issue jp-mod-${issue.level}`}
+          title={issue.hint ?? ''}
+          data-field={issue.field ?? ''}
+        >
+          {issue.message}
+        </li>
+      ))}
+    </ul>
+  );
+}
+
+function RunBadge(props: { run: IStepRun | null; onOpen: (run: IStepRun) => void }): JSX.Element | null {
+  const { run } = props;
+  if (!run) {
+    return null;
+  }
+  const open = run.job_id !== null;
+  return (
+    <button
+      className={`jp-SvPipeline-run jp-mod-${run.state}`}
+      disabled={!open}
+      title={open ? `open ${run.job_id}: monitor and logs` : (run.reason ?? run.state)}
+      onClick={event => {
+        event.stopPropagation();
+        props.onOpen(run);
+      }}
+    >
+      {run.state}
+    </button>
+  );
+}
+
+function stateClass(data: FlowData): string {
+  const errors = data.issues.some(i => i.level === 'error');
+  const warnings = data.issues.some(i => i.level === 'warning');
+  return errors ? 'jp-mod-error' : warnings ? 'jp-mod-warning' : 'jp-mod-ok';
+}
+
+/** A training step: template, cards and parallel sizes, data it mounts, cost, issues, run state. */
+export function TrainNodeView(props: NodeProps<StepNode>): JSX.Element {
+  const { data } = props;
+  const p = data.node.params;
+  const tp = p.tensor_parallel ?? 1;
+  const pp = p.pipeline_parallel ?? 1;
+  const cards = cardsOf(p);
+  const dp = p.data_parallel ?? (cards % (tp * pp) === 0 ? cards / (tp * pp) : null);
+  const mounts = data.info?.mounts ?? [];
+  return (
+    <div
+      className={`jp-SvPipeline-node jp-SvPipeline-train ${stateClass(data)}`}
+      data-node-id={data.node.id}
+    >
+      <Handle type="target" position={Position.Left} />
+      <div className="jp-SvPipeline-nodeTitle">
+        <span>{data.node.id}</span>
+        <span className="jp-SvPipeline-tag">{(p.template ?? 'ddp').toUpperCase()}</span>
+      </div>
+      <div className="jp-SvPipeline-nodeLine" data-role="topology">
+        {p.nodes ?? 1} node(s) x {p.gpus_per_node ?? 1} {p.gpu ?? 'default'} = {cards} card(s)
+      </div>
+      <div className="jp-SvPipeline-nodeLine" data-role="parallel">
+        dp {dp ?? '?'} x tp {tp} x pp {pp}
+      </div>
+      {mounts.map(ref => (
+        <div key={ref} className="jp-SvPipeline-nodeLine jp-SvPipeline-mount" title={data.info?.paths[ref] ?? ''}>
+          data: {ref}
+        </div>
+      ))}
+      {data.cost !== null && (
+        <div className="jp-SvPipeline-nodeLine jp-SvPipeline-cost" data-role="cost">
+          {data.cost}
+        </div>
+      )}
+      <Issues issues={data.issues} />
+      <RunBadge run={data.run} onOpen={data.onOpenJob} />
+      <Handle type="source" position={Position.Right} />
+    </div>
+  );
+}
+
+/** A dataset or model from the catalog: what it is and where it lies on the store. */
+export function EntryNodeView(props: NodeProps<EntryNode>): JSX.Element {
+  const { data } = props;
+  return (
+    <div
+      className={`jp-SvPipeline-node jp-SvPipeline-entry jp-SvPipeline-${data.node.kind} ${stateClass(data)}`}
+      data-node-id={data.node.id}
+    >
+      <div className="jp-SvPipeline-nodeTitle">
+        <span>{data.node.id}</span>
+        <span className="jp-SvPipeline-tag">{data.node.kind}</span>
+      </div>
+      <div className="jp-SvPipeline-nodeLine">{data.node.params.ref ?? '(pick an entry)'}</div>
+      <Issues issues={data.issues} />
+      <Handle type="source" position={Position.Right} />
+    </div>
+  );
+}
+
+export const NODE_TYPES = { train: TrainNodeView, entry: EntryNodeView };
