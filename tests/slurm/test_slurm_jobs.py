@@ -97,9 +97,9 @@ def test_a_node_set_down_requeues_the_job_which_resumes_when_it_is_back(
     job = slurm.submit(spec)
     wait_for_step(job, 9)
     slurm_cluster.run("scontrol", "update", "nodename=n2", "state=down", "reason=test")
-    wait_for(lambda: slurm.get(job.id).state is JobState.PENDING, timeout=60, why="the job to be requeued")
+    wait_for(lambda: slurm.get(job.id).state is JobState.RESUMING, timeout=60, why="the job to be requeued")
     pending = slurm.get(job.id)
-    assert "requeued 1 time" in (pending.reason or ""), pending.reason
+    assert "requeued 1 time" in (pending.reason or "") and pending.restarts == 1, pending.reason
     _no_processes_left(job)  # the first try's ranks are gone from both nodes
     stopped_at = last_step(job)
     slurm_cluster.run("scontrol", "update", "nodename=n2", "state=resume")
@@ -108,11 +108,14 @@ def test_a_node_set_down_requeues_the_job_which_resumes_when_it_is_back(
     logs = _text(slurm, job)
     assert re.search(r"resumed from step-\d{8}", logs), logs
     steps = [p.step for p in read_metrics(Path(job.experiment_dir), from_logs=False)]
-    assert stopped_at >= 9 and steps.count(0) == 1, steps  # the second try went on from a checkpoint
+    batch = (Path(job.experiment_dir) / "logs" / "batch.log").read_text()
+    assert stopped_at >= 9 and steps.count(0) == 1, (steps, batch, logs)  # the second try went on from a checkpoint
     assert set(steps) == set(range(30)) and steps[-1] == 29
     batch = (Path(job.experiment_dir) / "logs" / "batch.log").read_text()
     assert "try 1," in batch and "try 2," in batch
     assert json.loads((Path(job.experiment_dir) / "slurm-exit.json").read_text())["try"] == 2
+    (lost,) = json.loads((Path(job.experiment_dir) / "restarts.json").read_text())["events"]
+    assert lost["kind"] == "lost" and lost["action"] == "resumed" and job.restarts == 1
 
 
 def test_an_unknown_partition_is_refused_naming_the_setting(slurm: SlurmBackend) -> None:

@@ -112,7 +112,10 @@ def test_mounts_commands_resume_and_odd_paths_all_pass_bash_n(settings: Settings
     text = render_script(launch)
     _bash_n(text)
     assert "for path in /store/hub/llama '/store/wiki v1'; do" in text
-    assert "--max-restarts=2" in text and "'a b'" in text
+    # torchrun never restarts (a retried group cannot rejoin); the batch script requeues, up to the budgets
+    assert "--max-restarts=0" in text and "--max-restarts=2" not in text and "'a b'" in text
+    assert "requeued 2 time(s) (max_restarts)" in text and f"_requeue end {weird} " in text
+    assert text.rstrip().endswith('exit "$rc"') and "scontrol requeue" in text
     for output in ("sbatch", "yaml", "json"):
         rendered = SlurmBackend(settings).render(spec, output=output)
         script = (
@@ -205,7 +208,8 @@ def test_parsers() -> None:
     assert f["JobName"] == "a b" and f["Reason"] == "BeginTime" and f["NtasksPerN:B:S:C"] == "1:0:*:*"
     assert job_state("COMPLETED") is JobState.SUCCEEDED and job_state("CANCELLED by 0") is JobState.CANCELLED
     assert job_state("TIMEOUT") is JobState.FAILED and job_state("REQUEUED") is JobState.PENDING
-    assert job_state("NODE_FAIL", requeue=True) is JobState.PENDING and job_state("NODE_FAIL") is JobState.FAILED
+    assert job_state("NODE_FAIL", requeue=True) is JobState.PREEMPTED and job_state("NODE_FAIL") is JobState.FAILED
+    assert job_state("PREEMPTED", requeue=True) is JobState.PREEMPTED
 
 
 def test_slurm_settings_from_the_environment() -> None:

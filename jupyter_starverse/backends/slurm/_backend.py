@@ -35,6 +35,7 @@ from jupyter_starverse.experiments import (
 from jupyter_starverse.jobmodel import Job, JobSpec, JobState, NodeStatus
 from jupyter_starverse.watch import first_rank_error
 
+from .._restarts import PREEMPT_EXIT, PREEMPT_RESTARTS
 from .._runfolder import RunFolderBackend
 from .._torchrun import job_env
 from ..templates import check_template, framework_args, write_framework_files
@@ -48,6 +49,7 @@ from ._commands import (
     submit_env,
     submit_error,
 )
+from ._requeue import read_restarts
 from ._script import RANK_MODULE, SlurmLaunch, render_script
 
 __all__ = ["RECORD", "SCRIPT", "SlurmBackend"]
@@ -94,14 +96,25 @@ class SlurmBackend(RunFolderBackend):
         Seconds between the SIGTERM of ``cancel`` (ranks checkpoint) and ``scancel``.
     poll
         Seconds between two looks at slurmctld while waiting.
+    preempt_restarts
+        Requeues after preemptions and lost nodes; failures of the script are requeued
+        ``JobSpec.max_restarts`` times (the batch script keeps both, see ``_requeue``).
     """
 
     name = "slurm"
 
-    def __init__(self, settings: Settings, *, cancel_grace: float = CANCEL_GRACE_S, poll: float = 0.5) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        cancel_grace: float = CANCEL_GRACE_S,
+        poll: float = 0.5,
+        preempt_restarts: int = PREEMPT_RESTARTS,
+    ) -> None:
         self.settings = settings
         self.cancel_grace = cancel_grace
         self.poll = poll
+        self.preempt_restarts = max(0, preempt_restarts)
 
     # -- planning -----------------------------------------------------------------
     def partition(self, spec: JobSpec) -> str | None:
@@ -166,6 +179,9 @@ class SlurmBackend(RunFolderBackend):
             mounts=mounts,
             resume_from=str(resume.checkpoint.path) if resume and resume.checkpoint else None,
         )
+        # a SIGTERM (preemption, time limit, `jobs preempt`): checkpoint, then exit 143 before the grace ends
+        env["STARVERSE_PREEMPT_EXIT"] = str(PREEMPT_EXIT)
+        env["STARVERSE_STOP_GRACE"] = f"{self.cancel_grace:g}"
         if spec.budget is not None:  # costs: no supervisor beside the job, so it enforces its own cap
             from jupyter_starverse.costs import cap_env, load_price_table
 
@@ -185,6 +201,7 @@ class SlurmBackend(RunFolderBackend):
             time_limit=self.settings.slurm_time,
             gpu_flag=self.settings.slurm_gpu_flag,
             resume_from=env.get("STARVERSE_RESUME_FROM"),
+            preempt_restarts=self.preempt_restarts,
         )
         return launch, resume
 
@@ -317,10 +334,17 @@ class SlurmBackend(RunFolderBackend):
             restarts = 0
         else:
             state = job_state(info.state, requeue=info.requeue, finished=info.finished)
-            reason = self._reason(run, spec, info, state)
             started, hosts, restarts = info.started, info.nodes, info.restarts
+            if state is JobState.PENDING and restarts:
+                state = JobState.RESUMING  # requeued: waits for nodes, then resumes from the checkpoint
+            stopping = _stopping(run) if state is JobState.RUNNING else None
+            if stopping is not None:  # ranks got SIGTERM: they checkpoint, then the attempt ends
+                state = JobState.PREEMPTED
+            reason = self._reason(run, spec, info, state)
+            if stopping is not None:
+                reason = f"{stopping}; the job is requeued once every rank stopped"
             finished = info.finished if state.finished else None
-            if state is JobState.PENDING:
+            if state in (JobState.PENDING, JobState.RESUMING):
                 started = None
         if isinstance(cancel, dict) and (state.finished or (info is None and sid)):
             state, reason = JobState.CANCELLED, str(cancel.get("reason") or "cancelled")
@@ -347,6 +371,7 @@ class SlurmBackend(RunFolderBackend):
             finished=finished,
             reason=reason,
             nodes=nodes,
+            restarts=restarts,
         )
         if state.finished and sid:
             record["final"] = job.to_json()
@@ -376,6 +401,7 @@ class SlurmBackend(RunFolderBackend):
             finished=final.get("finished"),
             reason=final.get("reason"),
             nodes=nodes,
+            restarts=int(final.get("restarts") or 0),
         )
 
     def _unknown(
@@ -411,6 +437,13 @@ class SlurmBackend(RunFolderBackend):
 
     def _reason(self, run: RunPaths, spec: JobSpec, info: SlurmJobInfo, state: JobState) -> str | None:
         tries = f" (requeued {info.restarts} time(s))" if info.restarts else ""
+        kept = read_restarts(run)  # what the batch script's restart keeper decided (``_requeue``)
+        if state is JobState.FAILED and kept.get("final_reason"):
+            return str(kept["final_reason"]) + tries
+        if state in (JobState.PREEMPTED, JobState.RESUMING):
+            said = kept.get("reason") if kept["events"] and kept["events"][-1].get("action") == "resumed" else None
+            why = said or f"Slurm state {info.state}" + (f": {info.reason}" if info.reason else "")
+            return f"{why}{tries}"
         if state is JobState.PENDING:
             why = info.reason or "queued"
             stuck = _STUCK.get(why.split()[0].rstrip(","))
@@ -466,3 +499,31 @@ class SlurmBackend(RunFolderBackend):
             run_slurm(["scancel", str(sid)], check=False)
             job = self.wait(job_id, timeout=timeout)
         return job
+
+    def preempt(self, job_id: str) -> Job:
+        """The drill: ``scancel --signal=TERM`` to the job's steps, as a preemption's notice does.
+
+        Every rank checkpoints and exits 143; the batch script records a preemption and requeues the
+        job (``preempted -> resuming -> running``), which resumes from that checkpoint.
+        """
+        run, record = self._find(job_id)
+        job = self._job(run, record)
+        sid = record.get("slurm_job_id")
+        if job.state is not JobState.RUNNING or not sid:
+            raise ConflictError(
+                f"job {job_id} is {job.state.value}: only a running job can be preempted",
+                hint="run the drill while the job trains (`starverse jobs show ID`)",
+            )
+        run_slurm(["scancel", "--signal=TERM", str(sid)], check=False)
+        return self.get(job_id)
+
+
+def _stopping(run: RunPaths) -> str | None:
+    """The rank of this attempt that got SIGTERM and stopped (``stops/rankN.json``), as text."""
+    stops = [read_json(f) for f in run.stops.glob("rank*.json")] if run.stops.is_dir() else []
+    got = [s for s in stops if isinstance(s, dict)]
+    if not got:
+        return None
+    first = min(got, key=lambda s: float(s.get("signalled") or s.get("time") or 0))
+    where = f"rank {first.get('rank')} (node {first.get('node')})"
+    return f"preempted: {where} stopped on SIGTERM after step {first.get('step')}"

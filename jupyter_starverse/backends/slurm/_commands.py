@@ -334,11 +334,12 @@ REQUEUE_WINDOW_S = 60.0  # a requeuable job ended by these is requeued by slurmc
 def job_state(slurm_state: str, *, requeue: bool = False, finished: float | None = None) -> JobState:
     """Slurm's state word as a :class:`JobState` (TIMEOUT, NODE_FAIL, PREEMPTED, OOM ... are failures).
 
-    A requeuable job that just lost a node or was preempted is pending: slurmctld requeues it.
+    A requeuable job that just lost a node or was preempted is ``preempted``: slurmctld requeues
+    it (a requeued job waiting again is ``resuming``, decided by the caller from its restart count).
     """
     word = slurm_state.split()[0].rstrip("+") if slurm_state else ""
     if word in _REQUEUED_AFTER and requeue and (finished is None or time.time() - finished < REQUEUE_WINDOW_S):
-        return JobState.PENDING
+        return JobState.PREEMPTED
     if word in _PENDING:
         return JobState.PENDING
     if word in _RUNNING:

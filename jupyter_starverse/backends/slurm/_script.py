@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jupyter_starverse._version import __version__
+from jupyter_starverse.backends._restarts import PREEMPT_RESTARTS
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.jobmodel import JobSpec
 
@@ -20,6 +21,7 @@ __all__ = ["NODE_MODULE", "RANK_MODULE", "TERM_BEFORE_LIMIT_S", "SlurmLaunch", "
 
 NODE_MODULE = "jupyter_starverse.backends.slurm._node"
 RANK_MODULE = "jupyter_starverse.backends.slurm._rank"
+REQUEUE_MODULE = "jupyter_starverse.backends.slurm._requeue"
 
 #: seconds before the time limit at which the batch shell gets SIGTERM (checkpoint, then requeue)
 TERM_BEFORE_LIMIT_S = 120
@@ -43,6 +45,7 @@ class SlurmLaunch:
     time_limit: str | None = None
     gpu_flag: str = "gpus-per-node"
     resume_from: str | None = None
+    preempt_restarts: int = PREEMPT_RESTARTS  # requeues after preemptions; failures: spec.max_restarts
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -58,6 +61,7 @@ class SlurmLaunch:
             "time_limit": self.time_limit,
             "gpu_flag": self.gpu_flag,
             "resume_from": self.resume_from,
+            "preempt_restarts": self.preempt_restarts,
         }
 
 
@@ -98,7 +102,8 @@ def render_script(launch: SlurmLaunch) -> str:
         "# script under jupyter_starverse's worker, which writes logs/rankN.log, pids/ and errors/.",
         f"# Run folder (must be on a file system every node sees): {_one_line(run)}",
         "# Preemption, a lost node, or the time limit: SIGTERM -> every rank checkpoints -> the job",
-        "# is requeued and resumes from its latest checkpoint. `starverse jobs cancel` is final.",
+        f"# is requeued and resumes from its latest checkpoint ({launch.preempt_restarts} time(s) at most); a failure",
+        f"# of the script is requeued {spec.max_restarts} time(s) (max_restarts). `starverse jobs cancel` is final.",
         "#",
     ]
     partition_note = f"partition of {spec.accelerator} (STARVERSE_SLURM_PARTITIONS)" if launch.partition else ""
@@ -153,8 +158,13 @@ def render_script(launch: SlurmLaunch) -> str:
         f"PYTHON={_q(launch.python)}",
         "head=$(hostname)",
         'port=$("$PYTHON" -c \'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])\')',
-        "try=$(( ${SLURM_RESTART_COUNT:-0} + 1 ))",
+        "attempt=${SLURM_RESTART_COUNT:-0}",
+        "try=$(( attempt + 1 ))",
+        "started=$(date +%s)",
+        "export STARVERSE_ATTEMPT=$attempt",
         'echo "starverse: Slurm job $SLURM_JOB_ID, try $try, nodes $SLURM_JOB_NODELIST, rendezvous $head:$port"',
+        "# a requeue slurmctld made on its own (a lost node) spends the preemption budget too",
+        f'"$PYTHON" -m {REQUEUE_MODULE} begin {_q(run)} "$attempt" {launch.preempt_restarts} || exit 1',
         "",
         "# -- one torchrun agent per node; its output goes to logs/node<N>.log. `_node` sets",
         "#    STARVERSE_NODE_INDEX and blocks SIGTERM in the agent, so that a Slurm signal reaches each",
@@ -165,22 +175,25 @@ def render_script(launch: SlurmLaunch) -> str:
         '    "$PYTHON" -m torch.distributed.run \\',
         f"    --nnodes={spec.nodes} --nproc-per-node={spec.procs_per_node} \\",
         '    --rdzv-backend=c10d --rdzv-endpoint="$head:$port" --rdzv-id="$SLURM_JOB_ID-$try" \\',
-        f"    --max-restarts={max(spec.max_restarts, 0)} \\",
+        "    --max-restarts=0 \\",
         "    " + " ".join(_q(a) for a in launch.entry) + " &",
         "agents=$!",
         "",
         "# SIGTERM to this shell (time limit, preemption): pass it to the ranks (not to srun, which",
-        "# would kill them at once), let them checkpoint, then requeue unless the job was cancelled.",
+        "# would kill them at once) and let them checkpoint.",
         "stopping=0",
         "trap 'stopping=1; scancel --signal=TERM \"$SLURM_JOB_ID\"' TERM",
         'while :; do wait "$agents"; rc=$?; kill -0 "$agents" 2>/dev/null || break; done',
-        "",
-        f'if [ "$stopping" = 1 ] && [ ! -e {_q(run + "/cancel.json")} ]; then',
-        '    echo "starverse: stopped before the time limit (exit $rc): requeueing to resume from the checkpoint"',
-        '    scontrol requeue "$SLURM_JOB_ID"',
-        "fi",
         f'printf \'{{"slurm_job_id": "%s", "try": %d, "exit_code": %d, "time": %d}}\\n\' '
         f'"$SLURM_JOB_ID" "$try" "$rc" "$(date +%s)" > {_q(run + "/slurm-exit.json")}',
+        "",
+        "# The attempt ended: a preemption (a rank stopped on SIGTERM) or a failure is requeued while its",
+        "# budget lasts (restarts.json says why); a success, a cancel or a spent budget is final.",
+        f'if "$PYTHON" -m {REQUEUE_MODULE} end {_q(run)} "$attempt" "$rc" "$stopping" "$started" '
+        f"{spec.max_restarts} {launch.preempt_restarts}; then",
+        '    echo "starverse: requeueing to resume from the checkpoint"',
+        '    scontrol requeue "$SLURM_JOB_ID"',
+        "fi",
         'exit "$rc"',
         "",
     ]
