@@ -10,7 +10,7 @@
             pids/rank0.json ...  errors/rank1.json ...   (the attempt that runs now)
             errors/attempt-0/rank1.json  stops/attempt-0/rank0.json   (earlier attempts, kept apart)
             stops/rank0.json ...   (a rank stopped by SIGTERM: when, at which step, checkpoint)
-            metrics.jsonl  tensorboard/  wandb/
+            metrics.jsonl  ranks/rank1.jsonl ...  (every rank's own speed and loss)  tensorboard/  wandb/
 
 The run folder is the job's truth: any process reading it sees the same job.
 """

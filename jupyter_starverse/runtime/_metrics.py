@@ -5,11 +5,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 from ._env import job_env
+from ._guards import check_loss
 
-__all__ = ["close_metrics", "log_metrics"]
+__all__ = ["RANK_EVERY_S", "close_metrics", "log_metrics"]
 
 _sinks: dict[str, Any] = {}
 
@@ -44,12 +46,47 @@ def _wandb() -> Any:
     return _sinks["wandb"]
 
 
+#: Seconds between two records of a rank other than 0 (its own throughput and loss, for the monitor).
+RANK_EVERY_S = 2.0
+_last_rank_record: list[float] = []
+
+
+def _rank_due(now: float) -> bool:
+    """A rank other than 0 records at most every :data:`RANK_EVERY_S` (the first call always)."""
+    if _last_rank_record and now - _last_rank_record[0] < RANK_EVERY_S:
+        return False
+    _last_rank_record[:] = [now]
+    return True
+
+
+def _rank_record(run_dir: Path, rank: int, step: int, values: dict[str, Any]) -> None:
+    """Append one line to ``ranks/rankN.jsonl``: this rank's own step, time and values."""
+    key = f"rank{rank}"
+    if key not in _sinks:
+        folder = run_dir / "ranks"
+        folder.mkdir(parents=True, exist_ok=True)
+        _sinks[key] = (folder / f"{key}.jsonl").open("a", buffering=1)
+    numbers = {k: _number(v) for k, v in values.items()}
+    check_loss(step, numbers)  # NaN/inf for STARVERSE_NAN_STEPS steps in a row: stop (see _guards)
+    _sinks[key].write(json.dumps({"step": int(step), "time": time.time(), "rank": rank, **numbers}) + "\n")
+
+
 def log_metrics(step: int, *, all_ranks: bool = False, **values: Any) -> None:
-    """Record ``values`` (numbers or 0-d tensors) at ``step``; rank 0 only unless ``all_ranks``."""
+    """Record ``values`` (numbers or 0-d tensors) at ``step``: every call on rank 0 (``metrics.jsonl``).
+
+    Every other rank keeps its own record (``ranks/rankN.jsonl``) every :data:`RANK_EVERY_S`
+    seconds, so the monitor shows each rank's throughput and loss at a cost that does not grow
+    with the step rate; with ``all_ranks`` it records into ``metrics.jsonl`` on every call.
+    Name a throughput ``tokens_per_s`` and a model-FLOPs rate ``tflops_per_card``: the monitor
+    and the panel show them.
+    """
     env = job_env()
     if env.rank != 0 and not all_ranks:
+        if env.run_dir is not None and _rank_due(time.time()):
+            _rank_record(env.run_dir, env.rank, step, values)
         return
     numbers = {k: _number(v) for k, v in values.items()}
+    check_loss(step, numbers)  # NaN/inf for STARVERSE_NAN_STEPS steps in a row: stop (see _guards)
     record = {"step": int(step), "time": time.time(), "rank": env.rank, **numbers}
     if env.run_dir is None:
         print(" ".join([f"step {step}", *(f"{k}={v:.6g}" for k, v in numbers.items())]), flush=True)
@@ -73,8 +110,9 @@ def close_metrics() -> None:
     for key, sink in list(_sinks.items()):
         if sink is None:
             continue
-        if key == "jsonl" or key == "tb":
+        if key == "jsonl" or key == "tb" or key.startswith("rank"):
             sink.close()
         elif key == "wandb":
             sink.finish()
     _sinks.clear()
+    _last_rank_record.clear()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ._follow import follow_logs
 from ._progress import JobProgress, RankRecord, RankView, format_duration, job_summary, startup_phase, summarize
-from ._ranks import first_rank_error, read_job_metrics, read_rank_records
+from ._ranks import first_rank_error, read_job_metrics, read_rank_points, read_rank_records
 from ._reader import MetricsFollower, last_lines, tail_run_logs
 from ._watch import JobWatch, Meter
 
@@ -25,6 +25,7 @@ __all__ = [
     "job_summary",
     "last_lines",
     "read_job_metrics",
+    "read_rank_points",
     "read_rank_records",
     "startup_phase",
     "summarize",

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from jupyter_starverse._format import format_count, format_metric, format_rate
 from jupyter_starverse._format import format_duration as _format_duration
 from jupyter_starverse.experiments import JobSummary, MetricPoint, progress
 from jupyter_starverse.jobmodel import Job, JobState
@@ -51,6 +52,11 @@ class RankView:
     pid: int | None = None
     restarts: int = 0
     error: str | None = None
+    steps_per_s: float | None = None  # this rank's own speed over its last records
+    metric: str | None = None  # the job's chosen metric (loss) ...
+    value: float | None = None  # ... as this rank last logged it
+    tokens_per_s: float | None = None  # when the script logs ``tokens_per_s``
+    tflops: float | None = None  # when it logs ``tflops_per_card`` (or ``tflops``)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -62,7 +68,26 @@ class RankView:
             "pid": self.pid,
             "restarts": self.restarts,
             "error": self.error,
+            "steps_per_s": self.steps_per_s,
+            "metric": self.metric,
+            "value": self.value,
+            "tokens_per_s": self.tokens_per_s,
+            "tflops": self.tflops,
+            "stats": self.stats_text(),
         }
+
+    def stats_text(self) -> str:
+        """``2.10 steps/s  loss 1.234  5,120 tokens/s  1.2 TFLOPS`` (what this rank reported)."""
+        bits = []
+        if self.steps_per_s is not None:
+            bits.append(format_rate(self.steps_per_s))
+        if self.metric and self.value is not None:
+            bits.append(f"{self.metric} {format_metric(self.value)}")
+        if self.tokens_per_s is not None:
+            bits.append(f"{format_count(round(self.tokens_per_s))} tokens/s")
+        if self.tflops is not None:
+            bits.append(f"{format_metric(self.tflops)} TFLOPS")
+        return "  ".join(bits)
 
 
 @dataclass(frozen=True)
@@ -84,6 +109,8 @@ class JobProgress:
     cost_text: str | None
     ranks: tuple[RankView, ...]
     restarts: int = 0  # relaunches of the whole job (preemptions, lost nodes, retried failures)
+    tokens_per_s: float | None = None  # the lead rank's last ``tokens_per_s``, when the script logs it
+    tflops: float | None = None  # its last ``tflops_per_card`` (model FLOPs per card), when logged
 
     @property
     def fraction(self) -> float | None:
@@ -110,6 +137,8 @@ class JobProgress:
             "cost_text": self.cost_text,
             "ranks": [r.to_json() for r in self.ranks],
             "restarts": self.restarts,
+            "tokens_per_s": self.tokens_per_s,
+            "tflops": self.tflops,
             "line": self.line(),
             "line_fields": [{"key": key, "text": text} for key, text in self.line_fields()],
         }
@@ -117,7 +146,8 @@ class JobProgress:
     def line_fields(self) -> list[tuple[str, str]]:
         """The progress line as ``(key, text)`` fields, in order; the one definition of the line.
 
-        Keys: ``state``, ``step``, ``metric``, ``speed``, ``eta``, ``elapsed``, ``cost``, ``restarts``.
+        Keys: ``state``, ``step``, ``metric``, ``speed``, ``tokens``, ``tflops``, ``eta``, ``elapsed``,
+        ``cost``, ``restarts``.
         REST serves them (``line_fields``) so the side panel shows exactly what Python prints.
         """
         fields = [("state", self.state.value)]
@@ -126,9 +156,13 @@ class JobProgress:
             pct = f" ({self.fraction:.0%})" if self.fraction is not None else ""
             fields.append(("step", f"step {self.step + 1}{total}{pct}"))
         if self.value is not None and self.metric:
-            fields.append(("metric", f"{self.metric} {self.value:.4g}"))
+            fields.append(("metric", f"{self.metric} {format_metric(self.value)}"))
         if self.steps_per_s is not None:
-            fields.append(("speed", f"{self.steps_per_s:.2f} steps/s"))
+            fields.append(("speed", format_rate(self.steps_per_s)))
+        if self.tokens_per_s is not None:
+            fields.append(("tokens", f"{format_count(round(self.tokens_per_s))} tokens/s"))
+        if self.tflops is not None:
+            fields.append(("tflops", f"{format_metric(self.tflops)} TFLOPS/card"))
         if self.eta_s is not None and not self.state.finished:
             fields.append(("eta", f"ETA {format_duration(self.eta_s)}"))
         fields.append(("elapsed", f"elapsed {format_duration(self.elapsed_s)}"))
@@ -146,6 +180,37 @@ class JobProgress:
 def format_duration(seconds: float) -> str:
     """``75`` -> ``1m15s``; ``3700`` -> ``1h01m`` (see :func:`jupyter_starverse._format.format_duration`)."""
     return _format_duration(seconds)
+
+
+_TFLOPS_KEYS = ("tflops_per_card", "tflops")
+
+
+def _tflops(values: Mapping[str, float]) -> float | None:
+    return next((values[k] for k in _TFLOPS_KEYS if k in values), None)
+
+
+def _rate(points: Sequence[MetricPoint]) -> float | None:
+    """Steps per second between a rank's last two timed records."""
+    timed = [p for p in points if p.time is not None]
+    if len(timed) < 2:
+        return None
+    a, b = timed[-2], timed[-1]
+    dt = (b.time or 0.0) - (a.time or 0.0)
+    return (b.step - a.step) / dt if dt > 0 and b.step > a.step else None
+
+
+def _with_stats(view: RankView, points: Sequence[MetricPoint], metric: str | None, speed: float | None) -> RankView:
+    if not points:
+        return view
+    last = points[-1].values
+    return replace(
+        view,
+        steps_per_s=speed if speed is not None else _rate(points),
+        metric=metric if metric in last else None,
+        value=last.get(metric) if metric else None,
+        tokens_per_s=last.get("tokens_per_s"),
+        tflops=_tflops(last),
+    )
 
 
 def _rank_view(job: Job, rank: int, records: Sequence[RankRecord], last_step_of: dict[int, int]) -> RankView:
@@ -190,6 +255,7 @@ def summarize(
     now: float | None = None,
     cost: Cost | str | None = None,
     ranks: Sequence[RankRecord] = (),
+    rank_points: Mapping[int, Sequence[MetricPoint]] | None = None,
 ) -> JobProgress:
     """Build the :class:`JobProgress` of ``job`` from its metric records.
 
@@ -206,6 +272,9 @@ def summarize(
     ranks
         What each rank's worker recorded (pid, node, restarts, error); ranks without a
         record are placed by the launch order ``node x procs_per_node + local rank``.
+    rank_points
+        The last records each rank other than the lead kept of itself (``ranks/rankN.jsonl``):
+        its own speed, loss, tokens/s and TFLOPS.
     """
     now = time.time() if now is None else now
     spec = job.spec
@@ -232,7 +301,17 @@ def summarize(
         amount, currency, cost_text = cost.amount, cost.currency, cost.figure
         if cost.budget is not None:
             cost_text += f" of {cost.budget} {cost.currency} budget" + (" (reached)" if cost.over_budget else "")
+    own = {r: list(p) for r, p in (rank_points or {}).items() if r != lead}
+    for r, pts in own.items():
+        if pts:
+            last_step_of[r] = max(last_step_of.get(r, pts[-1].step), pts[-1].step)
     views = [_rank_view(job, r, ranks, last_step_of) for r in range(spec.world_size)]
+    views = [
+        _with_stats(v, lead_records, metric, where.steps_per_s) if v.rank == lead
+        else _with_stats(v, own.get(v.rank, ()), metric, None)
+        for v in views
+    ]  # fmt: skip
+    last_values = lead_records[-1].values if lead_records else {}
     return JobProgress(
         job_id=job.id,
         state=job.state,
@@ -249,6 +328,8 @@ def summarize(
         cost_text=cost_text,
         ranks=tuple(views),
         restarts=job.restarts,
+        tokens_per_s=last_values.get("tokens_per_s"),
+        tflops=_tflops(last_values),
     )
 
 

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from jupyter_starverse.experiments import MetricPoint, RunPaths, read_json, read_metrics
+from jupyter_starverse.experiments import MetricPoint, RunPaths, metric_point, read_json, read_metrics
 from jupyter_starverse.jobmodel import Job
 
 from ._progress import RankRecord
+from ._reader import last_lines
 
-__all__ = ["first_rank_error", "read_job_metrics", "read_rank_records"]
+__all__ = ["MAX_RANK_FILES", "first_rank_error", "read_job_metrics", "read_rank_points", "read_rank_records"]
+
+#: Ranks whose own records a poll reads (the monitor shows them one per row).
+MAX_RANK_FILES = 256
 
 
 def read_job_metrics(job: Job) -> list[MetricPoint]:
@@ -61,3 +66,23 @@ def first_rank_error(run: RunPaths) -> str | None:
 def _time(record: dict[str, object]) -> float:
     value = record.get("time", 0)
     return float(value) if isinstance(value, (int, float)) else 0.0
+
+
+def read_rank_points(job: Job, *, last: int = 2) -> dict[int, list[MetricPoint]]:
+    """The last records each rank kept of itself (``ranks/rankN.jsonl``), read from the files' ends."""
+    folder = RunPaths(Path(job.experiment_dir)).root / "ranks"
+    if not folder.is_dir():
+        return {}
+    out: dict[int, list[MetricPoint]] = {}
+    for rank in range(1, min(job.spec.world_size, MAX_RANK_FILES)):
+        points = []
+        for line in last_lines(folder / f"rank{rank}.jsonl", last):
+            try:
+                point = metric_point(json.loads(line))
+            except ValueError:
+                continue
+            if point is not None:
+                points.append(point)
+        if points:
+            out[rank] = points
+    return out

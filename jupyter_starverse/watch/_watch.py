@@ -15,7 +15,7 @@ from jupyter_starverse.experiments import MetricPoint
 from jupyter_starverse.jobmodel import Job, JobState, LaunchBackend, LogLine
 
 from ._progress import JobProgress, summarize
-from ._ranks import read_rank_records
+from ._ranks import read_rank_points, read_rank_records
 from ._reader import MetricsFollower
 
 if TYPE_CHECKING:
@@ -75,7 +75,13 @@ class JobWatch:
     def progress(self, *, job: Job | None = None) -> JobProgress:
         """Step, ETA, throughput, metric series and cost so far."""
         job = job if job is not None else self.job
-        return summarize(job, self._metrics.read(job), cost=self.cost(job=job), ranks=read_rank_records(job))
+        return summarize(
+            job,
+            self._metrics.read(job),
+            cost=self.cost(job=job),
+            ranks=read_rank_records(job),
+            rank_points=read_rank_points(job),
+        )
 
     def cost(self, *, job: Job | None = None) -> Cost | str | None:
         """What the job cost so far; a sentence saying why when it cannot be priced."""

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from jupyter_starverse._format import format_rate, format_step
+from jupyter_starverse._format import format_count, format_metric, format_rate, format_step
 from jupyter_starverse.jobmodel import Job, JobState, LogLine
 from jupyter_starverse.watch import JobProgress, format_duration
 
@@ -65,15 +65,18 @@ def _ranks_table(job: Job, progress: JobProgress) -> str:
             bits.append(f'<span style="color:#d62728">{escape(r.error)}</span>')
         if node is not None and r.local_rank == 0 and node.reason:
             bits.append(f"node: {escape(node.reason)}")
-        step = "-" if r.last_step is None else str(r.last_step)
+        step = "-" if r.last_step is None else str(r.last_step + 1)
         rows.append(
             f"<tr><td>node{r.node}</td><td>rank {r.rank}</td><td>{_badge(r.state)}</td>"
-            f"<td>{step}</td><td>{' '.join(b for b in bits if b)}</td></tr>"
+            f"<td>{step}</td><td class='starverse-rank-stats'>{escape(r.stats_text())}</td>"
+            f"<td>{' '.join(b for b in bits if b)}</td></tr>"
         )
     return (
         '<table class="starverse-ranks" '
         'style="font-size:12px;border-spacing:8px 2px;margin-left:8px;white-space:nowrap">'
-        "<tr><th>node</th><th>rank</th><th>state</th><th>step</th><th></th></tr>" + "".join(rows) + "</table>"
+        "<tr><th>node</th><th>rank</th><th>state</th><th>step</th><th>throughput, loss</th><th></th></tr>"
+        + "".join(rows)
+        + "</table>"
     )
 
 
@@ -187,6 +190,10 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
             bits.append(f"ETA {format_duration(p.eta_s)}")
         if p.steps_per_s is not None:
             bits.append(format_rate(p.steps_per_s))
+        if p.tokens_per_s is not None:
+            bits.append(f"{format_count(round(p.tokens_per_s))} tokens/s")
+        if p.tflops is not None:
+            bits.append(f"{format_metric(p.tflops)} TFLOPS/card")
         bits.append(f"elapsed {format_duration(p.elapsed_s)}")
         if p.cost_text is not None:
             bits.append(f"cost {escape(p.cost_text)}")
@@ -235,8 +242,7 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
         self.errors.append(text)
         del self.errors[:-50]
         self.error.value = (
-            f'<div class="starverse-error" style="color:#d62728">{time.strftime("%H:%M:%S")} '
-            f"{escape(text)}</div>"
+            f'<div class="starverse-error" style="color:#d62728">{time.strftime("%H:%M:%S")} {escape(text)}</div>'
         )
         self.error.layout.display = ""
 

@@ -74,10 +74,28 @@ export interface IRankView {
   pid: number | null;
   restarts: number;
   error: string | null;
+  /** This rank's own speed, loss, tokens/s and TFLOPS as it last logged them (null: not logged). */
+  steps_per_s: number | null;
+  metric: string | null;
+  value: number | null;
+  tokens_per_s: number | null;
+  tflops: number | null;
+  /** The same, as the server writes it (`2.00 steps/s  loss 1.9  1.2 TFLOPS`); empty when none. */
+  stats: string;
 }
 
 /** Which part of a job's progress line a field is, in the order they appear. */
-export type JobLineKey = 'state' | 'step' | 'metric' | 'speed' | 'eta' | 'elapsed' | 'cost';
+export type JobLineKey =
+  | 'state'
+  | 'step'
+  | 'metric'
+  | 'speed'
+  | 'tokens'
+  | 'tflops'
+  | 'eta'
+  | 'elapsed'
+  | 'cost'
+  | 'restarts';
 
 /** One field of `JobProgress.line`, e.g. `{ key: 'step', text: 'step 40/100 (40%)' }`. */
 export interface IJobLineField {

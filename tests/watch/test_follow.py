@@ -19,7 +19,8 @@ def test_a_rank_is_attributed_to_the_node_its_worker_recorded(tmp_path: Path) ->
     (run.pids / "rank0.json").write_text(json.dumps({"rank": 0, "node": 1, "pid": 11}))
     (run.pids / "rank1.json").write_text(json.dumps({"rank": 1, "node": 0, "pid": 12}))
     lines = [
-        line for line in follow_logs(run, world_size=2, nodes=2, rank=None, follow=False, finished=lambda: True)
+        line
+        for line in follow_logs(run, world_size=2, nodes=2, rank=None, follow=False, finished=lambda: True)
         if line.rank is not None
     ]
     assert [(line.rank, line.node, line.text) for line in lines] == [(0, 1, "loss 1.0"), (1, 0, "loss 2.0")]

@@ -13,8 +13,15 @@ def _job(state: JobState = JobState.RUNNING, *, steps: int | None = 10, finished
     spec = JobSpec(name="t", code="print(1)", nodes=2, procs_per_node=2, steps=steps)
     nodes = tuple(NodeStatus(index=i, state=state, pid=100 + i) for i in range(2))
     return Job(
-        id="t-1", backend="local", spec=spec, state=state, experiment_dir="/x", created=1000.0,
-        started=1010.0, finished=finished, nodes=nodes,
+        id="t-1",
+        backend="local",
+        spec=spec,
+        state=state,
+        experiment_dir="/x",
+        created=1000.0,
+        started=1010.0,
+        finished=finished,
+        nodes=nodes,
     )
 
 
@@ -128,3 +135,24 @@ def test_cost_text_names_the_budget(settings) -> None:
     assert early.cost_text is not None and early.cost_text.endswith(f"of 0.5 {early.currency} budget")
     late = summarize(job, [], now=10**6, cost=service.meter(job, now=10**6))
     assert late.cost_text is not None and late.cost_text.endswith("budget (reached)")
+
+
+def test_each_rank_shows_its_own_speed_loss_tokens_and_tflops() -> None:
+    lead = [
+        MetricPoint(step, {"loss": 3.0 - step * 0.5, "tokens_per_s": 5120.0, "tflops_per_card": 1.2}, 2000.0 + step, 0)
+        for step in range(3)
+    ]
+    # rank 2 kept its own records (ranks/rank2.jsonl): 4 steps in 2 s, its own loss
+    own = {2: [MetricPoint(0, {"loss": 3.1}, 2000.0, 2), MetricPoint(4, {"loss": 1.9}, 2002.0, 2)]}
+    p = summarize(_job(), lead, now=2010.0, rank_points=own)
+    r0, r1, r2, r3 = p.ranks
+    assert (r0.steps_per_s, r0.value, r0.tokens_per_s, r0.tflops) == (pytest.approx(1.0), 2.0, 5120.0, 1.2)
+    assert r0.stats_text() == "1.00 steps/s  loss 2  5,120 tokens/s  1.2 TFLOPS"
+    assert (r2.steps_per_s, r2.metric, r2.value, r2.last_step) == (pytest.approx(2.0), "loss", 1.9, 4)
+    assert r2.stats_text() == "2.00 steps/s  loss 1.9"
+    assert r1.stats_text() == r3.stats_text() == ""  # ranks that kept no record show nothing made up
+    # the job's line carries the lead rank's throughput and TFLOPS, as the seed article's logs do
+    fields = dict(p.line_fields())
+    assert fields["tokens"] == "5,120 tokens/s" and fields["tflops"] == "1.2 TFLOPS/card"
+    data = p.to_json(points=False)
+    assert data["tflops"] == 1.2 and data["ranks"][2]["steps_per_s"] == pytest.approx(2.0)

@@ -68,7 +68,13 @@ def test_tail_run_logs(tmp_path: Path) -> None:
     out = tail_run_logs(job, ranks, lines=8)
     assert out is not None
     assert [ln.render() for ln in out] == [
-        "[0] r0 6", "[0] r0 7", "[0] r0 8", "[0] r0 9", "[1] r1 only", "[node1] agent b", "[node1] agent c",
+        "[0] r0 6",
+        "[0] r0 7",
+        "[0] r0 8",
+        "[0] r0 9",
+        "[1] r1 only",
+        "[node1] agent b",
+        "[node1] agent c",
     ]
     assert out[0].node == 1 and out[4].node == 0
     one = tail_run_logs(job, ranks, lines=2, rank=1)

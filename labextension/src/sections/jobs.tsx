@@ -134,6 +134,17 @@ function JobRow(props: { job: IJob; onChanged: () => void }): JSX.Element {
           </span>
         ))}
       </div>
+      {p.ranks.some(r => r.stats) && (
+        <ul className="jp-Starverse-rankStats" aria-label="Each rank's throughput and loss">
+          {p.ranks
+            .filter(r => r.stats)
+            .map(r => (
+              <li key={r.rank} data-rank={r.rank}>
+                <span className="jp-Starverse-rankName">rank {r.rank}</span> {r.stats}
+              </li>
+            ))}
+        </ul>
+      )}
       {job.reason && <div className="jp-Starverse-jobReason">{job.reason}</div>}
       <div className="jp-Starverse-jobActions">
         <button className="jp-Button jp-mod-minimal jp-Starverse-logsButton" onClick={() => toggle('logs')}>

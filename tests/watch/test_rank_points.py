@@ -1,0 +1,47 @@
+"""Every rank keeps its own speed and loss (``ranks/rankN.jsonl``); the watch reads them from the ends."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jupyter_starverse import runtime as sv
+from jupyter_starverse.experiments import read_metrics
+from jupyter_starverse.jobmodel import Job, JobSpec, JobState
+from jupyter_starverse.runtime import _metrics
+from jupyter_starverse.watch import read_rank_points
+
+
+@pytest.fixture
+def rank2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """This process looks like rank 2 of a 4-rank job whose run folder is ``tmp_path/run``."""
+    run = tmp_path / "run"
+    monkeypatch.setenv("STARVERSE_EXPERIMENT_DIR", str(run))
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    sv.job_env.cache_clear()
+    yield run
+    _metrics.close_metrics()
+    sv.job_env.cache_clear()
+
+
+def test_a_rank_records_itself_at_most_every_few_seconds(rank2: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(_metrics.time, "time", lambda: clock[0])
+    for step in range(10):  # 10 steps in 1 s: one record (the first), not ten
+        sv.log_metrics(step, loss=3.0 - step * 0.1, tokens_per_s=2048)
+        clock[0] += 0.1
+    clock[0] += _metrics.RANK_EVERY_S
+    sv.log_metrics(30, loss=1.5, tokens_per_s=4096)
+    _metrics.close_metrics()
+    assert read_metrics(rank2) == []  # metrics.jsonl stays rank 0's (and all_ranks records)
+    lines = (rank2 / "ranks" / "rank2.jsonl").read_text().splitlines()
+    assert len(lines) == 2
+
+    job = Job("j-1", "local", JobSpec(name="j", code="x=1", procs_per_node=4), JobState.RUNNING, str(rank2), 0.0)
+    points = read_rank_points(job)
+    assert list(points) == [2]
+    assert [(p.step, p.values["loss"], p.rank) for p in points[2]] == [(0, 3.0, 2), (30, 1.5, 2)]
+    assert points[2][-1].time == pytest.approx(1000.0 + 1.0 + _metrics.RANK_EVERY_S)
