@@ -52,15 +52,22 @@ def recipe_spec(
     if getattr(args, "recipe", None) is None:
         for flag in ("model", "data", "param"):
             if getattr(args, flag, None):
-                raise BadInputError(f"--{flag} is an option of --recipe", field=flag,
-                                    hint="add --recipe NAME (`starverse recipes ls`)")  # fmt: skip
+                raise BadInputError(
+                    f"--{flag} is an option of --recipe", field=flag, hint="add --recipe NAME (`starverse recipes ls`)"
+                )
         return None
     if not args.model:
-        raise BadInputError("--recipe needs --model hf:ORG/NAME", field="model",
-                            hint="a model pulled into the store (`starverse store pull hf:ORG/NAME`)")  # fmt: skip
+        raise BadInputError(
+            "--recipe needs --model hf:ORG/NAME",
+            field="model",
+            hint="a model pulled into the store (`starverse store pull hf:ORG/NAME`)",
+        )
     if getattr(args, "script", None) or isinstance(getattr(args, "command", None), list):  # launch's own
-        raise BadInputError("give either --recipe or a script/--command", field="recipe",
-                            hint="a recipe brings its own trainer; a %%sv train cell may replace it")  # fmt: skip
+        raise BadInputError(
+            "give either --recipe or a script/--command",
+            field="recipe",
+            hint="a recipe brings its own trainer; a %%sv train cell may replace it",
+        )
     return client.recipes.spec(
         args.recipe,
         model=args.model,

@@ -22,8 +22,15 @@ from ._model import Recipe
 if TYPE_CHECKING:
     from ._service import RecipeService
 
-__all__ = ["DATASET_NAME", "ENTRY", "dataset_info", "find_llamafactory", "llamafactory_config", "llamafactory_spec",
-           "render_yaml"]  # fmt: skip
+__all__ = [
+    "DATASET_NAME",
+    "ENTRY",
+    "dataset_info",
+    "find_llamafactory",
+    "llamafactory_config",
+    "llamafactory_spec",
+    "render_yaml",
+]
 
 DATASET_NAME = "starverse"
 ENTRY = Path(__file__).with_name("train") / "llamafactory_entry.py"
@@ -38,9 +45,17 @@ def dataset_info(objective: str, files: list[str]) -> dict[str, Any]:
     """``dataset_info.json``: one dataset named ``starverse`` over ``files`` (folders or ``*.jsonl``)."""
     entry: dict[str, Any] = {"file_name": files[0] if len(files) == 1 else files}
     if objective == "sft":
-        entry |= {"formatting": "sharegpt", "columns": {"messages": "messages"},
-                  "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user",
-                           "assistant_tag": "assistant", "system_tag": "system"}}  # fmt: skip
+        entry |= {
+            "formatting": "sharegpt",
+            "columns": {"messages": "messages"},
+            "tags": {
+                "role_tag": "role",
+                "content_tag": "content",
+                "user_tag": "user",
+                "assistant_tag": "assistant",
+                "system_tag": "system",
+            },
+        }
     elif objective in ("dpo", "reward"):
         entry |= {"ranking": True, "columns": {"prompt": "prompt", "chosen": "chosen", "rejected": "rejected"}}
     elif objective == "kto":
@@ -50,8 +65,9 @@ def dataset_info(objective: str, files: list[str]) -> dict[str, Any]:
     return {DATASET_NAME: entry}
 
 
-def llamafactory_config(values: dict[str, Any], *, objective: str, model_dir: str, dataset_dir: str,
-                        output_dir: str, accumulation: int) -> dict[str, Any]:  # fmt: skip
+def llamafactory_config(
+    values: dict[str, Any], *, objective: str, model_dir: str, dataset_dir: str, output_dir: str, accumulation: int
+) -> dict[str, Any]:
     """The training YAML (as a dict) for the recipe's parameters and the job's batch plan."""
     precision = values.get("precision", "auto")
     config: dict[str, Any] = {
@@ -130,10 +146,21 @@ def llamafactory_spec(
     world = int(job.get("nodes", 1)) * int(job.get("procs_per_node", 1))
     plan = batch_plan(global_batch=values["global_batch"], micro_batch=values["micro_batch"], world_size=world)
     files = [str(service.catalog.mount(d)) for d in data]
-    config = llamafactory_config({**values, "micro_batch": plan.micro_batch}, objective=recipe.objective,
-                                 model_dir=str(service.catalog.mount(model)), dataset_dir="<run>/llamafactory",
-                                 output_dir="<run>/model", accumulation=plan.accumulation)  # fmt: skip
-    argv = (python, str(ENTRY), "--config", json.dumps(config), "--dataset-info",
-            json.dumps(dataset_info(recipe.objective, files)))  # fmt: skip
+    config = llamafactory_config(
+        {**values, "micro_batch": plan.micro_batch},
+        objective=recipe.objective,
+        model_dir=str(service.catalog.mount(model)),
+        dataset_dir="<run>/llamafactory",
+        output_dir="<run>/model",
+        accumulation=plan.accumulation,
+    )
+    argv = (
+        python,
+        str(ENTRY),
+        "--config",
+        json.dumps(config),
+        "--dataset-info",
+        json.dumps(dataset_info(recipe.objective, files)),
+    )
     mounts = tuple(dict.fromkeys([model, *data, *job.pop("mounts", ())]))
     return JobSpec(name=name or recipe.name, command=argv, mounts=mounts, steps=values["steps"], **job)

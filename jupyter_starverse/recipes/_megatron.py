@@ -126,8 +126,9 @@ def pretokenize(folder: Path, model_dir: Path, out: Path) -> IndexedDataset:
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     eod = tok.eos_token_id
-    docs = (list(tok(t, add_special_tokens=False)["input_ids"]) + ([eod] if eod is not None else []) for t in
-            _texts(folder))  # fmt: skip
+    docs = (
+        list(tok(t, add_special_tokens=False)["input_ids"]) + ([eod] if eod is not None else []) for t in _texts(folder)
+    )
     return write_indexed_dataset(docs, out / PREFIX, vocab_size=len(tok))
 
 
@@ -138,28 +139,48 @@ def megatron_args(values: dict[str, Any], config: dict[str, Any], *, data_prefix
     """
     heads = int(config.get("num_attention_heads", 1))
     args = [
-        "--num-layers", str(config.get("num_hidden_layers")),
-        "--hidden-size", str(config.get("hidden_size")),
-        "--ffn-hidden-size", str(config.get("intermediate_size")),
-        "--num-attention-heads", str(heads),
-        "--seq-length", str(values["seq_len"]),
-        "--max-position-embeddings", str(max(int(config.get("max_position_embeddings", 0)), values["seq_len"])),
-        "--micro-batch-size", str(values["micro_batch"]),
-        "--global-batch-size", str(values["global_batch"]),
-        "--lr", str(values["lr"]),
-        "--min-lr", str(values["lr"] * values["min_lr_ratio"]),
-        "--lr-decay-style", "cosine",
-        "--lr-warmup-iters", str(values["warmup_steps"]),
-        "--lr-decay-iters", str(values["steps"]),
-        "--weight-decay", str(values["weight_decay"]),
-        "--clip-grad", str(values["max_grad_norm"]),
-        "--data-path", data_prefix,
-        "--split", "100,0,0",
-        "--tokenizer-type", "HuggingFaceTokenizer",
-        "--tokenizer-model", tokenizer,
-        "--log-interval", "1",
+        "--num-layers",
+        str(config.get("num_hidden_layers")),
+        "--hidden-size",
+        str(config.get("hidden_size")),
+        "--ffn-hidden-size",
+        str(config.get("intermediate_size")),
+        "--num-attention-heads",
+        str(heads),
+        "--seq-length",
+        str(values["seq_len"]),
+        "--max-position-embeddings",
+        str(max(int(config.get("max_position_embeddings", 0)), values["seq_len"])),
+        "--micro-batch-size",
+        str(values["micro_batch"]),
+        "--global-batch-size",
+        str(values["global_batch"]),
+        "--lr",
+        str(values["lr"]),
+        "--min-lr",
+        str(values["lr"] * values["min_lr_ratio"]),
+        "--lr-decay-style",
+        "cosine",
+        "--lr-warmup-iters",
+        str(values["warmup_steps"]),
+        "--lr-decay-iters",
+        str(values["steps"]),
+        "--weight-decay",
+        str(values["weight_decay"]),
+        "--clip-grad",
+        str(values["max_grad_norm"]),
+        "--data-path",
+        data_prefix,
+        "--split",
+        "100,0,0",
+        "--tokenizer-type",
+        "HuggingFaceTokenizer",
+        "--tokenizer-model",
+        tokenizer,
+        "--log-interval",
+        "1",
         "--log-throughput",
-    ]  # fmt: skip
+    ]
     kv = config.get("num_key_value_heads")
     if kv and int(kv) != heads:
         args += ["--group-query-attention", "--num-query-groups", str(kv)]
@@ -189,16 +210,28 @@ def megatron_spec(
     import json
 
     if len(data) != 1:
-        raise BadInputError("Megatron takes one pre-tokenized dataset", field="data",
-                            hint="pre-tokenize with `client.recipes.pretokenize(DATASET, model=...)`")  # fmt: skip
+        raise BadInputError(
+            "Megatron takes one pre-tokenized dataset",
+            field="data",
+            hint="pre-tokenize with `client.recipes.pretokenize(DATASET, model=...)`",
+        )
     folder = service.catalog.mount(data[0])
     if not (folder / f"{PREFIX}.idx").is_file():
-        raise BadInputError(f"{data[0]} holds no Megatron index ({PREFIX}.idx)", field="data",
-                            hint="pre-tokenize it first: client.recipes.pretokenize(DATASET, model=MODEL)")  # fmt: skip
+        raise BadInputError(
+            f"{data[0]} holds no Megatron index ({PREFIX}.idx)",
+            field="data",
+            hint="pre-tokenize it first: client.recipes.pretokenize(DATASET, model=MODEL)",
+        )
     model_dir = service.catalog.mount(model)
     config = json.loads((model_dir / "config.json").read_text())
     argv = megatron_args(values, config, data_prefix=str(folder / PREFIX), tokenizer=str(model_dir))
     script = str(job.pop("megatron_script", "/workspace/megatron-lm/pretrain_gpt.py"))
     mounts = tuple(dict.fromkeys([model, *data, *job.pop("mounts", ())]))
-    return JobSpec(name=name or recipe.name, command=("python", script, *argv), framework="megatron",
-                   mounts=mounts, steps=values["steps"], **job)  # fmt: skip
+    return JobSpec(
+        name=name or recipe.name,
+        command=("python", script, *argv),
+        framework="megatron",
+        mounts=mounts,
+        steps=values["steps"],
+        **job,
+    )

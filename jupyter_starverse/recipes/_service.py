@@ -363,8 +363,9 @@ class RecipeService:
         ref = f"{name}@{version}"
         folder = self.settings.home / "recipes" / "megatron" / name / version
         pretokenize(self.catalog.mount(data), self.catalog.mount(model), folder)
-        self.catalog.add_dataset(name, str(folder), version=version,
-                                 description=f"{data} tokenized for Megatron-LM with {model}")  # fmt: skip
+        self.catalog.add_dataset(
+            name, str(folder), version=version, description=f"{data} tokenized for Megatron-LM with {model}"
+        )
         return self.catalog.pull(ref)
 
 

@@ -56,12 +56,21 @@ class _SpecHandler(StarverseHandler):
             raise BadInputError("data must be a list of datasets, params and job objects", field="data")
         bad = sorted(set(job) - set(_JOB_FIELDS))
         if bad:
-            raise BadInputError(f"job: unknown or fixed field(s) {', '.join(bad)}", field=bad[0],
-                                hint=f"job fields: {', '.join(_JOB_FIELDS)}")  # fmt: skip
+            raise BadInputError(
+                f"job: unknown or fixed field(s) {', '.join(bad)}",
+                field=bad[0],
+                hint=f"job fields: {', '.join(_JOB_FIELDS)}",
+            )
         fields: dict[str, Any] = JobSpec.from_json({"name": "x", "code": "x", **job}).to_json()  # types checked
         fields = {k: v for k, v in fields.items() if k in job}
-        return self.client.recipes.spec(name, model=str(body.get("model") or ""), data=tuple(data), params=params,
-                                        small=bool(body.get("small")), **fields)  # fmt: skip
+        return self.client.recipes.spec(
+            name,
+            model=str(body.get("model") or ""),
+            data=tuple(data),
+            params=params,
+            small=bool(body.get("small")),
+            **fields,
+        )
 
 
 class PreviewHandler(_SpecHandler):

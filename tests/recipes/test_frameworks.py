@@ -19,8 +19,9 @@ from tests.recipes.conftest import MODEL
 
 def test_llamafactory_yaml_and_dataset_info_follow_the_recipe_parameters() -> None:
     values = get_recipe("llamafactory-sft").resolve({"lr": 1e-4, "steps": 30, "warmup_steps": 3, "seq_len": 256})
-    config = llamafactory_config(values, objective="sft", model_dir="/store/m", dataset_dir="/run/lf",
-                                 output_dir="/run/model", accumulation=4)  # fmt: skip
+    config = llamafactory_config(
+        values, objective="sft", model_dir="/store/m", dataset_dir="/run/lf", output_dir="/run/model", accumulation=4
+    )
     parsed = yaml.safe_load(render_yaml(config))
     assert parsed["stage"] == "sft" and parsed["finetuning_type"] == "full" and parsed["do_train"] is True
     assert (parsed["learning_rate"], parsed["max_steps"], parsed["warmup_steps"]) == (1e-4, 30, 3)
@@ -45,8 +46,13 @@ def test_llamafactory_launch_needs_its_environment(store: Starverse) -> None:
 def test_llamafactory_sft_runs_under_torchrun_where_installed(store: Starverse) -> None:
     if find_llamafactory() is None:
         pytest.skip("LLaMA-Factory's environment is absent (llamafactory-cli not on PATH): run not tested here")
-    spec = store.recipes.spec("llamafactory-sft", model=MODEL, data="chat", procs_per_node=2,
-                              params={"steps": 4, "global_batch": 4, "micro_batch": 2, "seq_len": 64})  # fmt: skip
+    spec = store.recipes.spec(
+        "llamafactory-sft",
+        model=MODEL,
+        data="chat",
+        procs_per_node=2,
+        params={"steps": 4, "global_batch": 4, "micro_batch": 2, "seq_len": 64},
+    )
     done = store.backend("local").wait(store.launch(spec).id, timeout=600)
     assert done.state.value == "succeeded", done.reason
     assert (Path(done.experiment_dir) / "model" / "config.json").is_file()
@@ -89,16 +95,25 @@ def test_megatron_pretokenize_and_arguments(store: Starverse) -> None:
     assert pairs["--global-batch-size"] == "512" and pairs["--data-path"] == "/d/text_document"
     assert "--bf16" in args and "--group-query-attention" in args
 
-    gpu = store.recipes.spec("megatron-gpt", model=MODEL, data="corpus-megatron@v1", accelerator="a100-80g",
-                             nodes=2, procs_per_node=8, tensor_parallel=2, pipeline_parallel=2,
-                             params={"global_batch": 64, "micro_batch": 1})  # fmt: skip
+    gpu = store.recipes.spec(
+        "megatron-gpt",
+        model=MODEL,
+        data="corpus-megatron@v1",
+        accelerator="a100-80g",
+        nodes=2,
+        procs_per_node=8,
+        tensor_parallel=2,
+        pipeline_parallel=2,
+        params={"global_batch": 64, "micro_batch": 1},
+    )
     assert gpu.framework == "megatron" and gpu.command is not None and gpu.command[1].endswith("pretrain_gpt.py")
     from jupyter_starverse.backends.templates import framework_args
 
     rendered = framework_args(gpu)
     assert rendered[:4] == ["--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"]
-    cpu = store.recipes.spec("megatron-gpt", model=MODEL, data="corpus-megatron@v1",
-                             params={"global_batch": 8, "micro_batch": 1})  # fmt: skip
+    cpu = store.recipes.spec(
+        "megatron-gpt", model=MODEL, data="corpus-megatron@v1", params={"global_batch": 8, "micro_batch": 1}
+    )
     with pytest.raises(BadInputError, match="Megatron-LM needs GPUs"):
         store.preview(cpu)
     with pytest.raises(BadInputError, match="holds no Megatron index"):

@@ -27,8 +27,24 @@ def test_cli_lists_and_shows_recipes(capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_launch_dry_run_with_a_recipe_prints_the_plan(store: Starverse, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["launch", "--recipe", "sft", "--model", MODEL, "--data", "chat", "--procs", "2", "--param",
-            "global_batch=8", "--param", "micro_batch=2", "--steps", "5", "--dry-run"]  # fmt: skip
+    argv = [
+        "launch",
+        "--recipe",
+        "sft",
+        "--model",
+        MODEL,
+        "--data",
+        "chat",
+        "--procs",
+        "2",
+        "--param",
+        "global_batch=8",
+        "--param",
+        "micro_batch=2",
+        "--steps",
+        "5",
+        "--dry-run",
+    ]
     assert main(argv) == 0
     out, err = capsys.readouterr()
     assert "recipe sft (sft) on hf:tiny/llama@main: 5 steps, global batch 8 = micro batch 2 x 2 ranks x 2" in err
@@ -43,8 +59,11 @@ def test_magics_list_recipes_and_a_train_cell_takes_a_recipe(store: Starverse, i
     preview = ip.run_line_magic("sv", f"train --recipe kto --model {MODEL} --data unpaired --dry-run")
     assert isinstance(preview, LaunchPreview) and preview.recipe is not None
     assert preview.recipe.objective == "kto" and "recipes/train/lm.py" in preview.rendered
-    own = ip.run_cell_magic("sv", f"train --recipe cpt --model {MODEL} --data corpus --dry-run",
-                            "from jupyter_starverse.recipes.train import main\nmain()\n")  # fmt: skip
+    own = ip.run_cell_magic(
+        "sv",
+        f"train --recipe cpt --model {MODEL} --data corpus --dry-run",
+        "from jupyter_starverse.recipes.train import main\nmain()\n",
+    )
     assert "train.py" in own.rendered and "--recipe" in own.rendered  # the cell runs with the recipe's arguments
 
 

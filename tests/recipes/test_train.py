@@ -75,8 +75,16 @@ def test_cpt_on_two_processes_saves_a_model_the_store_imports_with_its_lineage(s
 def test_a_resume_on_another_world_size_keeps_the_global_batch_and_the_schedule(store: Starverse) -> None:
     first = run(store, "cpt", "corpus@v1", steps=3, params={"steps": 6}, experiment="cpt-resume")
     assert not (Path(first.experiment_dir) / "model").exists()  # 3 of 6 steps: no model folder yet
-    spec = store.recipes.spec("cpt", model=MODEL, data="corpus@v1", params={**SMALL, "steps": 6}, steps=6,
-                              procs_per_node=1, experiment="cpt-resume", resume=True)  # fmt: skip
+    spec = store.recipes.spec(
+        "cpt",
+        model=MODEL,
+        data="corpus@v1",
+        params={**SMALL, "steps": 6},
+        steps=6,
+        procs_per_node=1,
+        experiment="cpt-resume",
+        resume=True,
+    )
     plan = store.recipes.plan(spec)
     assert plan is not None and plan.resume_step == 3
     assert (plan.batch.accumulation, plan.resumed_from and plan.resumed_from.accumulation) == (2, 1)
@@ -118,3 +126,18 @@ def test_alignment_and_reward_recipes_on_two_processes(store: Starverse, recipe:
         from transformers import AutoModelForSequenceClassification
 
         assert AutoModelForSequenceClassification.from_pretrained(folder, local_files_only=True).config.num_labels == 1
+
+
+def test_a_reproduction_runs_its_small_configuration_through_the_same_trainer(store: Starverse) -> None:
+    spec = store.recipes.spec("cogvlm-stage1", model=MODEL, data="chat@v1", small=True, procs_per_node=2)
+    assert spec.args[spec.args.index("--objective") + 1] == "sft"  # the code path of the full set-up
+    done = store.backend("local").wait(store.launch(spec).id, timeout=240)
+    assert done.state.value == "succeeded", done.reason
+    curve = losses(done)
+    assert len(curve) == 6 and curve[-1] < curve[0], curve
+    recorded = json.loads((Path(done.experiment_dir) / "recipe.json").read_text())
+    assert recorded["recipe"] == "cogvlm-stage1" and recorded["batch"]["accumulation"] == 2  # 4 = 1 x 2 x 2
+    info = store.recipes.show("cogvlm-stage1")
+    assert info.cost_text == "230.40 CNY" and str(info.recipe.reproduction.published) == (  # type: ignore[union-attr]
+        "32 x rtx4090 (4 nodes x 8) for 4 h"
+    )

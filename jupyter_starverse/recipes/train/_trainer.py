@@ -61,9 +61,23 @@ def _precision(name: str, device: str) -> tuple[torch.dtype | None, bool]:
     if name == "fp32":
         return None, False
     if name == "auto":
-        name = "bf16" if (not gpu or torch.cuda.is_bf16_supported()) else "fp16"
+        if gpu:
+            name = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        else:  # bf16 autocast is slower than fp32 on CPUs without bf16 instructions (bench_recipes.py)
+            name = "bf16" if _cpu_has_bf16() else "fp32"
+            if name == "fp32":
+                return None, False
     dtype = torch.bfloat16 if name == "bf16" else torch.float16
     return dtype, gpu and dtype == torch.float16
+
+
+def _cpu_has_bf16() -> bool:
+    """Whether this CPU has bf16 instructions (AVX512-BF16 or AMX), read from ``/proc/cpuinfo`` (Linux)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def _flops_per_token(model: Any, seq_len: int, *, with_reference: bool) -> float:
