@@ -186,6 +186,17 @@ class ExportService:
         progress: Callable[[str], None] | None = None,
     ) -> ExportResult:
         """Export ``model`` (``hf:ORG/REPO@REV``, ``exp:NAME``, a folder) to ``fmt`` with a parity report."""
+        ref = self.check(model, fmt, target=target, new_tokens=new_tokens)
+        say = progress or (lambda text: None)
+        started = time.monotonic()
+        if feedback is not None:
+            self.feedback.records(feedback)  # a wrong name fails now, not after the export
+        source = resolve_model(self.settings, self.catalog, model)
+        export_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+        return self._run(model, fmt, ref, source, export_id, feedback, force, thresholds, new_tokens, say, started)
+
+    def check(self, model: str, fmt: str, *, target: str | None = None, new_tokens: int = 16) -> ModelRef:
+        """Refuse a request that cannot work (format, target taken) before any work; the target ref."""
         if fmt in GPU_FORMATS:
             raise BadInputError(
                 "TensorRT-LLM engines are built by a GPU job, not in this process",
@@ -198,13 +209,22 @@ class ExportService:
             )
         if not 1 <= new_tokens <= 256:
             raise BadInputError("new_tokens must be 1..256", field="new_tokens", hint="e.g. 16")
-        say = progress or (lambda text: None)
-        started = time.monotonic()
-        ref = self._target(model, fmt, target)
-        if feedback is not None:
-            self.feedback.records(feedback)  # a wrong name fails now, not after the export
-        source = resolve_model(self.settings, self.catalog, model)
-        export_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+        return self._target(model, fmt, target)
+
+    def _run(
+        self,
+        model: str,
+        fmt: str,
+        ref: ModelRef,
+        source: Path,
+        export_id: str,
+        feedback: str | None,
+        force: bool,
+        thresholds: Thresholds | None,
+        new_tokens: int,
+        say: Callable[[str], None],
+        started: float,
+    ) -> ExportResult:
         work = self.settings.home / "exports" / export_id
         say(f"loading {model}")
         torch_model, tok = load_torch(source)

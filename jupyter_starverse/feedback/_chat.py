@@ -303,6 +303,17 @@ class ChatSessions:
         self._sessions: dict[str, ChatSession] = {}
         self._lock = threading.Lock()
 
+    def models(self) -> list[str]:
+        """What a chat can pick: cached store models, then experiments with a saved model (``exp:NAME``)."""
+        out = [s.entry.ref for s in self.catalog.ls() if s.entry.kind == "model" and s.state == "cached"]
+        root = Path(self.settings.experiments)
+        if root.is_dir():
+            for exp in sorted(root.iterdir()):
+                runs = list(exp.glob("runs/*"))
+                if any(_is_model_dir(r / sub) for r in runs for sub in _OUTPUT_DIRS):
+                    out.append(f"exp:{exp.name}")
+        return out
+
     def start(self, model: str) -> ChatSession:
         folder = resolve_model(self.settings, self.catalog, model)
         session = ChatSession(model, folder, log_dir=self.settings.home / "chat")

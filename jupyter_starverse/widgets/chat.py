@@ -26,14 +26,8 @@ __all__ = ["AnswerBox", "ChatWidget", "model_choices"]
 
 
 def model_choices(client: Starverse) -> list[str]:
-    """Store models that are cached, then experiments with a saved model (``exp:NAME``)."""
-    out = [s.entry.ref for s in client.catalog.ls() if s.entry.kind == "model" and s.state == "cached"]
-    root = client.settings.experiments
-    if root.is_dir():
-        for exp in sorted(root.iterdir()):
-            if any((r / sub / "config.json").is_file() for r in exp.glob("runs/*") for sub in ("model", "output")):
-                out.append(f"exp:{exp.name}")
-    return out
+    """Cached store models, then experiments with a saved model (``exp:NAME``)."""
+    return client.chats.models()
 
 
 class AnswerBox(W.VBox):  # type: ignore[misc]
