@@ -120,3 +120,38 @@ def test_a_dead_supervisor_fails_the_job_and_stops_its_processes(settings: Setti
     assert final is not None and final.heartbeat is not None
     ends = [b for n in final.nodes for _, b in n.launches]
     assert ends and all(b is not None and b <= final.heartbeat + 1e-6 for b in ends)
+
+
+@pytest.mark.slow
+def test_a_supervisor_that_takes_over_holds_the_mounts_again(settings: Settings, tmp_path: Path) -> None:
+    from jupyter_starverse.catalog import Catalog
+    from jupyter_starverse.errors import ConflictError
+
+    src = tmp_path / "corpus"
+    src.mkdir()
+    (src / "a.txt").write_text("hello\n")
+    catalog = Catalog(settings)
+    catalog.add_dataset("corpus", str(src))
+    catalog.pull("corpus")
+    backend = LocalBackend(settings)
+    spec = JobSpec(name="adopted", code=TINY, steps=100000, mounts=("corpus",), env={"STEP_SLEEP": "0.1"})
+    job = backend.submit(spec)
+    try:
+        wait_for_step(job, 1)
+        first = read_status(Path(job.experiment_dir))
+        assert first is not None and first.supervisor_pid
+        os.kill(first.supervisor_pid, signal.SIGKILL)  # its hold dies with it
+
+        def adopted() -> bool:
+            status = read_status(Path(backend.get(job.id).experiment_dir))  # a reader starts the new one
+            pid = status.supervisor_pid if status else None
+            return pid not in (None, first.supervisor_pid) and [h.pid for h in catalog.holders("corpus")] == [pid]
+
+        wait_for(adopted, timeout=60, why="the new supervisor to hold the mount")
+        assert [h.holder for h in catalog.holders("corpus")] == [job.id]
+        with pytest.raises(ConflictError, match=job.id):
+            catalog.rm("corpus")  # still refused while the resumed job reads it
+        assert backend.get(job.id).restarts == 1
+    finally:
+        backend.cancel(job.id)
+    assert_no_processes_left(backend.wait(job.id, timeout=120))

@@ -37,6 +37,7 @@ from typing import Any, BinaryIO
 
 from jupyter_starverse._procs import job_processes, pid_alive, process_record, signal_pids, stop_pids
 from jupyter_starverse._settings import Settings
+from jupyter_starverse.errors import StarverseError
 from jupyter_starverse.experiments import (
     NodeRecord,
     RunEvent,
@@ -498,6 +499,19 @@ class _Supervisor:
         last = errors[-1] if errors else lines[-1] if lines else None
         return f"node {index}: {last[:300]}" if last else None
 
+    def hold_mounts(self) -> None:
+        """Hold the job's mounted store entries for as long as this supervisor lives (a takeover)."""
+        if not self.spec.mounts:
+            return
+        from jupyter_starverse.catalog import Catalog
+
+        catalog = Catalog(self.settings)
+        for name in self.spec.mounts:
+            try:
+                catalog.hold(name, self.plan.job_id)  # released with this process (a dead pid's hold is void)
+            except StarverseError as e:  # removed while nobody held it: the job's read says so
+                print(f"could not hold {name}: {e}", file=sys.stderr, flush=True)
+
     def take_over(self) -> None:
         """Resume a job whose supervisor died: its agents got SIGTERM (their ranks checkpoint)."""
         deadline = time.monotonic() + self.grace
@@ -578,6 +592,7 @@ class _Supervisor:
             self.host_store()
             self.save(port=self.port)
             if self.resume:
+                self.hold_mounts()  # the dead supervisor's holds went with it
                 self.take_over()
             while True:
                 self.launch_attempt()
