@@ -7,7 +7,7 @@ dataset and writes a new version with provenance and a report. The pieces are us
 
 from __future__ import annotations
 
-from ._minhash import LshIndex, MinHasher, UnionFind, normalize
+from ._minhash import LshIndex, MinHasher, normalize
 from ._pii import ACTIONS, PII_TYPES, SUGGESTED, Deidentifier, Finding, find_pii, id_card_valid, luhn_valid
 from ._read import Doc, Malformed, Source, list_files, read_docs
 from ._service import STEPS, DataPrep
@@ -47,7 +47,6 @@ __all__ = [
     "ReportSummary",
     "Source",
     "StepEstimate",
-    "UnionFind",
     "find_pii",
     "id_card_valid",
     "list_files",

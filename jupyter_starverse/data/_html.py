@@ -53,7 +53,7 @@ def _slider(report: DataReport, standalone: bool) -> str:
         return head + html_table(("threshold", "removed"), rows)
     lo, hi = report.preview[0][0], report.preview[-1][0]
     return (
-        head + f"<input type='range' class='sv-slider' min='{lo}' max='{hi}' step='0.01' value='{default}'>"
+        head + f"<input type='range' class='sv-slider' min='{lo}' max='{hi}' step='0.05' value='{default}'>"
         f"<script>(function(){{const t={table};const s=document.querySelector('.sv-slider');"
         "s.addEventListener('input',()=>{const v=parseFloat(s.value);let b=t[0];for(const p of t)"
         "{if(Math.abs(p[0]-v)<Math.abs(b[0]-v))b=p;}document.querySelector('.sv-t').textContent=v.toFixed(2);"

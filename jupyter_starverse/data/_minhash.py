@@ -21,7 +21,7 @@ from typing import Any
 
 from jupyter_starverse.errors import MissingDependencyError
 
-__all__ = ["LshIndex", "MinHasher", "Pair", "UnionFind", "lsh_params", "normalize"]
+__all__ = ["LshIndex", "MinHasher", "Pair", "greedy", "lsh_params", "normalize"]
 
 _FMIX32 = (16, 0x85EBCA6B, 13, 0xC2B2AE35, 16)
 _WS = re.compile(r"\s+")
@@ -105,38 +105,40 @@ class MinHasher:
 
 @dataclass(frozen=True)
 class Pair:
-    """A verified candidate: ``dup`` (later document) against ``kept`` (earlier), with their Jaccard."""
+    """A removed document (``dup``), the kept document it duplicates (``kept``, earlier), their Jaccard."""
 
     kept: int
     dup: int
     similarity: float
 
 
-class UnionFind:
-    """Clusters over document numbers; the root is always the smallest (first seen) document."""
+def _pair_dtype() -> Any:
+    np = _np()
+    return np.dtype([("later", "<i8"), ("earlier", "<i8"), ("sim", "<f4")])
 
-    def __init__(self, n: int, path: Path | None = None) -> None:
-        np = _np()
-        if path is not None and n > 1_000_000:
-            self.parent = np.memmap(path, dtype=np.int64, mode="w+", shape=(n,))
-            self.parent[:] = np.arange(n, dtype=np.int64)
-        else:
-            self.parent = np.arange(n, dtype=np.int64)
 
-    def find(self, x: int) -> int:
-        parent = self.parent
-        root = x
-        while parent[root] != root:
-            root = int(parent[root])
-        while parent[x] != root:
-            parent[x], x = root, int(parent[x])
-        return root
+def greedy(verified: Any, threshold: float, removed: Any) -> Iterator[Pair]:
+    """Keep-first decisions over verified pairs sorted by ``later``.
 
-    def union(self, a: int, b: int) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            lo, hi = (ra, rb) if ra < rb else (rb, ra)
-            self.parent[hi] = lo
+    A document is removed when it is at least ``threshold`` similar to an earlier document that
+    was kept; its most similar such document is recorded. ``removed`` (a bool array over the
+    documents, updated in place) carries the decisions from one batch of pairs to the next.
+    """
+    i, n = 0, len(verified)
+    later, earlier, sim = verified["later"], verified["earlier"], verified["sim"]
+    while i < n:
+        doc = int(later[i])
+        j = i
+        best, best_sim = -1, -1.0
+        while j < n and later[j] == doc:
+            s = float(sim[j])
+            if s >= threshold and s > best_sim and not removed[int(earlier[j])]:
+                best, best_sim = int(earlier[j]), s
+            j += 1
+        if best >= 0:
+            removed[doc] = True
+            yield Pair(best, doc, round(best_sim, 4))
+        i = j
 
 
 class LshIndex:
@@ -252,36 +254,56 @@ class LshIndex:
                 if e - s > 1:
                     yield sorted({int(d) for d in rec[s:e, 1]})
 
-    def verify(self, *, threshold: float, floor: float, union: UnionFind, max_checks: int = 3) -> list[Pair]:
-        """Exact-Jaccard check of candidate groups: each member against the group's first document,
-        then its ``max_checks`` nearest earlier members. Pairs at ``threshold`` are joined; every pair
-        at ``floor`` or more is recorded (what a threshold preview replays)."""
-        index = self._text_index()
-        seen: set[tuple[int, int]] = set()
-        pairs: list[Pair] = []
-        with open(self.folder / "texts.bin", "rb") as texts:
-            shingles = self._reader(index, texts, {})
+    def verify(self, *, floor: float, docs: int, chunk_docs: int = 1 << 20, max_checks: int = 8) -> Path:
+        """Exact Jaccard of the candidate pairs; those at ``floor`` or more, sorted by later document, on disk.
+
+        Each member of a band group is paired with the group's first document and its
+        ``max_checks`` nearest earlier members. Pairs go to files by range of the later document
+        (``chunk_docs`` documents each), so sorting and verifying hold one range in memory.
+        """
+        np = self.np
+        chunks = max(1, math.ceil(docs / chunk_docs))
+        files = [open(self.folder / f"pairs-{c:04d}.bin", "wb") for c in range(chunks)]  # noqa: SIM115
+        try:
             for group in self.candidates():
                 for j in range(1, len(group)):
                     doc = group[j]
-                    others = dict.fromkeys([group[0], *group[max(1, j - max_checks) : j][::-1]])
-                    for other in others:
-                        if (other, doc) in seen:
-                            continue
-                        seen.add((other, doc))
-                        sim = MinHasher.jaccard(shingles(other), shingles(doc))
-                        if sim >= floor:
-                            pairs.append(Pair(other, doc, round(sim, 4)))
-                        if sim >= threshold:
-                            union.union(other, doc)
-                            break
-        return pairs
-
-    def similarity(self, a: int, b: int) -> float:
-        """Exact Jaccard of two added documents."""
-        with open(self.folder / "texts.bin", "rb") as texts:
+                    others = dict.fromkeys([group[0], *group[max(1, j - max_checks) : j]])
+                    rows = np.array([(doc, o) for o in others], dtype=np.int64)
+                    files[min(chunks - 1, doc // chunk_docs)].write(rows.tobytes())
+        finally:
+            for f in files:
+                f.close()
+        out = self.folder / "verified.bin"
+        with open(out, "wb") as sink, open(self.folder / "texts.bin", "rb") as texts:
             shingles = self._reader(self._text_index(), texts, {})
-            return MinHasher.jaccard(shingles(a), shingles(b))
+            for c in range(chunks):
+                path = self.folder / f"pairs-{c:04d}.bin"
+                raw = np.fromfile(path, dtype=np.int64).reshape(-1, 2)
+                path.unlink()
+                if not len(raw):
+                    continue
+                raw = np.unique(raw, axis=0)  # sorted by (later, earlier), each pair once
+                rec = np.zeros(len(raw), dtype=_pair_dtype())
+                rec["later"], rec["earlier"] = raw[:, 0], raw[:, 1]
+                rec["sim"] = [MinHasher.jaccard(shingles(int(e)), shingles(int(lt))) for lt, e in raw]
+                sink.write(rec[rec["sim"] >= floor].tobytes())
+        return out
+
+    def verified(self, path: Path, *, batch: int = 1 << 20) -> Iterator[Any]:
+        """The verified pairs in order, a batch at a time; a document's pairs never straddle two batches."""
+        np = self.np
+        dtype = _pair_dtype()
+        total = path.stat().st_size // dtype.itemsize
+        start = 0
+        while start < total:
+            rec = np.fromfile(path, dtype=dtype, count=batch, offset=start * dtype.itemsize)
+            if start + len(rec) < total:
+                whole = rec["later"] != rec["later"][-1]
+                if whole.any():
+                    rec = rec[whole]
+            start += len(rec)
+            yield rec
 
     def close(self) -> None:
         for path in self.folder.iterdir():

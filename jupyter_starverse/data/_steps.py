@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._minhash import LshIndex, MinHasher, Pair, UnionFind, normalize, partitions_for
+from ._minhash import LshIndex, MinHasher, greedy, normalize, partitions_for
 from ._pii import PII_TYPES, SUGGESTED, WHY, Deidentifier, Finding, display_mask, find_pii, masked_snippet
 from ._read import Doc
 from ._types import Cluster, DocRef, DupMember, Example, Histogram, PiiType
@@ -211,31 +211,28 @@ def exact_hash(text: str) -> bytes:
 _h = exact_hash
 
 
-def _preview(pairs: list[Pair], floor: float, removed_other: int = 0) -> list[tuple[float, int]]:
-    """Near duplicates each threshold from ``floor`` to 1.0 would remove (union-find over the pairs)."""
+def _bitmap(n: int, path: Path) -> Any:
+    """One flag per document: in memory up to 64M documents, a file on disk beyond."""
+    import numpy as np
+
+    if n <= 1 << 26:
+        return np.zeros(max(1, n), dtype=bool)
+    return np.memmap(path, dtype=bool, mode="w+", shape=(n,))
+
+
+def _preview(index: LshIndex, verified: Path, n: int, work: Path, floor: float) -> list[tuple[float, int]]:
+    """How many near duplicates each threshold from ``floor`` to 1.0 (steps of 0.05) would remove.
+
+    The same keep-first pass replayed over the verified pairs: what the report's slider shows.
+    """
     out = []
-    steps = round((1.0 - floor) / 0.01)
-    ordered = sorted(pairs, key=lambda p: -p.similarity)
-    parent: dict[int, int] = {}
-
-    def find(x: int) -> int:
-        while parent.get(x, x) != x:
-            parent[x] = parent.get(parent[x], parent[x])
-            x = parent[x]
-        return x
-
-    i = 0
-    removed = 0
-    for s in range(steps, -1, -1):
-        t = round(floor + s * 0.01, 2)
-        while i < len(ordered) and ordered[i].similarity >= t - 1e-9:
-            a, b = find(ordered[i].kept), find(ordered[i].dup)
-            if a != b:
-                parent[max(a, b)] = min(a, b)
-                removed += 1
-            i += 1
-        out.append((t, removed + removed_other))
-    return sorted(out)
+    steps = round((1.0 - floor) / 0.05)
+    for s in range(steps + 1):
+        t = round(floor + s * 0.05, 2)
+        removed = _bitmap(n, work / "preview.bin")
+        count = sum(1 for batch in index.verified(verified) for _ in greedy(batch, t, removed))
+        out.append((t, count))
+    return out
 
 
 Signed = Iterator[tuple[int, str, bytes, Any]]  # (doc, normalized text, exact hash, MinHash signature)
@@ -290,22 +287,14 @@ def dedup(
         db.con.commit()
         index.finish()
         res.docs_in = n
-        union = UnionFind(n, work / "union.bin")
-        pairs = index.verify(threshold=params.threshold, floor=params.lsh_threshold, union=union)
-        best: dict[int, Pair] = {}
-        for p in pairs:
-            if p.similarity >= params.threshold and (p.dup not in best or p.similarity > best[p.dup].similarity):
-                best[p.dup] = p
-        to_root = []
-        for dup in sorted(best):
-            root = union.find(dup)
-            if root != dup:
-                to_root.append((dup, root))
-        sims = _similarities(index, [(r, d) for d, r in to_root], best)
-        for (dup, root), sim in zip(to_root, sims, strict=True):
-            db.remove(dup, root, "near", sim)
+        verified = index.verify(floor=params.lsh_threshold, docs=n)
+        removed = _bitmap(n, work / "removed.bin")
+        for batch in index.verified(verified):
+            for pair in greedy(batch, params.threshold, removed):
+                db.remove(pair.dup, pair.kept, "near", pair.similarity)
+        db.con.commit()
+        res.preview = _preview(index, verified, n, work, params.lsh_threshold)
         exact_removed = db.con.execute("SELECT COUNT(*) FROM removed WHERE method = 'exact'").fetchone()[0]
-        res.preview = _preview(pairs, params.lsh_threshold)
         index.close()
         db.con.commit()
         _second_pass(docs, write, db, params, res, progress)
@@ -318,16 +307,6 @@ def dedup(
     finally:
         db.close()
     return res
-
-
-def _similarities(index: LshIndex, pairs: list[tuple[int, int]], best: dict[int, Pair]) -> list[float]:
-    out = []
-    with open(index.folder / "texts.bin", "rb") as texts:
-        shingles = index._reader(index._text_index(), texts, {})
-        for root, dup in pairs:
-            p = best[dup]
-            out.append(p.similarity if p.kept == root else round(MinHasher.jaccard(shingles(root), shingles(dup)), 4))
-    return out
 
 
 def _second_pass(

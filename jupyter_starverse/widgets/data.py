@@ -74,7 +74,7 @@ class ReportView(W.VBox):  # type: ignore[misc]
             lo, hi = report.preview[0][0], report.preview[-1][0]
             default = float(report.params.get("threshold", lo))
             self.dedup_slider = W.FloatSlider(
-                value=default, min=lo, max=hi, step=0.01, description="Jaccard ≥", readout_format=".2f"
+                value=default, min=lo, max=hi, step=0.05, description="Jaccard ≥", readout_format=".2f"
             )
             self.dedup_slider.observe(self._on_dedup, names=["value"])
             self._on_dedup()
