@@ -4,6 +4,7 @@ import * as React from 'react';
 import { StarverseModel } from './model';
 import { CatalogSection } from './sections/catalog';
 import { CostSection } from './sections/cost';
+import { ChatSection } from './sections/feedback';
 import { InfoSection } from './sections/info';
 import { JobsSection } from './sections/jobs';
 import { RecipesSection } from './sections/recipes';
@@ -53,6 +54,9 @@ export class StarversePanel extends ReactWidget {
             </Section>
             <Section id="recipes" title="Recipes">
               <RecipesSection />
+            </Section>
+            <Section id="chat" title="Chat and feedback">
+              <ChatSection />
             </Section>
           </div>
         )}

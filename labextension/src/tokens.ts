@@ -614,3 +614,86 @@ export interface IRecipe {
   /** The estimate of the default (or published) resources, or why it could not be priced. */
   cost: IEstimate | string;
 }
+
+/** `ChatSession.to_json()`: a model loaded in a worker process of the server. */
+export interface IChatSession {
+  id: string;
+  model: string;
+  alive: boolean;
+  started_at: number;
+}
+
+/** `ChatTurn.to_json(after)`: one answer; `pieces` arrived after `after`, ask from `next`. */
+export interface IChatTurn {
+  id: string;
+  prompt: string;
+  pieces: string[];
+  next: number;
+  text: string;
+  done: boolean;
+  error: string | null;
+  tokens: number;
+  seconds: number;
+}
+
+/** `FeedbackRecord.to_json()`. */
+export interface IFeedbackRecord {
+  id: string;
+  at: number;
+  user: string;
+  model: string;
+  prompt: string;
+  answer: string;
+  answer_id: string;
+  vote: 'up' | 'down' | null;
+  better: string | null;
+  comment: string | null;
+  session: string | null;
+}
+
+/** `GET feedback/table?ref=LOG`: `FeedbackTable.to_json()`. */
+export interface IFeedbackTable {
+  ref: string;
+  records: IFeedbackRecord[];
+  total: number;
+  pairs: number;
+  labels: number;
+}
+
+/** One graph's figures in an export report: `GraphFigures.to_json()`. */
+export interface IGraphFigures {
+  graph: string;
+  bytes: number;
+  max_abs_logit_diff: number;
+  greedy_agreement: number;
+  exact_continuations: number;
+  perplexity: number;
+  perplexity_change: number;
+  ms_per_token: number;
+  ms_per_token_torch: number;
+  failures: string[];
+}
+
+/** `ExportResult.to_json()`. */
+export interface IExportResult {
+  id: string;
+  model: string;
+  format: string;
+  state: 'ok' | 'failed' | 'overridden';
+  target: string | null;
+  figures: IGraphFigures[];
+  failures: string[];
+  seconds: number;
+}
+
+/** `GET export/ID`: an export started from the panel. */
+export interface IExportTask {
+  id: string;
+  model: string;
+  format: string;
+  state: 'running' | 'ok' | 'failed' | 'overridden' | 'error';
+  phase: string;
+  started: number;
+  result: IExportResult | null;
+  error: string | null;
+}
