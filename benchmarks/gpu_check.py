@@ -5,7 +5,9 @@ Runs, through the real CLI and LocalBackend:
 1. the ddp template on 1 node x 1 GPU (nccl/cuda) for N steps, checkpointing;
 2. the fsdp template on 1 node x 1 GPU;
 3. a resume of run 1's experiment in CPU mode on 1 node x 2 processes (gloo): a change of
-   device type *and* world size, restored from the torch distributed checkpoint.
+   device type *and* world size, restored from the torch distributed checkpoint;
+4. a TensorRT-LLM engine build of a tiny Llama (`export --format tensorrt-llm`, a GPU job),
+   skipped when NVIDIA's tensorrt_llm wheels are not installed.
 
 Prints, per run: state, device seen by rank 0, first/last loss, steps/s, resume step.
 Exit status 0 only if every run succeeded and the resume continued from the checkpoint.
@@ -85,6 +87,34 @@ def run(env: dict[str, str], label: str, *argv: str) -> dict[str, Any]:
     return out
 
 
+def tensorrt_llm_build(env: dict[str, str], gpu: str, home: str) -> dict[str, Any]:
+    """4. `starverse export --format tensorrt-llm` of the tests' tiny Llama as a GPU job (skipped
+    when NVIDIA's tensorrt_llm wheels are not installed: they come from NVIDIA's own index)."""
+    import importlib.util
+
+    if importlib.util.find_spec("tensorrt_llm") is None:
+        out = {"label": "tensorrt-llm engine", "state": "skipped",
+               "reason": "tensorrt_llm is not installed "
+                         "(pip install --extra-index-url https://pypi.nvidia.com tensorrt-llm)"}
+        print(json.dumps(out), flush=True)
+        return out
+    sys.path.insert(0, str(ROOT))
+    from tests._tiny import build_tiny_llama
+
+    folder = build_tiny_llama(Path(home) / "tiny-llama")
+    cli(env, "store", "import-model", str(folder), "--as", "bench/tiny@main")
+    t0 = time.perf_counter()
+    job = cli(env, "export", "hf:bench/tiny@main", "--format", "tensorrt-llm", "--gpu", gpu, "--backend", "local")
+    if job is None:
+        return {"label": "tensorrt-llm engine", "state": "submit failed"}
+    final = cli(env, "jobs", "wait", job["id"]) or job
+    engine = Path(final.get("experiment_dir") or "", "output", "engine")
+    out = {"label": "tensorrt-llm engine", "state": final.get("state"), "reason": final.get("reason"),
+           "wall_s": round(time.perf_counter() - t0, 1), "engine_files": sorted(p.name for p in engine.glob("*"))}
+    print(json.dumps(out), flush=True)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=200)
@@ -104,8 +134,10 @@ def main() -> int:
                "--steps", steps, "--name", "gpu-fsdp")
     resume = run(env, "resume on cpu 1x2", "--template", "ddp", "--nodes", "1", "--procs", "2",
                  "--steps", str(ns.steps + 40), "--experiment", "gpu-check", "--resume", "--name", "cpu-resume")
+    trt = tensorrt_llm_build(env, ns.gpu, home)
     ok = (
-        ddp["state"] == fsdp["state"] == resume["state"] == "succeeded"
+        trt["state"] in ("succeeded", "skipped")
+        and ddp["state"] == fsdp["state"] == resume["state"] == "succeeded"
         and ddp["cuda_in_logs"]
         and (resume["first_step"] or 0) >= 50
     )

@@ -1,0 +1,114 @@
+"""Export benchmark: ONNX fp32 / INT8 / INT4 of a small Llama against PyTorch, on CPU.
+
+Builds the tests' tiny Llama (``tests/_tiny.py``; ``--hidden``/``--layers`` make it larger),
+trains it for ``--train-steps`` on the tiny corpus so its greedy answers are not noise, records
+a small feedback log from two users and freezes it, then runs ``starverse export`` for each
+format through the facade, in one process, one thread (``OMP_NUM_THREADS=1``). Prints, all
+measured in this run (nothing asserted):
+
+- file size of each graph and the ratio to fp32;
+- max abs logit difference, teacher-forced greedy agreement and identical continuations
+  against PyTorch on the fixed prompt set; held-out perplexity and its change;
+- CPU ms per generated token (median of the cached decode steps) for PyTorch, fp32 and the
+  quantized graph, and the ratios quantized/fp32 and PyTorch/fp32;
+- the share of the feedback prompts answered exactly as PyTorch answers them.
+
+Usage: ``python benchmarks/bench_export.py [--hidden 64] [--layers 2] [--train-steps 150]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def train(folder: Path, steps: int) -> float:
+    """A few hundred next-token steps on the tiny corpus; returns the last loss."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tests._tiny import CORPUS
+
+    torch.manual_seed(0)
+    tok = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    batch = tok(CORPUS, return_tensors="pt", padding=True)
+    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    loss = torch.tensor(0.0)
+    for _ in range(steps):
+        loss = model(**batch, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    model.save_pretrained(folder)
+    return float(loss.detach())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--train-steps", type=int, default=150)
+    ap.add_argument("--formats", default="onnx,onnx-int8,onnx-int4")
+    args = ap.parse_args()
+
+    import torch
+
+    torch.set_num_threads(1)
+    from jupyter_starverse._settings import Settings
+    from jupyter_starverse.client import Starverse
+    from tests._tiny import build_tiny_llama
+
+    with tempfile.TemporaryDirectory(prefix="bench-export-") as tmp:
+        folder = build_tiny_llama(Path(tmp) / "model", hidden_size=args.hidden, layers=args.layers)
+        params = sum(
+            p.numel() for p in __import__("transformers").AutoModelForCausalLM.from_pretrained(folder).parameters()
+        )
+        t = time.perf_counter()
+        loss = train(folder, args.train_steps) if args.train_steps else float("nan")
+        print(f"model: hidden {args.hidden}, {args.layers} layers, {params:,} parameters; "
+              f"trained {args.train_steps} steps in {time.perf_counter() - t:.1f} s (loss {loss:.3f})")  # fmt: skip
+        client = Starverse(Settings.from_env({"STARVERSE_HOME": str(Path(tmp) / "home"), "STARVERSE_USER": "bench"}))
+        for who, vote in (("ana", "up"), ("bo", "down")):
+            for q in (
+                "How many cards do I need?",
+                "训练一个大模型需要",
+                "What is saved every ten steps?",
+                "数据清洗会",
+            ):
+                client.feedback.record("team", model="bench", prompt=q, answer="...", vote=vote, user=who)
+        feedback = client.feedback.snapshot("team").ref
+
+        rows = []
+        for fmt in args.formats.split(","):
+            result = client.export.export(str(folder), fmt, target=f"bench/tiny@{fmt}", feedback=feedback, force=True)
+            rows.append(result)
+            print()
+            print(result)
+        print()
+        print("summary (same run, 1 thread):")
+        base = rows[0].figures[0]
+        for r in rows:
+            f = r.figures[-1]
+            replay = f.replay.share if f.replay else float("nan")
+            print(
+                f"  {f.graph:10s} size {f.bytes / 1024:8.1f} KiB ({base.bytes / f.bytes:4.2f}x smaller)"
+                f"  max|dlogit| {f.max_abs_logit_diff:.2e}  greedy {f.greedy_agreement:6.1%}"
+                f"  ppl {f.perplexity_change:+7.2%}  ms/token {f.ms_per_token:6.3f}"
+                f" (vs fp32 {f.ms_per_token / base.ms_per_token:4.2f}x, torch {f.ms_per_token_torch:6.3f})"
+                f"  feedback replay {replay:6.1%}  [{r.state}]"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
