@@ -153,6 +153,20 @@ def _optional(env: Mapping[str, str], name: str) -> str | None:
     return value or None
 
 
+def _minutes(env: Mapping[str, str], name: str, default: float) -> float:
+    """A duration in minutes, ``0`` meaning off (the idle guards)."""
+    raw = env.get(name, "").strip()
+    try:
+        value = float(raw) if raw else default
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1e6:
+        raise BadInputError(
+            f"{name}={raw!r} is not a number of minutes >= 0", field=name, hint=f"e.g. {name}=30; 0: off"
+        )
+    return value
+
+
 def _group(env: Mapping[str, str], name: str) -> str | None:
     """A group name or numeric gid (resolved where it is used: the group may live in NSS only)."""
     value = _optional(env, name)
@@ -343,6 +357,11 @@ class Settings:
     user: str = "user"
     workspace: str = "auto"
     cpu_image: str | None = None
+    #: idle guards (issue 13): a job whose GPUs idle this long is stopped, the workspace switches to CPU
+    job_idle_minutes: float = 30.0
+    workspace_idle_minutes: float = 60.0
+    #: a job whose loss is NaN/inf for this many logged steps in a row stops (0: off)
+    nan_steps: int = 3
     hub_profiles: str | None = None
     workspace_container: str | None = None
     store_claim: str | None = None
@@ -400,6 +419,9 @@ class Settings:
             user=_optional(env, "STARVERSE_USER") or _user(),
             workspace=_choice(env, "STARVERSE_WORKSPACE", WORKSPACES, "auto"),
             cpu_image=_optional(env, "STARVERSE_CPU_IMAGE"),
+            job_idle_minutes=_minutes(env, "STARVERSE_JOB_IDLE_MINUTES", 30.0),
+            workspace_idle_minutes=_minutes(env, "STARVERSE_WORKSPACE_IDLE_MINUTES", 60.0),
+            nan_steps=int(_minutes(env, "STARVERSE_NAN_STEPS", 3)),
             hub_profiles=_optional(env, "STARVERSE_HUB_PROFILES"),
             workspace_container=_optional(env, "STARVERSE_WORKSPACE_CONTAINER"),
             store_claim=_optional(env, "STARVERSE_STORE_CLAIM"),
@@ -458,6 +480,9 @@ class Settings:
             "STARVERSE_MODE": self.default_mode,
             "STARVERSE_GPU_TYPE": self.gpu_type,
             "STARVERSE_LOCK_TTL": str(self.lock_ttl),
+            "STARVERSE_JOB_IDLE_MINUTES": f"{self.job_idle_minutes:g}",
+            "STARVERSE_WORKSPACE_IDLE_MINUTES": f"{self.workspace_idle_minutes:g}",
+            "STARVERSE_NAN_STEPS": str(self.nan_steps),
             "STARVERSE_PULL_CONNECTIONS": str(self.pull_connections),
             "STARVERSE_KUBE_KIND": self.kube_kind,
             "STARVERSE_IMAGE": self.image,

@@ -199,6 +199,7 @@ class KubernetesBackend(LaunchBackend):
             from jupyter_starverse.costs import cap_env, load_price_table
 
             cost_env = cap_env(spec, load_price_table(self.settings), user=self.settings.user)
+        cost_env["STARVERSE_NAN_STEPS"] = str(self.settings.nan_steps)  # runtime guard: a loss that stays NaN stops
         launch = KubeLaunch(
             job_id=job_id,
             spec=spec,

@@ -49,6 +49,7 @@ from jupyter_starverse.experiments import (
     write_status,
 )
 from jupyter_starverse.jobmodel import JobSpec
+from jupyter_starverse.runtime._guards import IdleTracker, gpu_utilisation
 
 from .._torchrun import LOCAL_ADDR, LaunchPlan, NodePlan
 from ._attempts import (
@@ -70,6 +71,7 @@ HEARTBEAT_S = 5.0  # default; the backend passes its own with --heartbeat
 BUDGET_EVERY_S = 0.5
 GRACE_S = 30.0  # default time from SIGTERM to SIGKILL (the backend passes its own with --grace)
 SETTLE_S = 3.0  # after a process of an attempt ends badly, how long the others get to end on their own
+IDLE_POLL_S = 10.0  # seconds between two utilisation readings of a job's GPUs
 HARD_LOOKAHEAD_S = 2.0  # a hard stop shows in the meter within: poll + SIGKILL + the started second
 _STRIP_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
 
@@ -107,7 +109,17 @@ class _Supervisor:
         self.hard = False
         self._budget_stop = False
         self._stop_sent = 0.0
+        self.idle = self._idle_tracker()
+        self._next_idle = 0.0
+        self._idle_warned = False
         self._new_attempt()
+
+    def _idle_tracker(self) -> IdleTracker | None:
+        """The idle guard of a GPU job (or of any job whose utilisation source is injected)."""
+        minutes = self.settings.job_idle_minutes
+        if not minutes or not (self.spec.is_gpu or os.environ.get("STARVERSE_GPU_UTIL_FILE")):
+            return None
+        return IdleTracker(minutes=minutes, warn_minutes=min(5.0, minutes / 2))
 
     def _new_attempt(self) -> None:
         self.attempt_started = time.time()
@@ -241,6 +253,30 @@ class _Supervisor:
             signal_pids([p for p in self.drill_deadline[1] if pid_alive(p)], signal.SIGKILL)
             self.drill_deadline = None
         self.check_budget()
+        self.check_idle()
+
+    def check_idle(self) -> None:
+        """GPUs idle for ``job_idle_minutes``: a warning in the job's reason, then a graceful stop."""
+        if self.idle is None or self.stop_reason is not None or time.monotonic() < self._next_idle:
+            return
+        self._next_idle = time.monotonic() + min(IDLE_POLL_S, self.idle.minutes * 60 / 8)
+        now = time.time()
+        verdict = self.idle.observe(now, gpu_utilisation(os.environ.get("CUDA_VISIBLE_DEVICES")))
+        idle = self.idle.idle_minutes(now)
+        if verdict == "warn" and not self._idle_warned:
+            self._idle_warned = True
+            left = self.idle.minutes - idle
+            self.save(reason=f"idle guard: GPUs idle for {idle:.1f} min; the job stops in {left:.1f} min "
+                      "unless they work again (STARVERSE_JOB_IDLE_MINUTES)")  # fmt: skip
+        elif verdict == "ok" and self._idle_warned:
+            self._idle_warned = False
+            self.save(reason=None)
+        elif verdict == "stop":
+            self.request_stop(
+                f"idle guard: the job's GPUs were idle for {idle:.1f} min "
+                f"(STARVERSE_JOB_IDLE_MINUTES={self.idle.minutes:g}); stopped after a checkpoint",
+                "failed",
+            )
 
     def preempt_drill(self, request: dict[str, Any]) -> None:
         """``jobs preempt``: SIGTERM the workers of one node as a provider would, SIGKILL after the grace."""

@@ -182,6 +182,7 @@ class SlurmBackend(RunFolderBackend):
         # a SIGTERM (preemption, time limit, `jobs preempt`): checkpoint, then exit 143 before the grace ends
         env["STARVERSE_PREEMPT_EXIT"] = str(PREEMPT_EXIT)
         env["STARVERSE_STOP_GRACE"] = f"{self.cancel_grace:g}"
+        env["STARVERSE_NAN_STEPS"] = str(self.settings.nan_steps)  # runtime guard: a loss that stays NaN stops
         if spec.budget is not None:  # costs: no supervisor beside the job, so it enforces its own cap
             from jupyter_starverse.costs import cap_env, load_price_table
 
