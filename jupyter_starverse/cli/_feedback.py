@@ -49,6 +49,9 @@ class ChatAnswer:
     def __str__(self) -> str:
         return self.text
 
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(self.text)
+
 
 def _vote(args: argparse.Namespace) -> str | None:
     return "up" if args.up else "down" if args.down else None

@@ -79,6 +79,9 @@ class FeedbackRecord:
         prompt = prompt if len(prompt) <= 50 else prompt[:49] + "…"
         return f"recorded {extra} from {self.user} on {self.model} for {prompt!r} (answer {self.answer_id[:12]})"
 
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(str(self))
+
     @classmethod
     def from_json(cls, data: object) -> FeedbackRecord:
         if not isinstance(data, dict):

@@ -129,6 +129,9 @@ class FeedbackSnapshot:
         how = "new version" if self.created else "unchanged since"
         return f"{how} {self.ref}: {self.records} records, {self.pairs} preference pairs, {self.labels} labels"
 
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        pretty_text(p, str(self))
+
 
 @dataclass(frozen=True)
 class SnapshotFile:
@@ -144,6 +147,9 @@ class SnapshotFile:
 
     def __str__(self) -> str:
         return f"{self.rows} {self.kind} from {self.ref} -> {self.path}"
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        pretty_text(p, str(self))
 
 
 @dataclass(frozen=True)
