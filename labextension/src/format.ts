@@ -49,3 +49,8 @@ export function formatMoney(amount: string, currency: string): string {
 export function formatCount(n: number): string {
   return n.toLocaleString('en-US');
 }
+
+/** `0.234` -> `23.4%` (a share of documents, like the Python reports). */
+export function formatShare(share: number): string {
+  return `${(share * 100).toFixed(1)}%`;
+}

@@ -4,6 +4,7 @@ import * as React from 'react';
 import { StarverseModel } from './model';
 import { CatalogSection } from './sections/catalog';
 import { CostSection } from './sections/cost';
+import { DataSection } from './sections/data';
 import { ChatSection } from './sections/feedback';
 import { InfoSection } from './sections/info';
 import { JobsSection } from './sections/jobs';
@@ -51,6 +52,9 @@ export class StarversePanel extends ReactWidget {
             </Section>
             <Section id="cost" title="Costs">
               <CostSection />
+            </Section>
+            <Section id="data" title="Data preparation">
+              <DataSection />
             </Section>
             <Section id="recipes" title="Recipes">
               <RecipesSection />

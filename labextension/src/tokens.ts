@@ -697,3 +697,54 @@ export interface IExportTask {
   result: IExportResult | null;
   error: string | null;
 }
+
+/** `ReportSummary.to_json()`: one line of `GET data/reports`. */
+export interface IDataReportSummary {
+  id: string;
+  step: 'scan' | 'clean' | 'dedup' | 'score';
+  source: string;
+  output: string | null;
+  docs_in: number;
+  docs_out: number;
+  removed_share: number;
+  created_at: number;
+}
+
+/** A masked before/after example of a data report. */
+export interface IDataExample {
+  where: string;
+  before: string;
+  after: string;
+  note: string;
+}
+
+/** A document named in a data report (its snippet is masked). */
+export interface IDataDocRef {
+  idx: number;
+  where: string;
+  snippet: string;
+}
+
+/** `DataReport.to_json()` (the fields the panel shows). */
+export interface IDataReport extends IDataReportSummary {
+  params: Record<string, string | number | boolean | null | string[] | Record<string, string>>;
+  removed: Record<string, number>;
+  malformed_total: number;
+  pii: {
+    type: string;
+    count: number;
+    docs: number;
+    action: string;
+    suggested: string;
+    why: string;
+    examples: IDataExample[];
+  }[];
+  clusters: {
+    kept: IDataDocRef;
+    members: { doc: IDataDocRef; method: string; similarity: number }[];
+  }[];
+  preview: [number, number][];
+  histograms: { name: string; edges: number[]; counts: number[]; threshold: number | null }[];
+  elapsed_s: number;
+  lines_per_s: number;
+}

@@ -1,0 +1,188 @@
+import * as React from 'react';
+
+import { errorText, formatCount, formatDuration, formatShare } from '../format';
+import { usePoll } from '../poll';
+import { requestAPI, sendJSON } from '../request';
+import { IDataReport, IDataReportSummary } from '../tokens';
+
+const STEPS = ['scan', 'clean', 'dedup', 'score'] as const;
+
+/** Run one step on a store dataset (its options are the defaults; the CLI and notebooks take the rest). */
+function RunStep(props: { onDone: (report: IDataReport) => void }): JSX.Element {
+  const [source, setSource] = React.useState('');
+  const [step, setStep] = React.useState<string>('scan');
+  const [salt, setSalt] = React.useState('');
+  const [running, setRunning] = React.useState(false);
+  const [error, setError] = React.useState<string | null>(null);
+  const submit = async (event: React.FormEvent): Promise<void> => {
+    event.preventDefault();
+    setRunning(true);
+    try {
+      const options = step === 'clean' && salt ? { salt } : {};
+      const report = await sendJSON<IDataReport>(['data', 'steps'], 'POST', { step, source, options });
+      setError(null);
+      props.onDone(report);
+    } catch (reason) {
+      setError(errorText(reason));
+    } finally {
+      setRunning(false);
+    }
+  };
+  return (
+    <form className="jp-Starverse-dataRun" onSubmit={submit}>
+      <input
+        className="jp-mod-styled"
+        placeholder="dataset, e.g. corpus@1"
+        value={source}
+        onChange={e => setSource(e.target.value)}
+      />
+      <select className="jp-mod-styled" value={step} onChange={e => setStep(e.target.value)}>
+        {STEPS.map(s => (
+          <option key={s} value={s}>
+            {s}
+          </option>
+        ))}
+      </select>
+      {step === 'clean' && (
+        <input
+          className="jp-mod-styled"
+          placeholder="salt reference, env:NAME"
+          value={salt}
+          onChange={e => setSalt(e.target.value)}
+        />
+      )}
+      <button className="jp-mod-styled" type="submit" disabled={!source || running}>
+        {running ? 'Running…' : 'Run'}
+      </button>
+      {error && <div className="jp-Starverse-error">{error}</div>}
+    </form>
+  );
+}
+
+/** The near-duplicate preview: how many documents another Jaccard threshold would remove. */
+function ThresholdPreview(props: { report: IDataReport }): JSX.Element | null {
+  const { preview, params } = props.report;
+  const start = typeof params.threshold === 'number' ? params.threshold : preview.length ? preview[0][0] : 0;
+  const [value, setValue] = React.useState(start);
+  if (!preview.length) {
+    return null;
+  }
+  const nearest = preview.reduce((best, p) => (Math.abs(p[0] - value) < Math.abs(best[0] - value) ? p : best));
+  return (
+    <div className="jp-Starverse-dataPreview">
+      <label>
+        Jaccard ≥ <b className="jp-Starverse-dataThreshold">{value.toFixed(2)}</b>
+        <input
+          type="range"
+          min={preview[0][0]}
+          max={preview[preview.length - 1][0]}
+          step={0.05}
+          value={value}
+          onChange={e => setValue(parseFloat(e.target.value))}
+        />
+      </label>
+      <span>
+        removes <b className="jp-Starverse-dataRemoved">{formatCount(nearest[1])}</b> near duplicates
+      </span>
+    </div>
+  );
+}
+
+/** One report: counts, what was removed and why, sensitive types, the first clusters. */
+function ReportDetail(props: { report: IDataReport }): JSX.Element {
+  const r = props.report;
+  return (
+    <div className="jp-Starverse-dataReport" data-id={r.id}>
+      <div>
+        {formatCount(r.docs_in)} in, {formatCount(r.docs_out)} out, removed {formatShare(r.removed_share)}
+        {r.malformed_total > 0 && `, ${r.malformed_total} malformed lines`}; took {formatDuration(r.elapsed_s)}
+      </div>
+      {Object.keys(r.removed).length > 0 && (
+        <div className="jp-Starverse-dataRemovedBy">
+          {Object.entries(r.removed)
+            .map(([why, n]) => `${why} ${formatCount(n)}`)
+            .join(', ')}
+        </div>
+      )}
+      {r.pii.length > 0 && (
+        <table className="jp-Starverse-dataPii">
+          <tbody>
+            {r.pii.map(p => (
+              <tr key={p.type} data-type={p.type} title={p.examples.length ? p.examples[0].before : ''}>
+                <td>{p.type}</td>
+                <td>{formatCount(p.count)}</td>
+                <td>{p.action}</td>
+                <td className="jp-Starverse-dataExample">{p.examples.length ? p.examples[0].after : ''}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+      <ThresholdPreview key={r.id} report={r} />
+      {r.clusters.slice(0, 5).map(c => (
+        <div key={c.kept.idx} className="jp-Starverse-dataCluster">
+          kept {c.kept.where}:{' '}
+          {c.members.map(m => `${m.doc.where} (${m.method} ${m.similarity.toFixed(2)})`).join(', ')}
+        </div>
+      ))}
+    </div>
+  );
+}
+
+/**
+ * The Data section: every data step's report, newest first (also those run from notebooks or
+ * the CLI); pick one to see its counts, sensitive types, clusters and a threshold preview.
+ */
+export function DataSection(): JSX.Element {
+  const [reports, setReports] = React.useState<IDataReportSummary[]>([]);
+  const [selected, setSelected] = React.useState<IDataReport | null>(null);
+  const [error, setError] = React.useState<string | null>(null);
+
+  const refresh = async (): Promise<void> => {
+    try {
+      setReports(await requestAPI<IDataReportSummary[]>(['data', 'reports']));
+      setError(null);
+    } catch (reason) {
+      setError(errorText(reason));
+      throw reason;
+    }
+  };
+  usePoll('jupyter-starverse:data', 5000, refresh, { max: 60 * 1000 });
+
+  const open = async (id: string): Promise<void> => {
+    try {
+      setSelected(await requestAPI<IDataReport>(['data', 'report'], {}, { id }));
+      setError(null);
+    } catch (reason) {
+      setError(errorText(reason));
+    }
+  };
+
+  return (
+    <div className="jp-Starverse-data">
+      {error && <div className="jp-Starverse-error">{error}</div>}
+      <RunStep
+        onDone={report => {
+          setSelected(report);
+          refresh().catch(() => undefined); // shown through `error`
+        }}
+      />
+      {reports.length === 0 && <div className="jp-Starverse-note">No data steps yet.</div>}
+      <ul className="jp-Starverse-entries jp-Starverse-dataReports">
+        {reports.map(r => (
+          <li
+            key={r.id}
+            className="jp-Starverse-entry jp-Starverse-dataItem"
+            data-step={r.step}
+            aria-selected={selected?.id === r.id}
+            onClick={() => void open(r.id)}
+          >
+            <span className="jp-Starverse-dataStep">{r.step}</span> {r.source}
+            {r.output ? ` → ${r.output}` : ''} · {formatCount(r.docs_in)} docs · removed {formatShare(r.removed_share)}
+          </li>
+        ))}
+      </ul>
+      {selected && <ReportDetail report={selected} />}
+    </div>
+  );
+}
