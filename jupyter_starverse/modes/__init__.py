@@ -7,6 +7,7 @@ restoring running kernels) belongs to the server (``server/_kernels.py``).
 from __future__ import annotations
 
 from ..kube import NodePool, PoolTable, Toleration, load_pools
+from ._idle import IdleNotice, WorkspaceIdleGuard, watch_idle
 from ._jobs import SMOKE_STEPS, SmokeResult, make_smoke_spec, smoke_then_submit, translate_spec
 from ._kernelstate import (
     RestoreReport,
@@ -27,6 +28,7 @@ from ._switchers import detect_workspace, make_switcher
 
 __all__ = [
     "SMOKE_STEPS",
+    "IdleNotice",
     "KernelSwitchReport",
     "LocalSwitcher",
     "Mode",
@@ -43,6 +45,7 @@ __all__ = [
     "SwitchPlan",
     "SwitchResult",
     "Toleration",
+    "WorkspaceIdleGuard",
     "WorkspaceSwitcher",
     "detect_workspace",
     "discard_state",
@@ -60,4 +63,5 @@ __all__ = [
     "switch_here",
     "switch_via_server",
     "translate_spec",
+    "watch_idle",
 ]
