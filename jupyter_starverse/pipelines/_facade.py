@@ -9,6 +9,7 @@ if TYPE_CHECKING:
     from jupyter_starverse.catalog import Catalog
     from jupyter_starverse.costs import CostService
     from jupyter_starverse.jobmodel import Job, JobSpec, LaunchBackend
+    from jupyter_starverse.recipes import RecipeService
 
 __all__ = ["Facade", "Rendered"]
 
@@ -30,6 +31,9 @@ class Facade(Protocol):
 
     @property
     def costs(self) -> CostService: ...
+
+    @property
+    def recipes(self) -> RecipeService: ...
 
     def default_accelerator(self) -> str: ...
 

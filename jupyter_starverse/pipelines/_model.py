@@ -27,8 +27,8 @@ __all__ = ["ENTRY_KINDS", "FORMAT_VERSION", "STEP_KINDS", "Edge", "Node", "Pipel
 FORMAT_VERSION = 1
 #: Nodes that stand for a catalog entry (mounted by the steps they feed).
 ENTRY_KINDS = ("dataset", "model")
-#: Nodes that run as a job. Data preparation, recipes, alignment and export join when their services land.
-STEP_KINDS = ("train",)
+#: Nodes that run as a job: a script with a parallelism template, or a recipe of ``client.recipes``.
+STEP_KINDS = ("train", "recipe")
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 _MAX_NODES = 200
@@ -54,6 +54,12 @@ TRAIN_PARAMS: dict[str, tuple[type, ...]] = {
     "experiment": (str,),
 }
 ENTRY_PARAMS: dict[str, tuple[type, ...]] = {"ref": (str,)}
+# A recipe step: the recipe, its parameters, and the job fields of a train step but the script.
+RECIPE_PARAMS: dict[str, tuple[type, ...]] = {
+    **{k: v for k, v in TRAIN_PARAMS.items() if k not in ("script", "args")},
+    "recipe": (str,),
+    "recipe_params": (dict,),
+}
 
 
 def _bad(where: str, why: str, hint: str | None = None, *, field_name: str = "pipeline") -> BadInputError:
@@ -100,7 +106,7 @@ class Node:
         params = data.get("params", {})
         if not isinstance(params, Mapping):
             raise _bad(f"node {node_id}", "params must be an object", 'e.g. {"nodes": 2}')
-        allowed = TRAIN_PARAMS if kind in STEP_KINDS else ENTRY_PARAMS
+        allowed = {"train": TRAIN_PARAMS, "recipe": RECIPE_PARAMS}.get(kind, ENTRY_PARAMS)
         for key, value in params.items():
             if key not in allowed:
                 raise _bad(f"node {node_id}", f"unknown parameter {key!r}", f"known: {', '.join(sorted(allowed))}")

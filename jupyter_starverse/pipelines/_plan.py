@@ -47,6 +47,9 @@ _FIELD = {
     "env": "env",
     "name": "name",
     "experiment": "experiment",
+    "model": "model",
+    "data": "data",
+    "recipe": "recipe",
 }
 DEFAULT_HOURS = 1.0
 
@@ -149,51 +152,85 @@ def _int(node: Node, key: str, default: int) -> int:
     return value if isinstance(value, int) else default
 
 
-def step_plan(pipeline: Pipeline, node: Node, *, base_dir: Path, default_accelerator: str,
-              paths: dict[str, str | None] | None = None, after_ids: tuple[str, ...] = ()) -> StepPlan:  # fmt: skip
-    """The job of step ``node``; ``paths`` maps entry refs to their store folders (``DATA_PATH``)."""
+def step_plan(pipeline: Pipeline, node: Node, *, base_dir: Path, facade: Facade,
+              paths: dict[str, str | None] | None = None) -> StepPlan:  # fmt: skip
+    """The job of step ``node``; ``paths`` maps entry refs to their store folders (``DATA_PATH``).
+
+    A ``train`` step runs its script (or the template's example) with the entries it is fed
+    mounted; a ``recipe`` step is what ``client.recipes.spec`` makes of its recipe, the model
+    and the datasets it is fed.
+    """
     p = node.params
-    template = str(p.get("template", "ddp"))
-    script = p.get("script")
-    if script:
-        path = Path(str(script)).expanduser()
-        script = str(path if path.is_absolute() else (base_dir / path).absolute())
-    else:
-        script = str(example_script(template))
     env = {str(k): str(v) for k, v in dict(p.get("env") or {}).items()}
     mounts: list[str] = []
+    refs: dict[str, list[str]] = {"dataset": [], "model": []}
     for entry in pipeline.inputs(node.id):
         if entry.is_step:
             continue
         ref = str(entry.params.get("ref", ""))
         mounts.append(ref)
+        refs[entry.kind].append(ref)
         var = "DATA_PATH" if entry.kind == "dataset" else "MODEL_PATH"
         folder = (paths or {}).get(ref)
         if folder and var not in env:
             env[var] = folder
     budget = p.get("budget")
-    spec = JobSpec(
-        name=job_name_of(f"{pipeline.name}-{node.id}"),
-        display_name=f"{pipeline.name}: {node.id}",
-        script=script,
-        args=tuple(str(a) for a in p.get("args") or ()),
-        nodes=_int(node, "nodes", 1),
-        procs_per_node=_int(node, "gpus_per_node", 1),
-        accelerator=str(p.get("gpu") or default_accelerator),
-        template=template,
-        tensor_parallel=_int(node, "tensor_parallel", 1),
-        pipeline_parallel=_int(node, "pipeline_parallel", 1),
-        mounts=tuple(dict.fromkeys(mounts)),
-        env=env,
-        steps=p.get("steps"),
-        billing=str(p.get("billing", "on_demand")),
-        budget=Decimal(str(budget)) if budget not in (None, "") else None,
-        experiment=p.get("experiment"),
-        after=after_ids,
-    )
+    job: dict[str, Any] = {
+        "nodes": _int(node, "nodes", 1),
+        "procs_per_node": _int(node, "gpus_per_node", 1),
+        "accelerator": str(p.get("gpu") or facade.default_accelerator()),
+        "tensor_parallel": _int(node, "tensor_parallel", 1),
+        "pipeline_parallel": _int(node, "pipeline_parallel", 1),
+        "env": env,
+        "billing": str(p.get("billing", "on_demand")),
+        "budget": Decimal(str(budget)) if budget not in (None, "") else None,
+        "experiment": p.get("experiment"),
+    }
+    if p.get("template"):
+        job["template"] = str(p["template"])
+    if p.get("steps") is not None:
+        job["steps"] = p["steps"]
+    if node.kind == "recipe":
+        spec = _recipe_spec(pipeline, node, facade, refs, job)
+    else:
+        template = str(p.get("template", "ddp"))
+        script = p.get("script")
+        if script:
+            path = Path(str(script)).expanduser()
+            script = str(path if path.is_absolute() else (base_dir / path).absolute())
+        else:
+            script = str(example_script(template))
+        spec = JobSpec(
+            name=job_name_of(f"{pipeline.name}-{node.id}"),
+            display_name=f"{pipeline.name}: {node.id}",
+            script=script,
+            args=tuple(str(a) for a in p.get("args") or ()),
+            mounts=tuple(dict.fromkeys(mounts)),
+            **job,
+        )
     after = tuple(n.id for n in pipeline.inputs(node.id) if n.is_step)
     hours = float(p.get("hours", DEFAULT_HOURS))
     return StepPlan(node.id, spec, str(p.get("backend") or pipeline.backend), after, hours)
+
+
+def _recipe_spec(pipeline: Pipeline, node: Node, facade: Facade, refs: dict[str, list[str]],
+                 job: dict[str, Any]) -> JobSpec:  # fmt: skip
+    recipe = node.params.get("recipe")
+    if not recipe:
+        raise BadInputError("pick a recipe", field="recipe", hint="`starverse recipes ls` lists them")
+    if not refs["model"]:
+        raise BadInputError(f"recipe {recipe} needs a model", field="model",
+                            hint="drop a model from the palette onto the step")  # fmt: skip
+    if not refs["dataset"]:
+        raise BadInputError(f"recipe {recipe} needs a dataset", field="data",
+                            hint="drop a dataset from the palette onto the step")  # fmt: skip
+    if not job["env"]:
+        del job["env"]
+    params = node.params.get("recipe_params")
+    spec = facade.recipes.spec(str(recipe), model=refs["model"][0], data=refs["dataset"],
+                               params=dict(params) if params else None,
+                               name=job_name_of(f"{pipeline.name}-{node.id}"), **job)  # fmt: skip
+    return spec.replace(display_name=f"{pipeline.name}: {node.id}")
 
 
 def _entry_paths(pipeline: Pipeline, facade: Facade, issues: list[Issue]) -> dict[str, str | None]:
@@ -256,8 +293,7 @@ def plan(pipeline: Pipeline, facade: Facade, *, base_dir: Path,
         bad = _parallel_issue(node)
         if bad:
             raise BadInputError(f"step {node.id}: {bad.message}", field=bad.field, hint=bad.hint)
-        out.append(step_plan(pipeline, node, base_dir=base_dir, paths=paths,
-                             default_accelerator=facade.default_accelerator()))  # fmt: skip
+        out.append(step_plan(pipeline, node, base_dir=base_dir, paths=paths, facade=facade))
     return out
 
 
@@ -279,8 +315,7 @@ def check(pipeline: Pipeline, facade: Facade, *, base_dir: Path) -> PipelineChec
             issues.append(parallel)
         waits = [n.id for n in pipeline.inputs(node.id) if n.id in bad_entries]
         try:
-            step = step_plan(pipeline, node, base_dir=base_dir, paths=paths,
-                             default_accelerator=facade.default_accelerator())  # fmt: skip
+            step = step_plan(pipeline, node, base_dir=base_dir, paths=paths, facade=facade)
         except BadInputError as e:
             issues.append(Issue(node.id, e.message.removeprefix("JobSpec."), field=_FIELD.get(e.field or ""),
                                 hint=e.hint))  # fmt: skip

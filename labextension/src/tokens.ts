@@ -465,7 +465,7 @@ export interface ISwitchResult {
 // Owned by the pipelines area; mirrors the to_json() of jupyter_starverse/pipelines/.
 
 /** Node kinds of a `.svpipeline` document: catalog entries and steps. */
-export type PipelineNodeKind = 'dataset' | 'model' | 'train';
+export type PipelineNodeKind = 'dataset' | 'model' | 'train' | 'recipe';
 
 /** A train step's parameters (every one optional; the server fills the defaults). */
 export interface ITrainParams {
@@ -485,6 +485,9 @@ export interface ITrainParams {
   backend?: 'local' | 'kubernetes' | 'slurm';
   env?: Record<string, string>;
   experiment?: string;
+  /** recipe steps: the recipe's name and its parameters */
+  recipe?: string;
+  recipe_params?: Record<string, string | number | boolean>;
 }
 
 /** `Node.to_json()`: one box of the canvas. */

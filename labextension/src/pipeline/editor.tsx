@@ -36,6 +36,7 @@ import {
   DRAG_TYPE,
   dropEntryOnStep,
   IPaletteItem,
+  isStep,
   moveNodes,
   nodeFor,
   removeEdges,
@@ -52,6 +53,12 @@ export interface IPipelineHost {
   openJob: (run: IStepRun) => void;
   /** Open an exported file in the editor. */
   openPath: (path: string) => void;
+}
+
+/** What the palette shows of a recipe (`GET recipes`: `Recipe.to_json()`). */
+interface IRecipeItem {
+  name: string;
+  title: string;
 }
 
 const TEMPLATES: IPaletteItem[] = [
@@ -80,7 +87,7 @@ function PaletteItem(props: { item: IPaletteItem; detail?: string }): JSX.Elemen
 }
 
 /** Datasets and models of the catalog, and the steps; all draggable onto the canvas. */
-function Palette(props: { entries: IStoreEntry[]; error: string | null }): JSX.Element {
+function Palette(props: { entries: IStoreEntry[]; recipes: IRecipeItem[]; error: string | null }): JSX.Element {
   const datasets = props.entries.filter(e => e.kind === 'dataset');
   const models = props.entries.filter(e => e.kind === 'model');
   const entry = (e: IStoreEntry): JSX.Element => (
@@ -95,6 +102,14 @@ function Palette(props: { entries: IStoreEntry[]; error: string | null }): JSX.E
       <h3>Steps</h3>
       {TEMPLATES.map(t => (
         <PaletteItem key={t.template} item={t} />
+      ))}
+      {props.recipes.length > 0 && <h3>Recipes</h3>}
+      {props.recipes.map(r => (
+        <PaletteItem
+          key={r.name}
+          item={{ kind: 'recipe', label: `${r.name}: ${r.title}`, recipe: r.name }}
+          detail={`${r.title} — drop a model and a dataset onto it`}
+        />
       ))}
       <h3>Datasets</h3>
       {datasets.length ? datasets.map(entry) : <div className="jp-SvPipeline-help">none on the store</div>}
@@ -121,7 +136,7 @@ function toFlowNodes(
       : (cost?.reason ?? null);
     return {
       id: node.id,
-      type: node.kind === 'train' ? 'train' : 'entry',
+      type: isStep(node.kind) ? node.kind : 'entry',
       position: old?.dragging ? old.position : node.position,
       selected: old?.selected,
       measured: old?.measured,
@@ -151,6 +166,7 @@ function Editor(props: {
   const [entries, setEntries] = React.useState<IStoreEntry[]>([]);
   const [entriesError, setEntriesError] = React.useState<string | null>(null);
   const [gpus, setGpus] = React.useState<string[]>([]);
+  const [recipes, setRecipes] = React.useState<IRecipeItem[]>([]);
   const [run, setRun] = React.useState<IPipelineRun | null>(null);
   const [message, setMessage] = React.useState<string | null>(null);
   const [busy, setBusy] = React.useState(false);
@@ -169,6 +185,10 @@ function Editor(props: {
     requestAPI<IPriceTable>(['cost', 'prices'])
       .then(t => setGpus([...Object.keys(t.gpus), 'cpu']))
       .catch(() => setGpus(['cpu']));
+    // recipes join the palette when the server has the recipes service
+    requestAPI<IRecipeItem[]>(['recipes'])
+      .then(list => setRecipes(list.map(r => ({ name: r.name, title: r.title }))))
+      .catch(() => setRecipes([]));
   }, []);
 
   // -- the live check (issues per node, cost) after every edit, debounced
@@ -234,9 +254,9 @@ function Editor(props: {
       return;
     }
     const item = JSON.parse(raw) as IPaletteItem;
-    const target = (event.target as HTMLElement).closest('.jp-SvPipeline-train');
+    const target = (event.target as HTMLElement).closest('.jp-SvPipeline-step');
     const stepId = target?.getAttribute('data-node-id');
-    if (item.kind !== 'train' && stepId) {
+    if (!isStep(item.kind) && stepId) {
       const dropped = dropEntryOnStep(doc, item, stepId);
       onDoc(dropped.doc);
       setSelected(stepId);
@@ -327,7 +347,7 @@ function Editor(props: {
         </div>
       ))}
       <div className="jp-SvPipeline-body">
-        <Palette entries={entries} error={entriesError} />
+        <Palette entries={entries} recipes={recipes} error={entriesError} />
         <div
           className="jp-SvPipeline-canvas"
           onDragOver={event => {
@@ -361,6 +381,7 @@ function Editor(props: {
           issues={check?.issues ?? []}
           check={check}
           gpus={gpus}
+          recipes={recipes.map(r => r.name)}
           entries={entries}
           onNode={(id, change) => onDoc(setParams(doc, id, change))}
           onDoc={change => onDoc({ ...doc, ...change })}

@@ -117,9 +117,11 @@ function TrainForm(props: {
   issues: IPipelineIssue[];
   info: IPipelineCheck['info'][string] | null;
   gpus: string[];
+  recipes: string[];
   onChange: (c: Change) => void;
 }): JSX.Element {
   const p = props.node.params;
+  const recipe = props.node.kind === 'recipe';
   const on = props.onChange;
   const f = (label: string, field: string, child: React.ReactNode): JSX.Element => (
     <Field label={label} field={field} issues={props.issues}>
@@ -128,9 +130,10 @@ function TrainForm(props: {
   );
   return (
     <>
-      {f('Template', 'template', <Select field="template" value={p.template ?? 'ddp'} options={['ddp', 'fsdp', 'tp', 'pp']}
-        onChange={v => on({ template: v as ITrainParams['template'] })} />)}
-      {f('Script', 'script', <TextInput field="script" value={p.script} placeholder="the template's example" onChange={on} />)}
+      {recipe && f('Recipe', 'recipe', <Select field="recipe" value={p.recipe} options={props.recipes} empty="(pick one)" onChange={v => on({ recipe: v })} />)}
+      {f('Template', 'template', <Select field="template" value={p.template ?? (recipe ? undefined : 'ddp')} options={['ddp', 'fsdp', 'tp', 'pp']}
+        empty={recipe ? "the recipe's" : undefined} onChange={v => on({ template: v as ITrainParams['template'] })} />)}
+      {!recipe && f('Script', 'script', <TextInput field="script" value={p.script} placeholder="the template's example" onChange={on} />)}
       {f('Nodes', 'nodes', <NumberInput field="nodes" value={p.nodes} placeholder="1" onChange={on} />)}
       {f('Cards per node', 'gpus_per_node', <NumberInput field="gpus_per_node" value={p.gpus_per_node} placeholder="1" onChange={on} />)}
       {f('GPU type', 'gpu', <Select field="gpu" value={p.gpu} options={props.gpus} empty="workspace default" onChange={v => on({ gpu: v })} />)}
@@ -164,6 +167,7 @@ export function SideForm(props: {
   issues: IPipelineIssue[];
   check: IPipelineCheck | null;
   gpus: string[];
+  recipes: string[];
   entries: IStoreEntry[];
   onNode: (id: string, change: Change) => void;
   onDoc: (change: Partial<Pick<IPipelineDoc, 'name' | 'backend'>>) => void;
@@ -197,8 +201,9 @@ export function SideForm(props: {
       <h3>
         {selected.id} <span className="jp-SvPipeline-tag">{selected.kind}</span>
       </h3>
-      {selected.kind === 'train' ? (
-        <TrainForm node={selected} issues={issues} info={props.check?.info[selected.id] ?? null} gpus={props.gpus} onChange={change} />
+      {selected.kind === 'train' || selected.kind === 'recipe' ? (
+        <TrainForm node={selected} issues={issues} info={props.check?.info[selected.id] ?? null} gpus={props.gpus}
+          recipes={props.recipes} onChange={change} />
       ) : (
         <Field label="Catalog entry" field="ref" issues={issues}>
           <Select field="ref" value={selected.params.ref} options={refs} empty="(pick one)" onChange={v => change({ ref: v })} />
@@ -206,7 +211,8 @@ export function SideForm(props: {
       )}
       {issues
         .filter(i => !i.field || !['template', 'script', 'nodes', 'gpus_per_node', 'gpu', 'data_parallel',
-          'tensor_parallel', 'pipeline_parallel', 'steps', 'hours', 'budget', 'billing', 'backend', 'ref'].includes(i.field))
+          'tensor_parallel', 'pipeline_parallel', 'steps', 'hours', 'budget', 'billing', 'backend', 'ref',
+          'recipe'].includes(i.field))
         .map((i, n) => (
           <div key={n} className={`jp-SvPipeline-issue jp-mod-${i.level}`} title={i.hint ?? ''}>
             {i.message}

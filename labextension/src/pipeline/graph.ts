@@ -15,6 +15,12 @@ export interface IPaletteItem {
   label: string;
   ref?: string;
   template?: ITrainParams['template'];
+  recipe?: string;
+}
+
+/** Node kinds that run as a job. */
+export function isStep(kind: PipelineNodeKind): boolean {
+  return kind === 'train' || kind === 'recipe';
 }
 
 /** The drag data type of palette items. */
@@ -95,6 +101,10 @@ export function nodeFor(
     }
     return { id: freshId(doc, 'train'), kind: 'train', params, position: rounded };
   }
+  if (item.kind === 'recipe') {
+    const params: ITrainParams = { recipe: item.recipe, nodes: 1, gpus_per_node: 1, hours: 1 };
+    return { id: freshId(doc, item.recipe ?? 'recipe'), kind: 'recipe', params, position: rounded };
+  }
   const base = (item.ref ?? item.kind).split('@')[0].split('/').pop() ?? item.kind;
   return { id: freshId(doc, base), kind: item.kind, params: { ref: item.ref }, position: rounded };
 }
@@ -107,7 +117,7 @@ export function addNode(doc: IPipelineDoc, node: IPipelineNode): IPipelineDoc {
 /** `doc` with an edge `source -> target`, unless it is there, loops, or feeds a non-step. */
 export function connect(doc: IPipelineDoc, source: string, target: string): IPipelineDoc {
   const to = doc.nodes.find(n => n.id === target);
-  if (!to || to.kind !== 'train' || source === target) {
+  if (!to || !isStep(to.kind) || source === target) {
     return doc;
   }
   if (doc.edges.some(e => e.source === source && e.target === target)) {

@@ -15,7 +15,7 @@ export type FlowData = {
   onOpenJob: (run: IStepRun) => void;
 };
 
-export type StepNode = Node<FlowData, 'train'>;
+export type StepNode = Node<FlowData, 'train' | 'recipe'>;
 export type EntryNode = Node<FlowData, 'entry'>;
 
 function Issues(props: { issues: IPipelineIssue[] }): JSX.Element | null {
@@ -76,13 +76,15 @@ export function TrainNodeView(props: NodeProps<StepNode>): JSX.Element {
   const mounts = data.info?.mounts ?? [];
   return (
     <div
-      className={`jp-SvPipeline-node jp-SvPipeline-train ${stateClass(data)}`}
+      className={`jp-SvPipeline-node jp-SvPipeline-step jp-SvPipeline-${data.node.kind} ${stateClass(data)}`}
       data-node-id={data.node.id}
     >
       <Handle type="target" position={Position.Left} />
       <div className="jp-SvPipeline-nodeTitle">
         <span>{data.node.id}</span>
-        <span className="jp-SvPipeline-tag">{(p.template ?? 'ddp').toUpperCase()}</span>
+        <span className="jp-SvPipeline-tag">
+          {data.node.kind === 'recipe' ? `recipe ${p.recipe ?? '?'}` : (p.template ?? 'ddp').toUpperCase()}
+        </span>
       </div>
       <div className="jp-SvPipeline-nodeLine" data-role="topology">
         {p.nodes ?? 1} node(s) x {p.gpus_per_node ?? 1} {p.gpu ?? 'default'} = {cards} card(s)
@@ -126,4 +128,4 @@ export function EntryNodeView(props: NodeProps<EntryNode>): JSX.Element {
   );
 }
 
-export const NODE_TYPES = { train: TrainNodeView, entry: EntryNodeView };
+export const NODE_TYPES = { train: TrainNodeView, recipe: TrainNodeView, entry: EntryNodeView };
