@@ -66,8 +66,10 @@ def test_cpt_on_two_processes_saves_a_model_the_store_imports_with_its_lineage(s
     entry = store.recipes.publish(done, repo="tiny/llama-cpt@v1")
     assert entry.ref == "hf:tiny/llama-cpt@v1"
     lineage = store.recipes.lineage("hf:tiny/llama-cpt@v1")
-    assert lineage["base_model"] == "hf:tiny/llama@main" and lineage["recipe"] == "cpt"
-    assert [d["ref"] for d in lineage["data"]] == ["corpus@v1"] and lineage["job_id"] == done.id
+    assert lineage.record["base_model"] == "hf:tiny/llama@main" and lineage.record["recipe"] == "cpt"
+    assert [d["ref"] for d in lineage.record["data"]] == ["corpus@v1"] and lineage.record["job_id"] == done.id
+    assert "base model: hf:tiny/llama@main" in str(lineage) and "data: corpus@v1" in str(lineage)
+    assert store.recipes.lineage(MODEL).record == {}  # pulled from the Hub: nothing recorded
     again = AutoModelForCausalLM.from_pretrained(store.catalog.mount("hf:tiny/llama-cpt@v1"), local_files_only=True)
     assert all(bool((a == b).all()) for a, b in zip(again.parameters(), tuned.parameters()))
 

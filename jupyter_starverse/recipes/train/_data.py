@@ -8,6 +8,7 @@ step, which is what keeps a resume with another world size on the same course.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,11 @@ class Example:
     parts: tuple[tuple[int, ...], ...]
     labels: tuple[int, ...] = ()
     flag: bool = True  # KTO: thumbs up
+
+    @functools.cached_property
+    def labelled(self) -> int:
+        """Tokens the next-token loss counts (labels after the first that are not ignored)."""
+        return sum(1 for x in self.labels[1:] if x != IGNORE)
 
 
 class Encoder:

@@ -46,12 +46,14 @@ def _sequences(
 def _token_logps(
     model: Any, ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token log-probabilities of ``labels`` (shifted) and the mask of labelled positions."""
-    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+    """Per-token log-probabilities of ``labels`` (shifted; 0 where unlabelled) and the labelled mask."""
+    full = bool(mask.all())  # packed rows: no padding, so the causal fast path needs no mask
+    logits = model(input_ids=ids, attention_mask=None if full else mask).logits[:, :-1]
     target = labels[:, 1:]
-    keep = target != IGNORE
-    logp = torch.log_softmax(logits, dim=-1).gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-    return logp * keep, keep
+    nll = F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]).float(), target.reshape(-1), ignore_index=IGNORE, reduction="none"
+    )
+    return -nll.view_as(target), target != IGNORE
 
 
 def seq_logps(model: Any, ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -63,7 +65,7 @@ def seq_logps(model: Any, ids: torch.Tensor, mask: torch.Tensor, labels: torch.T
 def tokens_of(objective: str, examples: Sequence[Example]) -> int:
     """The step's loss unit count: labelled tokens (CPT, SFT) or sequences."""
     if objective in ("cpt", "sft"):
-        return sum(max(sum(1 for x in e.labels[1:] if x != IGNORE), 0) for e in examples)
+        return sum(e.labelled for e in examples)
     return len(examples)
 
 

@@ -21,17 +21,29 @@ export function recipeResources(recipe: IRecipe): string {
   return `${r.nodes * r.procs_per_node} x ${r.accelerator} · ${r.hours} h`;
 }
 
+// Layout only (the theme's variables give colours): this section's look lives with it.
+const SUMMARY: React.CSSProperties = { display: 'flex', gap: '0.5em', alignItems: 'baseline', cursor: 'pointer' };
+const NAME: React.CSSProperties = { fontWeight: 600, flex: '0 0 auto' };
+const TITLE: React.CSSProperties = { flex: '1 1 auto', color: 'var(--jp-ui-font-color2)', overflow: 'hidden' };
+const COST: React.CSSProperties = { flex: '0 0 auto', fontVariantNumeric: 'tabular-nums' };
+const LIST: React.CSSProperties = { listStyle: 'none', margin: 0, padding: 0 };
+const ROW: React.CSSProperties = { padding: '2px 0', borderBottom: '1px solid var(--jp-border-color2)' };
+
 /** One recipe: name, what it does, resources and cost; its parameters with defaults when opened. */
 function RecipeRow(props: { recipe: IRecipe }): JSX.Element {
   const { recipe } = props;
   const repro = recipe.reproduction;
   return (
-    <li className="jp-Starverse-recipe" data-recipe={recipe.name} data-runner={recipe.runner}>
+    <li className="jp-Starverse-recipe" data-recipe={recipe.name} data-runner={recipe.runner} style={ROW}>
       <details>
-        <summary>
-          <span className="jp-Starverse-recipeName">{recipe.name}</span>
-          <span className="jp-Starverse-recipeTitle">{recipe.title}</span>
-          <span className="jp-Starverse-recipeCost" title={recipeResources(recipe)}>
+        <summary style={SUMMARY}>
+          <span className="jp-Starverse-recipeName" style={NAME}>
+            {recipe.name}
+          </span>
+          <span className="jp-Starverse-recipeTitle" style={TITLE}>
+            {recipe.title}
+          </span>
+          <span className="jp-Starverse-recipeCost" style={COST} title={recipeResources(recipe)}>
             {recipeCost(recipe)}
           </span>
         </summary>
@@ -85,7 +97,7 @@ export function RecipesSection(): JSX.Element {
       {error && <div className="jp-Starverse-error">{error}</div>}
       {recipes === null && !error && <div>Loading recipes…</div>}
       {recipes !== null && (
-        <ul className="jp-Starverse-recipeList">
+        <ul className="jp-Starverse-recipeList" style={LIST}>
           {recipes.map(r => (
             <RecipeRow key={r.name} recipe={r} />
           ))}
