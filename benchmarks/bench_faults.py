@@ -17,6 +17,17 @@ Printed per scenario: recovery time (fault -> the first step of the next attempt
 (steps logged again by rank 0), final state, restarts, money billed against the cap. Goal:
 every run ``succeeded``, at most one checkpoint interval redone, worker recovery <= 15 s,
 node-level events (agent, preemption of a node, supervisor) <= 30 s, no run billed past its cap.
+
+``--backends`` adds (default: every one this machine can run):
+
+- ``kubernetes``: the test API server (``tests/k8s``) with its kubelet and Job / JobSet
+  controllers; ``jobs preempt`` (a graceful pod delete) and an eviction (``DisruptionTarget``) on
+  the Indexed Job and JobSet kinds. Its pods do not train: the figure is the backend's whole-group
+  relaunch (fault -> every node of attempt 2 running), the control loop a real cluster adds its
+  scheduling and image start-up to.
+- ``slurm``: a real slurmctld + 2 slurmd (``tests/slurm/_cluster``, started once here);
+  ``jobs preempt`` (``scancel --signal=TERM``) on a 2-node job training the same script:
+  recovery (drill -> the first step of the requeued attempt), steps redone, final state.
 """
 
 from __future__ import annotations
@@ -144,13 +155,118 @@ def run_one(backend: LocalBackend, name: str, fault: Callable[[Path], None], arg
     }
 
 
+def kubernetes_rows() -> list[tuple[str, ...]]:
+    """Whole-group relaunches on the test API server: preempt drill and eviction, job and JobSet."""
+    from jupyter_starverse.backends.kubernetes import KubernetesBackend
+    from jupyter_starverse.jobmodel import JobState
+    from tests.k8s.apiserver import PodPlan, serve_kube
+
+    def plan(pod: dict) -> PodPlan:
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0].get("env", [])}
+        return PodPlan(lines=("[default0]:step",), run_seconds=3600 if env["STARVERSE_ATTEMPT"] == "0" else 0.5)
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, serve_kube(Path(tmp), crds=("jobset",)) as kube:
+        os.environ["KUBECONFIG"] = str(kube.kubeconfig)
+        os.environ.pop("KUBERNETES_SERVICE_HOST", None)
+        kube.set_plan(plan)
+        settings = Settings.from_env({"STARVERSE_HOME": f"{tmp}/home", "KUBECONFIG": str(kube.kubeconfig)})
+        for kind in ("job", "jobset"):
+            for fault in ("preempt drill", "eviction"):
+                backend = KubernetesBackend(settings, kind=kind)
+                job = backend.submit(JobSpec(name="spot", code="pass", nodes=4, procs_per_node=1))
+                next(j for j in backend.watch_job(job.id, timeout=30) if j.state is JobState.RUNNING)
+                at = time.monotonic()
+                if fault == "preempt drill":
+                    backend.preempt(job.id)
+                else:
+                    pod = next(p for p in kube.objects("pods") if p["status"]["phase"] == "Running")
+                    kube.evict(pod["metadata"]["name"])
+                seen, running_again = [], None
+                while True:
+                    current = backend.get(job.id)
+                    if not seen or seen[-1] != current.state.value:
+                        seen.append(current.state.value)
+                    if running_again is None and current.restarts and current.state is JobState.RUNNING:
+                        running_again = time.monotonic() - at
+                    if current.state.finished or time.monotonic() - at > 60:
+                        break
+                    time.sleep(0.01)
+                rows.append((f"kubernetes/{kind}", fault, f"{running_again:.2f} s" if running_again else "-",
+                             " -> ".join(seen), current.state.value, str(current.restarts)))  # fmt: skip
+                print(f"  done: kubernetes {kind} {fault}", file=sys.stderr, flush=True)
+    return rows
+
+
+def slurm_rows(args: argparse.Namespace) -> list[tuple[str, ...]]:
+    """The preempt drill on the real test Slurm cluster: requeue and resume of a 2-node job."""
+    from jupyter_starverse.backends.slurm import SlurmBackend
+    from tests.slurm._cluster import missing_programs, start_cluster
+
+    if missing_programs():
+        return [("slurm", "preempt drill", "-", f"not installed ({', '.join(missing_programs())})", "-", "-")]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-faults-", ignore_cleanup_errors=True) as tmp:
+        cluster = start_cluster(Path(tmp) / "cluster")
+        try:
+            os.environ.update(cluster.env)
+            settings = Settings.from_env({**os.environ, "STARVERSE_HOME": f"{tmp}/home", "STARVERSE_MODE": "cpu"})
+            backend = SlurmBackend(settings, poll=0.2, cancel_grace=15.0)
+            spec = JobSpec(name="spot", code=TRAIN, nodes=2, procs_per_node=1, steps=args.steps,
+                           checkpoint_every=args.every, env={"STEP_SLEEP": str(args.sleep)})  # fmt: skip
+            job = backend.submit(spec)
+            run = Path(job.experiment_dir)
+            deadline = time.monotonic() + 300
+            while not any(s >= 15 for s, _ in _rank0(run)) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            at = time.time()
+            backend.preempt(job.id)
+            seen: list[str] = []
+            while True:
+                current = backend.get(job.id)
+                if not seen or seen[-1] != current.state.value:
+                    seen.append(current.state.value)
+                if current.state.finished or time.monotonic() > deadline + 300:
+                    break
+                time.sleep(0.1)
+            points = _rank0(run)
+            stop = json.loads((run / "stops" / "attempt-0" / "rank0.json").read_text())  # the SIGTERM checkpoint
+            resumed = [t for s, t in points if s == int(stop["checkpoint_step"]) + 1 and t > float(stop["time"])]
+            redone = len(points) - len({s for s, _ in points})
+            recovery = (min(resumed) - at) if resumed else None
+            rows.append(("slurm", "preempt drill", "-" if recovery is None else f"{recovery:.1f} s",
+                         " -> ".join(seen), current.state.value, str(current.restarts), f"{redone}"))  # fmt: skip
+        finally:
+            cluster.stop()
+    print("  done: slurm preempt drill", file=sys.stderr, flush=True)
+    return rows
+
+
+def _print(table: list[tuple[str, ...]]) -> None:
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=80)
     parser.add_argument("--every", type=int, default=10)
     parser.add_argument("--sleep", type=float, default=0.1)
     parser.add_argument("--only", default=None, help="one scenario")
+    parser.add_argument("--backends", default="local,kubernetes,slurm", help="comma-separated")
     args = parser.parse_args()
+    chosen = {b.strip() for b in args.backends.split(",")}
+    if "kubernetes" in chosen:
+        print("kubernetes (test API server: the backend's whole-group relaunch; pods do not train)")
+        _print([("backend", "fault", "fault -> running again", "states", "final", "restarts"), *kubernetes_rows()])
+        print()
+    if "slurm" in chosen:
+        print(f"slurm (real test cluster, 2 nodes x 1 process, a checkpoint every {args.every} steps)")
+        _print([("backend", "fault", "recovery", "states", "final", "restarts", "steps redone"), *slurm_rows(args)])
+        print()
+    if "local" not in chosen:
+        return
     with tempfile.TemporaryDirectory() as tmp:
         prices = Path(tmp) / "prices.json"
         prices.write_text(json.dumps({"currency": "CNY", "gpus": {"rtx4090": {"on_demand": "1.8"}},

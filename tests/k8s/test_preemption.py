@@ -95,6 +95,7 @@ def test_preempt_drill_relaunches_the_whole_group(kube: KubeServer, settings: Se
     states, done = _states_until_finished(backend, job.id)
     assert states[0] is JobState.PREEMPTED and done.state is JobState.SUCCEEDED
     assert states.index(JobState.RESUMING) < states.index(JobState.SUCCEEDED)
+    assert JobState.RUNNING not in states[: states.index(JobState.RESUMING)]  # no flicker back to running
     assert JobState.FAILED not in states
     assert done.restarts == 1 and done.reason is None
     pods = kube.objects("pods")
@@ -116,6 +117,8 @@ def test_eviction_is_a_preemption_not_a_failure(kube: KubeServer, settings: Sett
     seen = [j for j in backend.watch_job(job.id, timeout=30)]  # what a follower of the job sees
     states = [j.state for j in seen]
     assert JobState.PREEMPTED in states and states[-1] is JobState.SUCCEEDED
+    first = states.index(JobState.PREEMPTED)
+    assert JobState.RUNNING not in states[first : states.index(JobState.RESUMING)]
     preempted = next(j for j in seen if j.state is JobState.PREEMPTED)
     assert "node 0" in (preempted.reason or "") and "disrupted" in (preempted.reason or "")
     assert seen[-1].restarts == 1

@@ -141,9 +141,12 @@ def attempt_end(jobs: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, A
 
 
 def stopping_node(pods: Iterable[Mapping[str, Any]]) -> str | None:
-    """The first running pod that got SIGTERM (deleted or disrupted), as ``node N was ...``; else None."""
+    """A pod of a job not yet judged that got SIGTERM (deleted, disrupted) or stopped after one
+    (exit 143), as ``node N ...``; else None. The job is preempted from that moment on."""
     for pod in pods:
         meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        if status.get("phase") == "Failed" and (_disrupted(pod) or _terminated(pod)[0] == PREEMPT_EXIT):
+            return f"node {node_index(pod)} stopped after its checkpoint (pod {meta.get('name')})"
         if status.get("phase") not in ("Pending", "Running"):
             continue
         disrupted = _disrupted(pod)
