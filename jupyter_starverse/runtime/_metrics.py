@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ._env import job_env
 from ._guards import check_loss
 
-__all__ = ["RANK_EVERY_S", "close_metrics", "log_metrics"]
+__all__ = ["RANK_EVERY_S", "close_metrics", "log_metrics", "wandb_mode"]
 
 _sinks: dict[str, Any] = {}
 
@@ -34,14 +36,39 @@ def _tensorboard() -> Any:
     return _sinks["tb"]
 
 
+_WANDB_MODES = ("online", "offline", "disabled")
+
+
+def wandb_mode(environ: Mapping[str, str]) -> str:
+    """How W&B runs in a job: ``online`` when the user configured it, else ``offline`` (or ``disabled``).
+
+    ``STARVERSE_WANDB`` (``online``, ``offline`` or ``off``) decides; without it an explicit
+    ``WANDB_MODE`` does; without either a ``WANDB_API_KEY`` in the job's environment (a secret
+    by reference) means online. Offline runs stay in the run folder (``wandb sync`` uploads them).
+    """
+    choice = environ.get("STARVERSE_WANDB", "").strip().lower()
+    if choice in ("off", "false", "0", "no", "disabled"):
+        return "disabled"
+    if choice in ("online", "offline"):
+        return choice
+    mode = environ.get("WANDB_MODE", "").strip().lower()
+    if mode == "dryrun":
+        return "offline"
+    if mode in _WANDB_MODES:
+        return mode
+    return "online" if environ.get("WANDB_API_KEY", "").strip() else "offline"
+
+
 def _wandb() -> Any:
     if "wandb" not in _sinks:
         env = job_env()
         run = None
-        if env.run_dir is not None and importlib.util.find_spec("wandb") is not None:
+        mode = wandb_mode(os.environ)
+        if env.run_dir is not None and mode != "disabled" and importlib.util.find_spec("wandb") is not None:
             import wandb
 
-            run = wandb.init(mode="offline", dir=str(env.run_dir), name=env.job_id, resume="allow")
+            project = os.environ.get("WANDB_PROJECT") or (env.run_dir.parent.parent.name or None)
+            run = wandb.init(mode=mode, dir=str(env.run_dir), name=env.job_id, project=project, resume="allow")
         _sinks["wandb"] = run
     return _sinks["wandb"]
 

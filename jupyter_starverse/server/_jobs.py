@@ -7,7 +7,9 @@
 | DELETE | jobs/ID                     | cancel; the ``JobView`` after it                   |
 | POST   | jobs/ID/cancel              | same as DELETE                                     |
 | GET    | jobs/ID/logs?tail=&rank=    | ``LogTail``; ``follow=1`` streams NDJSON lines     |
-| GET    | jobs/ID/tensorboard         | ``TensorBoardInfo``                                |
+| GET    | jobs/ID/tensorboard         | ``TensorBoardInfo`` (``url`` when one runs)        |
+| POST   | jobs/ID/tensorboard         | start (or find) the job's TensorBoard; its ``url`` |
+| DELETE | jobs/ID/tensorboard         | stop it                                            |
 | POST   | jobs/preview                | ``LaunchPreview`` of body ``{"spec", "backend"?, "output"?}`` |
 
 A job's truth is its backend (experiment folder or cluster), so after a server restart
@@ -17,10 +19,15 @@ every route answers as before.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import hashlib
+import importlib.util
 import json
 import math
 import shutil
+import socket
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -31,14 +38,23 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 
 from jupyter_starverse._settings import BACKENDS
-from jupyter_starverse.errors import BackendUnavailableError, BadInputError, NotFoundError
+from jupyter_starverse.errors import BackendUnavailableError, BadInputError, MissingDependencyError, NotFoundError
 from jupyter_starverse.experiments import JobSummary, RunPaths
 from jupyter_starverse.jobmodel import Job, JobSpec, JobState, LaunchBackend, LogLine
 from jupyter_starverse.watch import JobProgress
 
 from ._base import StarverseHandler, parse_int
 
-__all__ = ["JobListView", "JobView", "LogTail", "TensorBoardInfo", "routes", "tensorboard_info"]
+__all__ = [
+    "TENSORBOARDS",
+    "JobListView",
+    "JobView",
+    "LogTail",
+    "TensorBoardInfo",
+    "TensorBoards",
+    "routes",
+    "tensorboard_info",
+]
 
 _MAX_TAIL = 5000
 _MAX_PAGE = 500
@@ -75,13 +91,16 @@ class LogTail:
 
 @dataclass(frozen=True)
 class TensorBoardInfo:
-    """Where a job's TensorBoard events are and how to look at them."""
+    """Where a job's TensorBoard events are, how to look at them, and the TensorBoard serving them."""
 
     job_id: str
     logdir: str
     has_events: bool
     installed: bool
     command: tuple[str, ...]
+    url: str | None = None  # of the TensorBoard this server runs for the job (None: none runs)
+    port: int | None = None
+    proxied: bool = False  # reached through jupyter-server-proxy (same origin as JupyterLab)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -90,15 +109,109 @@ class TensorBoardInfo:
             "has_events": self.has_events,
             "installed": self.installed,
             "command": list(self.command),
+            "url": self.url,
+            "port": self.port,
+            "proxied": self.proxied,
+            "running": self.url is not None,
         }
 
 
-def tensorboard_info(job: Job) -> TensorBoardInfo:
-    """TensorBoard log folder of ``job`` (``TENSORBOARD_LOGDIR`` of its ranks) and its state."""
+def _tensorboard_installed() -> bool:
+    return importlib.util.find_spec("tensorboard") is not None
+
+
+def tensorboard_info(job: Job, *, port: int | None = None, base_url: str = "/") -> TensorBoardInfo:
+    """TensorBoard log folder of ``job`` (``TENSORBOARD_LOGDIR`` of its ranks), its state, and its URL when served."""
     logdir = RunPaths(Path(job.experiment_dir)).tensorboard
     has_events = logdir.is_dir() and any(p.name.startswith("events.out.tfevents") for p in logdir.rglob("*"))
-    installed = shutil.which("tensorboard") is not None
-    return TensorBoardInfo(job.id, str(logdir), has_events, installed, ("tensorboard", "--logdir", str(logdir)))
+    installed = _tensorboard_installed() or shutil.which("tensorboard") is not None
+    command = ("tensorboard", "--logdir", str(logdir))
+    if port is None:
+        return TensorBoardInfo(job.id, str(logdir), has_events, installed, command)
+    proxied = importlib.util.find_spec("jupyter_server_proxy") is not None
+    url = f"{base_url.rstrip('/')}/proxy/{port}/" if proxied else f"http://127.0.0.1:{port}/"
+    return TensorBoardInfo(job.id, str(logdir), has_events, installed, command, url, port, proxied)
+
+
+class TensorBoards:
+    """The TensorBoard processes this server started, one per run (stopped with the server).
+
+    ``tensorboard --logdir RUN/tensorboard --port P --host 127.0.0.1``: loopback only; the
+    browser reaches it through jupyter-server-proxy when that is installed.
+    """
+
+    def __init__(self) -> None:
+        self._procs: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
+        self._lock = threading.Lock()
+        atexit.register(self.stop_all)
+
+    def port_of(self, logdir: Path) -> int | None:
+        """The port of the live TensorBoard of ``logdir``, if this server runs one."""
+        with self._lock:
+            found = self._procs.get(str(logdir))
+            return found[1] if found is not None and found[0].poll() is None else None
+
+    def ensure(self, logdir: Path, *, timeout: float = 60.0) -> int:
+        """The port of the TensorBoard of ``logdir``: the running one, else a new one once it answers."""
+        if not _tensorboard_installed():
+            raise MissingDependencyError("tensorboard", extra="train", purpose="showing a run in TensorBoard")
+        with self._lock:
+            found = self._procs.get(str(logdir))
+            if found is not None and found[0].poll() is None:
+                return found[1]
+            logdir.mkdir(parents=True, exist_ok=True)
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = int(sock.getsockname()[1])
+            argv = [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--port", str(port),
+                    "--host", "127.0.0.1", "--reload_interval", "5"]  # fmt: skip
+            log = logdir.parent / "tensorboard.log"
+            with log.open("ab") as out:
+                proc = subprocess.Popen(
+                    argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                )
+            self._procs[str(logdir)] = (proc, port)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                tail = log.read_text(errors="replace")[-600:].strip()
+                raise BackendUnavailableError(
+                    f"tensorboard exited with code {proc.returncode} before it served {logdir}",
+                    hint=f"its output is in {log}: {tail[-300:]}",
+                )
+            with socket.socket() as probe:
+                probe.settimeout(0.5)
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    return port
+            time.sleep(0.2)
+        self.stop(logdir)
+        raise BackendUnavailableError(
+            f"tensorboard did not answer on port {port} within {timeout:g} s", hint=f"see {log}"
+        )
+
+    def stop(self, logdir: Path) -> bool:
+        """Stop the TensorBoard of ``logdir``; False when none ran."""
+        with self._lock:
+            found = self._procs.pop(str(logdir), None)
+        if found is None:
+            return False
+        proc = found[0]
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        return True
+
+    def stop_all(self) -> None:
+        for key in list(self._procs):
+            self.stop(Path(key))
+
+
+#: One per server process.
+TENSORBOARDS = TensorBoards()
 
 
 def _int_arg(value: str | None, name: str, *, default: int | None, low: int, high: int) -> int | None:
@@ -308,10 +421,43 @@ class LogsHandler(_JobsBase):
 
 
 class TensorBoardHandler(_JobsBase):
+    """``GET``: where the events are (and the URL when a TensorBoard runs); ``POST``: start or find
+    the job's TensorBoard and answer its URL; ``DELETE``: stop it."""
+
+    def _logdir(self, job: Job) -> Path:
+        return RunPaths(Path(job.experiment_dir)).tensorboard
+
     @web.authenticated
     async def get(self, job_id: str) -> None:
         backend = self.backend()
-        self.finish_json(await self.run(lambda: tensorboard_info(backend.get(job_id))))
+
+        def info() -> TensorBoardInfo:
+            job = backend.get(job_id)
+            return tensorboard_info(job, port=TENSORBOARDS.port_of(self._logdir(job)), base_url=self.base_url)
+
+        self.finish_json(await self.run(info))
+
+    @web.authenticated
+    async def post(self, job_id: str) -> None:
+        backend = self.backend()
+
+        def start() -> TensorBoardInfo:
+            job = backend.get(job_id)
+            port = TENSORBOARDS.ensure(self._logdir(job))
+            return tensorboard_info(job, port=port, base_url=self.base_url)
+
+        self.finish_json(await self.run(start))
+
+    @web.authenticated
+    async def delete(self, job_id: str) -> None:
+        backend = self.backend()
+
+        def stop() -> TensorBoardInfo:
+            job = backend.get(job_id)
+            TENSORBOARDS.stop(self._logdir(job))
+            return tensorboard_info(job, base_url=self.base_url)
+
+        self.finish_json(await self.run(stop))
 
 
 class PreviewHandler(StarverseHandler):

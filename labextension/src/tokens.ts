@@ -178,6 +178,12 @@ export interface ITensorBoardInfo {
   has_events: boolean;
   installed: boolean;
   command: string[];
+  /** The TensorBoard this server runs for the job (POST starts it), else null. */
+  url: string | null;
+  port: number | null;
+  /** Served through jupyter-server-proxy (same origin as JupyterLab). */
+  proxied: boolean;
+  running: boolean;
 }
 // ---- end jobs ----------------------------------------------------------------------------
 

@@ -264,7 +264,7 @@ def test_jobs_endpoint_still_shows_the_job_after_a_server_restart(tmp_path: Path
 
     second = _server(tmp_path, port, token)
     try:
-        listed = _get(port, token, "jupyter-starverse/jobs")
+        listed = _get(port, token, "jupyter-starverse/jobs")["items"]
         assert [j["id"] for j in listed] == [handle.id]
         after = listed[0]
         assert after["state"] == "running"
@@ -340,3 +340,43 @@ async def test_job_list_pages_filters_and_answers_304_while_nothing_changed(jp_f
         with pytest.raises(HTTPClientError) as err:
             await jp_fetch("jupyter-starverse", "jobs", params=bad)
         assert err.value.code == 400, bad
+
+
+@pytest.mark.slow
+async def test_open_tensorboard_starts_one_per_run_serves_its_events_and_stops(
+    jp_fetch: Any, settings: Settings
+) -> None:
+    pytest.importorskip("tensorboard")
+    handle = quick_job(settings, name="tb")
+    before = json.loads((await jp_fetch("jupyter-starverse", "jobs", handle.id, "tensorboard")).body)
+    assert before["running"] is False and before["url"] is None
+    assert before["has_events"] is True  # the runtime wrote events: tensorboard is installed
+
+    opened = json.loads(
+        (await jp_fetch("jupyter-starverse", "jobs", handle.id, "tensorboard", method="POST", body="{}")).body
+    )
+    try:
+        assert opened["running"] is True and opened["url"] == f"http://127.0.0.1:{opened['port']}/"
+        with urllib.request.urlopen(opened["url"], timeout=30) as page:
+            assert page.status == 200 and b"TensorBoard" in page.read()
+        deadline = time.monotonic() + 60  # it loads the run's events (reload every 5 s)
+        tags: dict[str, Any] = {}
+        while "loss" not in json.dumps(tags) and time.monotonic() < deadline:
+            with urllib.request.urlopen(opened["url"] + "data/plugin/scalars/tags", timeout=30) as reply:
+                tags = json.loads(reply.read())
+            time.sleep(0.5)
+        assert "loss" in json.dumps(tags), tags
+        # asked again (another panel, a reload): the same process, not a second one
+        again = json.loads(
+            (await jp_fetch("jupyter-starverse", "jobs", handle.id, "tensorboard", method="POST", body="{}")).body
+        )
+        assert again["port"] == opened["port"]
+        shown = json.loads((await jp_fetch("jupyter-starverse", "jobs", handle.id, "tensorboard")).body)
+        assert shown["url"] == opened["url"]
+    finally:
+        stopped = json.loads(
+            (await jp_fetch("jupyter-starverse", "jobs", handle.id, "tensorboard", method="DELETE")).body
+        )
+    assert stopped["running"] is False
+    with pytest.raises(OSError):
+        urllib.request.urlopen(opened["url"], timeout=5)

@@ -45,3 +45,21 @@ def test_a_rank_records_itself_at_most_every_few_seconds(rank2: Path, monkeypatc
     assert list(points) == [2]
     assert [(p.step, p.values["loss"], p.rank) for p in points[2]] == [(0, 3.0, 2), (30, 1.5, 2)]
     assert points[2][-1].time == pytest.approx(1000.0 + 1.0 + _metrics.RANK_EVERY_S)
+
+
+@pytest.mark.parametrize(
+    ("environ", "mode"),
+    [
+        ({}, "offline"),  # nothing configured: the run stays in the run folder, nothing leaves the machine
+        ({"WANDB_API_KEY": "k"}, "online"),  # the user gave a key (a secret by reference): online
+        ({"WANDB_API_KEY": "  "}, "offline"),
+        ({"WANDB_API_KEY": "k", "STARVERSE_WANDB": "offline"}, "offline"),  # our setting decides
+        ({"STARVERSE_WANDB": "online"}, "online"),  # e.g. a key kept in ~/.netrc by `wandb login`
+        ({"STARVERSE_WANDB": "off", "WANDB_API_KEY": "k"}, "disabled"),
+        ({"WANDB_MODE": "online"}, "online"),
+        ({"WANDB_MODE": "dryrun", "WANDB_API_KEY": "k"}, "offline"),
+        ({"WANDB_MODE": "disabled"}, "disabled"),
+    ],
+)
+def test_wandb_is_online_only_when_the_user_configured_it(environ: dict[str, str], mode: str) -> None:
+    assert _metrics.wandb_mode(environ) == mode

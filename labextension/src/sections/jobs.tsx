@@ -43,20 +43,44 @@ function JobLogs(props: { job: IJob }): JSX.Element {
   return <pre className="jp-Starverse-jobLogs">{text || '(no output yet)'}</pre>;
 }
 
-/** Where the job's TensorBoard events are and the command that shows them. */
+/** Where the job's TensorBoard events are; opens the TensorBoard this server runs for it. */
 function TensorBoardLink(props: { job: IJob }): JSX.Element {
   const [info, setInfo] = React.useState<ITensorBoardInfo | null>(null);
   const [error, setError] = React.useState<string | null>(null);
+  const [starting, setStarting] = React.useState(false);
   React.useEffect(() => {
     requestAPI<ITensorBoardInfo>(['jobs', props.job.id, 'tensorboard'])
       .then(setInfo)
       .catch(reason => setError(errorText(reason)));
   }, [props.job.id]);
-  if (error !== null) {
-    return <div className="jp-Starverse-error">{error}</div>;
-  }
+  const open = async (): Promise<void> => {
+    setStarting(true);
+    try {
+      const started = await sendJSON<ITensorBoardInfo>(['jobs', props.job.id, 'tensorboard'], 'POST');
+      setInfo(started);
+      setError(null);
+      if (started.url) {
+        window.open(started.url, '_blank', 'noopener');
+      }
+    } catch (reason) {
+      setError(errorText(reason));
+    } finally {
+      setStarting(false);
+    }
+  };
+  const stop = async (): Promise<void> => {
+    try {
+      setInfo(await sendJSON<ITensorBoardInfo>(['jobs', props.job.id, 'tensorboard'], 'DELETE'));
+    } catch (reason) {
+      setError(errorText(reason));
+    }
+  };
   if (info === null) {
-    return <div className="jp-Starverse-loading">…</div>;
+    return error !== null ? (
+      <div className="jp-Starverse-error">{error}</div>
+    ) : (
+      <div className="jp-Starverse-loading">…</div>
+    );
   }
   const command = info.command.join(' ');
   return (
@@ -64,6 +88,27 @@ function TensorBoardLink(props: { job: IJob }): JSX.Element {
       <div>
         {info.has_events ? 'TensorBoard events in' : 'No TensorBoard events yet in'}{' '}
         <code title={info.logdir}>{info.logdir}</code>
+      </div>
+      <div>
+        <button
+          className="jp-Button jp-mod-accept jp-mod-minimal jp-Starverse-tbOpen"
+          disabled={starting || !info.installed}
+          onClick={() => void open()}
+          title={info.installed ? 'Start (or find) TensorBoard for this run and open it' : 'tensorboard is not installed'}
+        >
+          {starting ? 'Starting TensorBoard…' : info.running ? 'Open TensorBoard' : 'Start TensorBoard'}
+        </button>
+        {info.running && info.url && (
+          <>
+            {' '}
+            <a className="jp-Starverse-tbUrl" href={info.url} target="_blank" rel="noopener noreferrer">
+              {info.url}
+            </a>{' '}
+            <button className="jp-Button jp-mod-minimal jp-Starverse-tbStop" onClick={() => void stop()}>
+              Stop
+            </button>
+          </>
+        )}
       </div>
       <div>
         <code>{command}</code>{' '}
@@ -74,8 +119,9 @@ function TensorBoardLink(props: { job: IJob }): JSX.Element {
         >
           Copy
         </button>
-        {!info.installed && <span> (tensorboard is not installed here)</span>}
+        {!info.installed && <span> (tensorboard is not installed here: pip install &apos;jupyter_starverse[train]&apos;)</span>}
       </div>
+      {error !== null && <div className="jp-Starverse-error">{error}</div>}
     </div>
   );
 }
