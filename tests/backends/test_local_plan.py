@@ -141,3 +141,21 @@ def test_example_scripts_exist() -> None:
     for name in ("ddp", "fsdp", "tp", "pp"):
         assert example_script(name).is_file()
     assert Path(example_script("ddp")).read_text().startswith('"""Template ``ddp``')
+
+
+def test_previews_show_no_torchrun_restarts_where_the_backend_owns_them(settings: Settings) -> None:
+    """``--max-restarts 3`` is the supervisor's (or the cluster backend's) budget: torchrun never
+    restarts a group on its own, on every backend's preview."""
+    from jupyter_starverse.backends.kubernetes import KubernetesBackend
+    from jupyter_starverse.backends.slurm import SlurmBackend
+
+    spec = JobSpec(name="dry", script=str(example_script("ddp")), nodes=2, procs_per_node=2, max_restarts=3)
+    local = yaml.safe_load(LocalBackend(settings).render(spec, output="yaml"))
+    argv = [a for node in local["nodes"] for a in node["argv"] if a.startswith("--max-restarts")]
+    assert argv == ["--max-restarts=0", "--max-restarts=0"] and local["max_node_relaunches"] == 3
+    slurm = SlurmBackend(settings).render(spec)
+    assert "--max-restarts=0" in slurm and "--max-restarts=3" not in slurm
+    assert "requeued 3 time(s) (max_restarts)" in slurm
+    pytest.importorskip("kubernetes")
+    kube = KubernetesBackend(settings).render(spec)
+    assert "--max-restarts=0" in kube and "--max-restarts=3" not in kube and "backoffLimitPerIndex: 0" in kube
