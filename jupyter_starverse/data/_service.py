@@ -87,14 +87,19 @@ class DataPrep:
                 "name a dataset", field="source", hint="e.g. corpus, corpus@2, ./raw or s3://bucket/raw"
             )
         source = source.strip()
-        if "://" in source or os.sep in source or source.startswith(".") or Path(source).exists():
+        if "://" in source or os.sep in source or source.startswith((".", "~")):
             return _Input(source, list_files(source), [], None)
         ref = parse_ref(source)
         if not isinstance(ref, DatasetRef):
             raise BadInputError(
                 f"{source!r} is a model, not a dataset", field="source", hint="name a dataset of the store"
             )
-        entry = self.catalog.entry(source)
+        try:
+            entry = self.catalog.entry(source)
+        except NotFoundError:
+            if Path(source).exists():  # a folder of the working directory, named like no dataset
+                return _Input(source, list_files(source), [], None)
+            raise
         self.catalog.pull(entry.ref)
         folder = self.catalog.mount(entry.ref)
         prov_path = folder / "_starverse" / "provenance.json"
@@ -464,8 +469,8 @@ class DataPrep:
                 provenance=tuple(provenance),
                 notes=tuple(result.notes),
             )
-            self._save_report(rep)
             if target is None or final is None:
+                self._save_report(rep)
                 return rep
             _write_text(staging / "_starverse" / "report.json", json.dumps(rep.to_json(), ensure_ascii=False, indent=1))
             _write_text(staging / "_starverse" / "report.html", report_html(rep))
@@ -480,6 +485,7 @@ class DataPrep:
                 target.name, str(final), version=str(target.version), description=f"{step} of {inp.label}"
             )
             self.catalog.pull(str(target))
+            self._save_report(rep)  # listed once the version it names exists
             say(f"{step}: wrote {target} ({result.docs_out:,} of {result.docs_in:,} documents)")
             return rep
         finally:
