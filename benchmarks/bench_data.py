@@ -57,6 +57,18 @@ def median_time(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
     return statistics.median(times), out
 
 
+def traced_peak(fn: Callable[[], object]) -> int:
+    """Peak Python/numpy allocations while ``fn`` runs (tracemalloc; not timed)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def _pr(truth: set[tuple[int, str, str]], found: set[tuple[int, str, str]]) -> tuple[float, float, int, int]:
     hit = len(truth & found)
     return hit / max(1, len(truth)), hit / max(1, len(found)), len(truth), len(found)
@@ -150,6 +162,11 @@ def bench_dedup(n: int, repeat: int) -> None:
         fp = len(rem - planted)
         print(f"  {name:<22} recall {recall:.3f}  false positives {fp:3d}  {len(texts) / t:8,.0f} lines/s")
     print(f"  throughput ours / bare loop = {t_bare / t_ours:.2f}x (goal >= 1/1.2 = 0.83)")
+    peak_ours, peak_bare = traced_peak(ours), traced_peak(lambda: bare_datasketch(texts))
+    print(
+        f"  peak traced memory: ours {peak_ours / 2**20:.1f} MiB (band tables, pairs and texts on disk), "
+        f"bare loop {peak_bare / 2**20:.1f} MiB (LSH, signatures and shingle sets in memory)"
+    )
 
 
 def bench_steps(n: int) -> None:
