@@ -98,13 +98,13 @@ def main() -> int:
         print("summary (same run, 1 thread):")
         base = rows[0].figures[0]
         for r in rows:
-            f = r.figures[-1]
+            f, fp32 = r.figures[-1], r.figures[0]  # latencies of one export were timed in turns
             replay = f.replay.share if f.replay else float("nan")
             print(
                 f"  {f.graph:10s} size {f.bytes / 1024:8.1f} KiB ({base.bytes / f.bytes:4.2f}x smaller)"
                 f"  max|dlogit| {f.max_abs_logit_diff:.2e}  greedy {f.greedy_agreement:6.1%}"
                 f"  ppl {f.perplexity_change:+7.2%}  ms/token {f.ms_per_token:6.3f}"
-                f" (vs fp32 {f.ms_per_token / base.ms_per_token:4.2f}x, torch {f.ms_per_token_torch:6.3f})"
+                f" (vs fp32 {f.ms_per_token / fp32.ms_per_token:4.2f}x, torch {f.ms_per_token_torch:6.3f})"
                 f"  feedback replay {replay:6.1%}  [{r.state}]"
             )
     return 0

@@ -11,6 +11,8 @@ Figures, all measured in one run against the PyTorch fp32 model:
   identical;
 - ``perplexity`` on a held-out text, and its change relative to PyTorch;
 - ``ms_per_token``: median CPU time of one cached decode step (one thread), PyTorch alongside;
+  PyTorch and every graph are timed in turns, round after round (:func:`interleaved_latency`),
+  so a busy machine slows them alike and the ratios hold;
 - ``replay``: the distinct prompts of a feedback version answered greedily by PyTorch and by
   the graph: the share of identical answers.
 """
@@ -40,6 +42,7 @@ __all__ = [
     "figures_table",
     "measure",
     "reference",
+    "interleaved_latency",
     "torch_greedy",
 ]
 
@@ -279,3 +282,21 @@ def measure(
         thresholds=thresholds,
         replay=replay(graph) if replay is not None else None,
     )
+
+
+def interleaved_latency(
+    model: Any, graphs: Sequence[OrtCausalLM], prompts: Sequence[list[int]], *, new_tokens: int, rounds: int = 3
+) -> tuple[float, list[float]]:
+    """Median ms per cached decode step of PyTorch and of each graph, timed in turns.
+
+    Each round decodes ``new_tokens`` after every prompt with PyTorch, then with each graph, so
+    load from other processes falls on all of them alike.
+    """
+    torch_times: list[float] = []
+    graph_times: list[list[float]] = [[] for _ in graphs]
+    for _ in range(rounds):
+        for ids in prompts:
+            torch_times += torch_greedy(model, ids, new_tokens)[1]
+            for i, graph in enumerate(graphs):
+                graph_times[i] += graph.greedy(ids, new_tokens)[1]
+    return statistics.median(torch_times) * 1000, [statistics.median(t) * 1000 for t in graph_times]

@@ -2,7 +2,7 @@
 
 One run: load the PyTorch model, export the fp32 KV-cache graph, measure it against PyTorch,
 quantize (INT8/INT4 formats), measure that too, replay the team's feedback prompts, then
-import the folder (graph, tokenizer, config, ``export_report.json``, ``lineage.json``) into
+import the folder (graph, tokenizer, config, ``export_report.json``, ``starverse-lineage.json``) into
 the store as a new revision of the model. A graph that fails its parity check is not imported
 and the result says ``failed`` (Optimum only warns, and users shipped broken graphs), unless
 the caller passes ``force=True``: then it is imported and marked ``overridden``.
@@ -29,7 +29,17 @@ from jupyter_starverse.feedback import FeedbackService, resolve_model
 from jupyter_starverse.jobmodel import JobSpec
 
 from ._onnx import GRAPH, OrtCausalLM, export_graph, load_torch, quantize_graph
-from ._report import GraphFigures, Replay, Thresholds, figures_html, figures_table, measure, reference, torch_greedy
+from ._report import (
+    GraphFigures,
+    Replay,
+    Thresholds,
+    figures_html,
+    figures_table,
+    interleaved_latency,
+    measure,
+    reference,
+    torch_greedy,
+)
 
 __all__ = ["DEFAULT_THRESHOLDS", "FORMATS", "GPU_FORMATS", "ExportResult", "ExportService"]
 
@@ -44,6 +54,8 @@ DEFAULT_THRESHOLDS = {
 }
 _WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".data")
 _REPLAY_PROMPTS = 32
+#: The file recipe outputs carry their lineage in, so `starverse recipes lineage` reads exports too.
+LINEAGE = "starverse-lineage.json"
 _REPLAY_TOKENS = 24
 
 
@@ -255,16 +267,24 @@ class ExportService:
             figures.append(
                 measure(fmt, OrtCausalLM(graph, torch_model.config), _size(graph), ref_run, limits, replay=replay)
             )
+        say("timing PyTorch and the graphs in turns")
+        graphs = [OrtCausalLM(fp32, torch_model.config)] + ([OrtCausalLM(graph, torch_model.config)] if bits else [])
+        torch_ms, graph_ms = interleaved_latency(torch_model, graphs, ref_run.prompts, new_tokens=new_tokens)
+        figures = [
+            replace(f, ms_per_token=ms, ms_per_token_torch=torch_ms) for f, ms in zip(figures, graph_ms, strict=True)
+        ]
         failures = tuple(f for fig in figures for f in fig.failures)
         state = "ok" if not failures else ("overridden" if force else "failed")
         lineage = {
+            "kind": "export",
             "source": model,
-            "source_folder": str(source),
+            "source_commit": self.catalog.status(model).commit if model.startswith("hf:") else None,
             "format": fmt,
             "feedback": feedback,
+            "report": "export_report.json",
             "exported_at": time.time(),
             "user": self.settings.user,
-            "tool": "jupyter_starverse export",
+            "parent": _read_lineage(source),  # what a recipe recorded about the source model
         }
         result = ExportResult(
             export_id,
@@ -353,4 +373,12 @@ def _write_report(folder: Path, result: ExportResult) -> None:
     tmp = folder / ".export_report.json.tmp"
     tmp.write_text(json.dumps(result.to_json(), indent=2, ensure_ascii=False), encoding="utf-8")
     tmp.replace(folder / "export_report.json")
-    (folder / "lineage.json").write_text(json.dumps(result.lineage, indent=2, ensure_ascii=False), encoding="utf-8")
+    (folder / LINEAGE).write_text(json.dumps(result.lineage, indent=2, ensure_ascii=False), encoding="utf-8")
+
+
+def _read_lineage(folder: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((folder / LINEAGE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

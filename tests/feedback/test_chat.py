@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -54,6 +53,10 @@ def test_chat_streams_and_two_concurrent_writers_label_it(client: Starverse, tin
             answer_id=other.id,
             user="chen",
         )
+        with pytest.raises(BadInputError):
+            session.ask([{"role": "assistant", "content": "hi"}])  # the last message must be the user's
+        with pytest.raises(BadInputError):
+            session.ask("")
     finally:
         session.close()
     assert not session.alive
@@ -63,18 +66,10 @@ def test_chat_streams_and_two_concurrent_writers_label_it(client: Starverse, tin
     assert [(p.prompt, p.chosen) for p in pairs] == [("训练一个大模型", "需要很多显卡和数据。")]
 
 
-def test_chat_refuses_bad_models_and_messages(client: Starverse, tiny_folder: Path) -> None:
+def test_chat_refuses_bad_models(client: Starverse) -> None:
     with pytest.raises(BadInputError):
         client.chats.start("/no/such/folder")
     with pytest.raises(NotFoundError):
         client.chats.start("exp:nothing-here")
     with pytest.raises(NotFoundError):
         client.chats.get("nope")
-    session = client.chats.start(str(tiny_folder))
-    try:
-        with pytest.raises(BadInputError):
-            session.ask([{"role": "assistant", "content": "hi"}])
-        with pytest.raises(BadInputError):
-            session.ask("")
-    finally:
-        client.chats.close(session.id)
