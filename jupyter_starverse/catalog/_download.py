@@ -570,6 +570,8 @@ class _Ranged:
         synced: set[int] = set()
         while not self._stop.is_set():
             wanted = self._sync_wanted.wait(SYNC_SECONDS)
+            if self._stop.is_set():
+                return  # the file is complete (synced by the caller) or failed (synced by run)
             with self.cond:
                 news = len(self.completed) > len(synced)
             if wanted or news:
@@ -604,6 +606,7 @@ class _Ranged:
                 t.join()
         finally:
             self._stop.set()
+            self._sync_wanted.set()
             flusher.join()
             if self.first is not None:
                 self.first[1].close()

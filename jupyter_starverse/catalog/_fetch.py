@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -186,14 +187,17 @@ def list_source(fs: Any, root: str, source: str) -> list[SourceFile]:
     if is_dir:
         base = fs._strip_protocol(root).rstrip("/")
         real_root = os.path.realpath(base) if _is_local(fs) else None
-        for info in sorted(_walk(fs, root, 0, real_root), key=lambda i: str(i["name"])):
+        infos = sorted(_walk(fs, root, 0, real_root), key=lambda i: str(i["name"]))
+        unsized = [i for i, info in enumerate(infos) if info.get("size") is None]
+        if unsized:  # e.g. HTML listings over HTTP: one HEAD per file, many at once
+            with ThreadPoolExecutor(16, thread_name_prefix="starverse-list") as pool:
+                for i, info in zip(unsized, pool.map(lambda i: fs.info(str(infos[i]["name"])), unsized), strict=True):
+                    infos[i] = info
+        for info in infos:
             path = str(info["name"])
             stripped = fs._strip_protocol(path)
             rel = stripped[len(base) :].lstrip("/") if stripped.startswith(base) else stripped.rsplit("/", 1)[-1]
             size = info.get("size")
-            if size is None:
-                info = fs.info(path)
-                size = info.get("size")
             # A link is read through its checked target: the same file its size and ETag came from.
             read = str(info.get("target", path))
             out.append(SourceFile(rel, read, None if size is None else int(size), _etag(info)))

@@ -359,7 +359,7 @@ def main(argv: list[str]) -> None:
     """Serve in this process: ``python -m tests.catalog.servers SPEC_JSON``; prints the URL.
 
     SPEC: ``{"hub": {"org/repo": {"file": [size, seed]}}, "files": {"path": [size, seed]}}``
-    (one of the two keys).
+    (one of the two keys), and optionally ``"throttle"``: bytes per second per connection.
     """
     spec = json.loads(argv[0])
     server: _Base
@@ -373,6 +373,7 @@ def main(argv: list[str]) -> None:
         for p, (size, seed) in spec["files"].items():
             fsv.add(p, Blob(size=size, seed=seed))
         server = fsv
+    server.throttle = spec.get("throttle")
     print(server.url, flush=True)
     threading.Event().wait()
 

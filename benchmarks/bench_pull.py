@@ -1,0 +1,301 @@
+"""Pull throughput of the store against the usual download tools, on a loopback origin.
+
+The origin (``tests.catalog.servers``, its own process, a child of this one) honours
+``Range`` and can limit every connection to a rate, like a CDN. Every tool downloads the
+same bytes from it into a fresh folder; medians of ``--runs`` runs (default 3) are printed
+with MB/s and the ratio to the best baseline of the row. Scenarios:
+
+1. one file of ``--mb`` MiB (the issue: 1 GiB), unlimited and at ``--rate`` MB/s per connection;
+2. a model of 4 shards of ``--mb / 4`` MiB each plus a config, same two rates;
+3. ``--small`` small files (default 10,000 of 4 KiB) from a local folder (vs ``cp -r``) and over
+   HTTP (vs ``aria2c -i list -j8``).
+
+Tools: ``curl`` (one connection), ``aria2c -x8 -s8 -k1M``, ``hf_transfer.download(max_files=8)``,
+``huggingface_hub.snapshot_download`` and ``starverse store pull`` (sha256 verified, fsync'ed,
+through the Hub cache layout). A tool that is not installed is printed as skipped. starverse
+and snapshot_download run in a fresh Python process each; the table shows the pull itself
+(timed inside the process, after imports) and, in brackets, the whole process.
+
+Usage: ``python benchmarks/bench_pull.py [--mb 1024] [--rate 25] [--runs 3] [--small 10000]``
+(``--quick``: 64 MiB, 1,000 small files, one run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MB = 1024 * 1024
+sys.path.insert(0, str(ROOT))
+
+
+def pythonpath() -> str:
+    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+
+
+@contextmanager
+def serve(spec: dict[str, object]) -> Iterator[str]:
+    """The loopback origin in a child process; yields its URL."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.catalog.servers", json.dumps(spec)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": pythonpath()},
+    )
+    try:
+        assert proc.stdout is not None
+        yield proc.stdout.readline().strip()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STARVERSE_", "HF_"))}
+    return {**env, "PYTHONPATH": pythonpath(), "HF_HUB_DISABLE_TELEMETRY": "1", "OMP_NUM_THREADS": "1", **extra}
+
+
+class Row:
+    """Times of one tool in one scenario: (pull seconds, whole-process seconds) per run."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.runs: list[tuple[float, float]] = []
+        self.skipped: str | None = None
+
+    @property
+    def median(self) -> float:
+        return statistics.median(t for t, _ in self.runs)
+
+    @property
+    def median_process(self) -> float:
+        return statistics.median(p for _, p in self.runs)
+
+
+def run_cmd(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
+    t0 = time.perf_counter()
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - t0
+    if out.returncode != 0:
+        raise RuntimeError(f"{argv[0]} failed ({out.returncode}): {out.stderr[-2000:]}")
+    inner = [line for line in out.stdout.splitlines() if line.startswith("PULL_SECONDS ")]
+    return (float(inner[-1].split()[1]) if inner else wall), wall
+
+
+def measure(row: Row, runs: int, once: Callable[[Path], tuple[float, float]], tmp: Path) -> Row:
+    for i in range(runs):
+        dest = tmp / f"{row.name.split()[0]}-{i}"
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir(parents=True)
+        try:
+            row.runs.append(once(dest))
+        finally:
+            shutil.rmtree(dest, ignore_errors=True)
+    return row
+
+
+_IN_PROCESS = """
+import sys, time, os
+t0 = time.perf_counter()
+{code}
+print("PULL_SECONDS", time.perf_counter() - t0)
+"""
+
+
+def python_timed(code: str, env: dict[str, str], imports: str) -> tuple[float, float]:
+    script = imports + "\n" + _IN_PROCESS.format(code=code)
+    return run_cmd([sys.executable, "-c", script], env)
+
+
+def tools_for_files(
+    url: str, repo: str, paths: list[str], rate_note: str, args: argparse.Namespace, tmp: Path
+) -> list[Row]:
+    """Every tool fetching ``paths`` of Hub repo ``repo`` served at ``url``."""
+    urls = [f"{url}/{repo}/resolve/main/{p}" for p in paths]
+    rows: list[Row] = []
+    n = args.connections
+
+    def curl(dest: Path) -> tuple[float, float]:
+        argv = ["curl", "-sS", "--fail"]
+        for i, u in enumerate(urls):
+            argv += ["-o", str(dest / f"f{i}"), u]
+        return run_cmd(argv)
+
+    def aria2(dest: Path) -> tuple[float, float]:
+        listing = dest / "input.txt"
+        listing.write_text("".join(f"{u}\n  out=f{i}\n" for i, u in enumerate(urls)))
+        argv = ["aria2c", "-q", f"-x{n}", f"-s{n}", "-k1M", "-j4", "--file-allocation=none"]
+        argv += ["--allow-overwrite=true", "--auto-file-renaming=false", "-d", str(dest), "-i", str(listing)]
+        return run_cmd(argv)
+
+    def hf_transfer(dest: Path) -> tuple[float, float]:
+        code = "\n".join(
+            f"hf_transfer.download(url={u!r}, filename={str(dest / f'f{i}')!r}, max_files={n}, "
+            f"chunk_size=10 * 1024 * 1024)"
+            for i, u in enumerate(urls)
+        )
+        return python_timed(code, clean_env(), "import hf_transfer")
+
+    def snapshot(dest: Path) -> tuple[float, float]:
+        code = f"snapshot_download({repo!r}, cache_dir={str(dest)!r}, endpoint={url!r})"
+        return python_timed(code, clean_env(HF_ENDPOINT=url), "from huggingface_hub import HfApi, snapshot_download")
+
+    def starverse(dest: Path) -> tuple[float, float]:
+        imports = (  # the same imports as snapshot_download's row, before the clock starts
+            "from huggingface_hub import HfApi, snapshot_download\n"
+            "from jupyter_starverse._settings import Settings\n"
+            "from jupyter_starverse.catalog import Catalog\n"
+            "catalog = Catalog(Settings.from_env())"
+        )
+        code = f"assert catalog.pull('hf:{repo}', connections={n}).state == 'cached'"
+        env = clean_env(HF_ENDPOINT=url, STARVERSE_HOME=str(dest / "home"))
+        return python_timed(code, env, imports)
+
+    table: list[tuple[str, Callable[[Path], tuple[float, float]], str | None]] = [
+        ("curl (1 conn/file)", curl, "curl"),
+        (f"aria2c -x{n} -s{n}", aria2, "aria2c"),
+        (f"hf_transfer max_files={n}", hf_transfer, None),
+        ("snapshot_download", snapshot, None),
+        (f"starverse store pull ({n} conns)", starverse, None),
+    ]
+    for name, once, exe in table:
+        row = Row(name)
+        if exe is not None and shutil.which(exe) is None:
+            row.skipped = f"{exe} is not installed"
+        elif name.startswith("hf_transfer") and not _importable("hf_transfer"):
+            row.skipped = "hf_transfer is not installed (pip install hf_transfer)"
+        else:
+            try:
+                measure(row, args.runs, once, tmp)
+            except RuntimeError as e:
+                row.skipped = f"failed: {e}"
+        rows.append(row)
+    return rows
+
+
+def _importable(module: str) -> bool:
+    return subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, check=False).returncode == 0
+
+
+def report(title: str, nbytes: int, rows: list[Row], ours_prefix: str = "starverse") -> None:
+    print(f"\n{title}  ({nbytes / MB:,.0f} MiB)")
+    done = [r for r in rows if r.runs]
+    baselines = [r for r in done if not r.name.startswith(ours_prefix)]
+    best = min(baselines, key=lambda r: r.median) if baselines else None
+    for r in rows:
+        if r.skipped:
+            print(f"  {r.name:34s}  skipped: {r.skipped}")
+            continue
+        rate = nbytes / r.median / 1e6
+        proc = f"  [process {r.median_process:6.2f} s]" if abs(r.median_process - r.median) > 0.05 else ""
+        ratio = f"  x{best.median / r.median:4.2f} of {best.name}" if best is not None else ""
+        print(f"  {r.name:34s} {r.median:7.2f} s  {rate:8.1f} MB/s{ratio}{proc}")
+
+
+def bench_hub(args: argparse.Namespace, tmp: Path) -> None:
+    size = args.mb * MB
+    shard = size // 4
+    hub = {
+        "org/one": {"model.safetensors": [size, 1]},
+        "org/sharded": {
+            "config.json": [600, 2],
+            **{f"model-0000{i + 1}-of-00004.safetensors": [shard, 10 + i] for i in range(4)},
+        },
+    }
+    for rate in (None, args.rate):
+        spec: dict[str, object] = {"hub": hub, "throttle": None if rate is None else rate * 1e6}
+        label = "unlimited" if rate is None else f"{rate:g} MB/s per connection"
+        with serve(spec) as url:
+            rows = tools_for_files(url, "org/one", ["model.safetensors"], label, args, tmp)
+            report(f"one file, {label}", size, rows)
+            paths = sorted(hub["org/sharded"])
+            rows = tools_for_files(url, "org/sharded", paths, label, args, tmp)
+            report(f"model of 4 shards, {label}", 4 * shard + 600, rows)
+
+
+def bench_small(args: argparse.Namespace, tmp: Path) -> None:
+    n, kb = args.small, args.small_kb
+    src = tmp / "small-src"
+    for i in range(n):
+        p = src / f"d{i // 1000:02d}" / f"f{i:05d}.bin"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(os.urandom(kb * 1024))
+    nbytes = n * kb * 1024
+    store_imports = (
+        "from jupyter_starverse._settings import Settings\n"
+        "from jupyter_starverse.catalog import Catalog\n"
+        "catalog = Catalog(Settings.from_env())"
+    )
+
+    def cp(dest: Path) -> tuple[float, float]:
+        return run_cmd(["cp", "-r", str(src), str(dest / "copy")])
+
+    def ours_local(dest: Path) -> tuple[float, float]:
+        env = clean_env(STARVERSE_HOME=str(dest / "home"))
+        code = f"catalog.add_dataset('small', {str(src)!r}); assert catalog.pull('small').state == 'cached'"
+        return python_timed(code, env, store_imports)
+
+    rows = [measure(Row("cp -r"), args.runs, cp, tmp), measure(Row("starverse store pull"), args.runs, ours_local, tmp)]
+    report(f"{n:,} files of {kb} KiB from a local folder (starverse: sha256 + fsync per file)", nbytes, rows)
+
+    files = {f"small/{p.relative_to(src).as_posix()}": [kb * 1024, i] for i, p in enumerate(sorted(src.rglob("*.bin")))}
+    with serve({"files": files}) as url:
+        urls = [f"{url}/{rel}" for rel in files]
+
+        def aria2(dest: Path) -> tuple[float, float]:
+            listing = dest / "input.txt"
+            listing.write_text("".join(f"{u}\n  out={u.split('/small/', 1)[1]}\n" for u in urls))
+            argv = ["aria2c", "-q", f"-j{args.connections}", "-x1", "--file-allocation=none"]
+            argv += ["--allow-overwrite=true", "--auto-file-renaming=false", "-d", str(dest), "-i", str(listing)]
+            return run_cmd(argv)
+
+        def ours_http(dest: Path) -> tuple[float, float]:
+            env = clean_env(STARVERSE_HOME=str(dest / "home"))
+            code = f"catalog.add_dataset('small', {url + '/small/'!r}); assert catalog.pull('small').state == 'cached'"
+            return python_timed(code, env, store_imports)
+
+        aria = Row(f"aria2c -i list -j{args.connections}")
+        if shutil.which("aria2c") is None:
+            aria.skipped = "aria2c is not installed"
+        else:
+            measure(aria, args.runs, aria2, tmp)
+        rows = [aria, measure(Row("starverse store pull"), args.runs, ours_http, tmp)]
+        report(f"{n:,} files of {kb} KiB over HTTP (starverse: listing + sha256 + fsync per file)", nbytes, rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mb", type=int, default=1024, help="size of the one file (and of the 4 shards together)")
+    ap.add_argument("--rate", type=float, default=25.0, help="MB/s per connection of the limited origin")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--connections", type=int, default=8)
+    ap.add_argument("--small", type=int, default=10_000, help="number of small files (0: skip)")
+    ap.add_argument("--small-kb", type=int, default=4)
+    ap.add_argument("--quick", action="store_true", help="64 MiB, 1,000 small files, one run")
+    ap.add_argument("--only", choices=("hub", "small"), default=None)
+    args = ap.parse_args()
+    if args.quick:
+        args.mb, args.small, args.runs = 64, 1000, 1
+    print(f"bench_pull: {os.cpu_count()} CPUs, medians of {args.runs}; origin = loopback Python server (own process)")
+    with tempfile.TemporaryDirectory(prefix="bench-pull-") as d:
+        tmp = Path(d)
+        if args.only in (None, "hub"):
+            bench_hub(args, tmp)
+        if args.small and args.only in (None, "small"):
+            bench_small(args, tmp)
+
+
+if __name__ == "__main__":
+    main()
