@@ -76,10 +76,11 @@ class PipelineRun:
     state: str = "running"
     driver: str | None = None  # "running", "gone" or None (finished / foreground)
     pipeline: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None  # why the driver stopped before submitting every step
 
     def to_json(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "name": self.name, "created": self.created, "state": self.state,
-                "driver": self.driver, "steps": [s.to_json() for s in self.steps]}  # fmt: skip
+                "driver": self.driver, "error": self.error, "steps": [s.to_json() for s in self.steps]}  # fmt: skip
 
     def step(self, node: str) -> StepRun:
         return next(s for s in self.steps if s.node == node)
@@ -91,6 +92,8 @@ class PipelineRun:
             job = f"  {s.backend}:{s.job_id}" if s.job_id else ""
             why = f"  ({s.reason})" if s.reason and s.state not in ("succeeded",) else ""
             lines.append(f"  {s.node:<{width}}  {s.state:<10}{job}{why}")
+        if self.error:
+            lines.append(f"  the driver stopped: {self.error}")
         if self.driver == "gone":
             lines.append("  the driver that submits the next steps is gone: `starverse pipeline run` again")
         return "\n".join(lines)
@@ -218,6 +221,11 @@ def drive(facade: Facade, store: RunStore, run_id: str, *, poll: float = 0.5,
             record(_step_of(step.node, job))
         for node, job in jobs.items():
             record(_step_of(node, _wait(facade, job, poll)))
+    except BaseException as e:  # recorded for every reader, then raised as usual
+        data = store.read(run_id)
+        data["error"] = f"{type(e).__name__}: {getattr(e, 'message', None) or e}"[:2000]
+        store.write(run_id, data)
+        raise
     finally:
         data = store.read(run_id)
         data["driver"] = None
@@ -255,11 +263,15 @@ def status(facade: Facade, store: RunStore, run_id: str) -> PipelineRun:
     if rec is not None:
         driver = "gone" if alive(rec) is False else "running"
     state = overall(tuple(steps))
-    if driver == "gone" and state == "running" and not any(s.job_id and s.state not in ("succeeded", "failed",
-                                                               "cancelled") for s in steps):  # fmt: skip
+    ended = driver == "gone" or data.get("finished") is not None
+    active = any(s.job_id and s.state not in ("succeeded", "failed", "cancelled") for s in steps)
+    if ended and state == "running" and not active:  # nobody is left to submit the waiting steps
         state = "stopped"
+    if data.get("cancelled") is not None and not active:
+        state = "cancelled"
+    error = data.get("error") if isinstance(data.get("error"), str) else None
     return PipelineRun(data["run_id"], data.get("name", ""), float(data.get("created", 0)), tuple(steps), state,
-                       driver, data.get("pipeline", {}))  # fmt: skip
+                       driver, data.get("pipeline", {}), error)  # fmt: skip
 
 
 def check_base_dir(base_dir: Path) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -122,17 +123,16 @@ class PipelineService:
 
     def cancel(self, run_id: str) -> PipelineRun:
         """Cancel every submitted step that has not finished; steps not yet submitted never will be."""
-        run = self.status(run_id)
-        data = self.store.read(run_id)
         from jupyter_starverse._procs import ProcessRecord, alive, stop_pids
 
-        rec = ProcessRecord.from_json(data.get("driver"))
-        if rec is not None and alive(rec):
+        rec = ProcessRecord.from_json(self.store.read(run_id).get("driver"))
+        if rec is not None and alive(rec):  # first the driver, so that it submits nothing more
             stop_pids([rec.pid], grace=5.0)
-        for step in run.steps:
+        for step in self.status(run_id).steps:
             if step.job_id and step.state not in ("succeeded", "failed", "cancelled"):
                 self.facade.backend(step.backend).cancel(step.job_id)
         data = self.store.read(run_id)
+        data["cancelled"] = time.time()
         data["steps"] = [
             {**s, "state": "skipped", "reason": "the run was cancelled"} if not s.get("job_id") else s
             for s in data["steps"]

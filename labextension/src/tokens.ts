@@ -571,7 +571,8 @@ export interface IPipelineRun {
   run_id: string;
   name: string;
   created: number;
-  state: 'running' | 'succeeded' | 'failed' | 'stopped';
+  state: 'running' | 'succeeded' | 'failed' | 'stopped' | 'cancelled';
+  error: string | null;
   driver: 'running' | 'gone' | null;
   steps: IStepRun[];
 }

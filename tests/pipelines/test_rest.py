@@ -58,6 +58,7 @@ async def test_bad_documents_are_400(jp_fetch: Any, project: Path) -> None:
         assert info.value.code == 400
 
 
+@pytest.mark.slow
 async def test_run_is_detached_and_its_nodes_are_followed(jp_fetch: Any, project: Path) -> None:
     run = await _post(jp_fetch, "run", {"pipeline": doc(first="steps/fail.py"), "path": "work/demo.svpipeline"})
     assert run["state"] == "running"  # answered at once; a driver process submits the steps

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from jupyter_starverse.client import Starverse
 from .conftest import doc, write
 
 
+@pytest.mark.slow
 def test_two_steps_run_in_order_to_success(client: Starverse, folder: Path, dataset: str,
                                            capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     path = write(folder, doc(data=dataset, train={"nodes": 2}))
@@ -57,3 +59,29 @@ def test_a_pipeline_with_an_error_starts_nothing(client: Starverse, folder: Path
     assert main(["pipeline", "validate", str(path)]) == 2
     out = capsys.readouterr().out
     assert "error: train.data_parallel" in out
+
+
+def test_a_detached_run_is_followed_and_cancelled(client: Starverse, folder: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    (folder / "steps" / "long.py").write_text("import time\nprint('working', flush=True)\ntime.sleep(120)\n")
+    path = write(folder, doc(first="steps/long.py"))
+    assert main(["pipeline", "run", str(path), "--detach", "--json"]) == 0
+    run_id = json.loads(capsys.readouterr().out)["run_id"]  # answered at once: a driver process goes on
+
+    def prep_running() -> bool:
+        return client.pipelines.status(run_id).step("prep").state == "running"
+
+    deadline = time.monotonic() + 120
+    while not prep_running():
+        assert time.monotonic() < deadline, client.pipelines.status(run_id)
+        time.sleep(0.3)
+    assert client.pipelines.status(run_id).driver == "running"
+    assert main(["pipeline", "cancel", run_id, "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)
+    assert run["state"] == "cancelled"
+    steps = {s["node"]: s for s in run["steps"]}
+    assert steps["prep"]["state"] == "cancelled"
+    assert steps["train"]["state"] == "skipped" and steps["train"]["job_id"] is None  # never submitted
+    assert client.attach(steps["prep"]["job_id"], backend="local").state.value == "cancelled"
+    time.sleep(1.0)  # the driver is gone and submitted nothing more
+    assert [j.spec.name for j in client.jobs(backend="local")] == ["demo-prep"]
