@@ -75,7 +75,15 @@ def test_cpt_on_two_processes_saves_a_model_the_store_imports_with_its_lineage(s
 
 
 def test_a_resume_on_another_world_size_keeps_the_global_batch_and_the_schedule(store: Starverse) -> None:
-    first = run(store, "cpt", "corpus@v1", steps=3, params={"steps": 6}, experiment="cpt-resume")
+    # the first part runs from a %%sv train cell body that adds its own code around the recipe's trainer
+    cell = (
+        "from jupyter_starverse.recipes.train import main\n"
+        "seen = []\n"
+        "main(on_step=lambda step, metrics: seen.append(step))\n"
+        "print('the cell saw steps', seen, flush=True)\n"
+    )
+    first = run(store, "cpt", "corpus@v1", steps=3, params={"steps": 6}, experiment="cpt-resume", code=cell)
+    assert "the cell saw steps [0, 1, 2]" in Path(first.experiment_dir, "logs", "rank0.log").read_text()
     assert not (Path(first.experiment_dir) / "model").exists()  # 3 of 6 steps: no model folder yet
     spec = store.recipes.spec(
         "cpt",
