@@ -50,6 +50,9 @@ class PipelineCost:
         lines.append(f"  total: {self.check.total_text}")
         return "\n".join(lines)
 
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(str(self))
+
 
 def _check_or_fail(result: PipelineCheck, notebook: bool) -> object:
     if notebook or result.ok:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jupyter_starverse._format import pretty_text
 from jupyter_starverse._version import __version__
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.experiments import ExperimentPaths
@@ -63,6 +64,9 @@ class PipelineExport:
         if len(self.files) == 1:
             return self.main.text.rstrip()
         return "\n".join(f"# ==> {f.name} <==\n{f.text.rstrip()}\n" for f in self.files).rstrip()
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        pretty_text(p, str(self))
 
     def write(self, folder: Path) -> PipelineExport:
         """Write every file into ``folder`` (each through a temp file and a rename)."""

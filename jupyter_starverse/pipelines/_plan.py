@@ -15,7 +15,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jupyter_starverse._format import format_money
+from jupyter_starverse._format import format_money, pretty_text
 from jupyter_starverse.backends import example_script
 from jupyter_starverse.errors import BadInputError, StarverseError
 from jupyter_starverse.jobmodel import JobSpec
@@ -145,6 +145,9 @@ class PipelineCheck:
             lines.append(f"  cost {cost.node}: {est.figure if est else cost.reason}")
         lines.append(f"  estimated total: {self.total_text}")
         return "\n".join(lines)
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        pretty_text(p, str(self))
 
 
 def _int(node: Node, key: str, default: int) -> int:

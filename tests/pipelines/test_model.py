@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from jupyter_starverse.errors import BadInputError
-from jupyter_starverse.pipelines import Pipeline
+from jupyter_starverse.pipelines import Pipeline, PipelineCheck
 
 from .conftest import doc
 
@@ -53,3 +54,18 @@ def test_bad_documents_are_refused_with_a_reason(change: object, words: str) -> 
 def test_not_json_is_bad_input() -> None:
     with pytest.raises(BadInputError, match="not a pipeline file"):
         Pipeline.loads("{nodes: [")
+
+
+def test_the_magic_shares_the_command_table(ip: object, tmp_path: Path) -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    assert isinstance(ip, InteractiveShell)
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    path = tmp_path / "one.svpipeline"
+    train = {"id": "train", "kind": "train", "params": {"script": "train.py", "nodes": 2, "data_parallel": 3}}
+    path.write_text(json.dumps({"version": 1, "name": "one", "nodes": [train]}))
+    check = ip.run_line_magic("sv", f"pipeline validate {path}")
+    assert isinstance(check, PipelineCheck) and not check.ok  # returned, not raised, in a notebook
+    assert "data 3 x tensor 1 x pipeline 1 = 3" in str(check)
+    cost = ip.run_line_magic("sv", f"pipeline cost {path}")
+    assert "total: 0.20 CNY" in str(cost)
