@@ -61,11 +61,13 @@ def _spec(**kw: Any) -> JobSpec:
     return JobSpec(**{"name": "spot", "code": "print('hi')", "nodes": 2, "procs_per_node": 1, **kw})
 
 
-def _states_until_finished(backend: KubernetesBackend, job_id: str, timeout: float = 30) -> tuple[list[JobState], Job]:
-    """Every state a reader polling ``get`` sees, in order (repeats collapsed), and the last job."""
-    states: list[JobState] = []
+def _states_until_finished(
+    backend: KubernetesBackend, job_id: str, timeout: float = 30, *, seen: Job | None = None
+) -> tuple[list[JobState], Job]:
+    """Every state a reader polling ``get`` sees (after ``seen``), in order, repeats collapsed; the last job."""
+    states: list[JobState] = [seen.state] if seen is not None else []
     deadline = time.monotonic() + timeout
-    job = backend.get(job_id)
+    job = seen or backend.get(job_id)
     while time.monotonic() < deadline:
         job = backend.get(job_id)
         if not states or states[-1] is not job.state:
@@ -91,8 +93,8 @@ def test_preempt_drill_relaunches_the_whole_group(kube: KubeServer, settings: Se
     job = backend.submit(_spec())
     _running(backend, job.id)
     first = {p["metadata"]["name"] for p in kube.objects("pods")}
-    backend.preempt(job.id)  # deletes node 1's pod with its grace period, as a preemption does
-    states, done = _states_until_finished(backend, job.id)
+    told = backend.preempt(job.id)  # deletes node 1's pod with its grace period, as a preemption does
+    states, done = _states_until_finished(backend, job.id, seen=told)
     assert states[0] is JobState.PREEMPTED and done.state is JobState.SUCCEEDED
     assert states.index(JobState.RESUMING) < states.index(JobState.SUCCEEDED)
     assert JobState.RUNNING not in states[: states.index(JobState.RESUMING)]  # no flicker back to running
@@ -154,3 +156,16 @@ def test_budgets_run_out_and_usage_errors_never_relaunch(kube: KubeServer, setti
     assert done.state is JobState.FAILED and "preemption budget 0/0 used" in (done.reason or "")
     with pytest.raises(ConflictError, match="only a running job"):
         stingy.preempt(job.id)
+
+
+def test_a_relaunch_rbac_forbids_leaves_the_job_failed_saying_why(kube: KubeServer, settings: Settings) -> None:
+    kube.set_plan(_plan())
+    backend = KubernetesBackend(settings)
+    job = backend.submit(_spec())
+    _running(backend, job.id)
+    kube.forbid("delete", "jobs")
+    node1 = next(p for p in kube.objects("pods") if _node(p) == 1)
+    kube.evict(node1["metadata"]["name"])
+    _, done = _states_until_finished(backend, job.id)
+    assert done.state is JobState.FAILED and done.restarts == 0
+    assert "could not relaunch" in (done.reason or "") and "forbidden" in (done.reason or "").lower(), done.reason

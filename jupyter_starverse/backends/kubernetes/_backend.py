@@ -20,7 +20,7 @@ from typing import Any
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.backends._restarts import PREEMPT_RESTARTS, archive_attempt, lost_work
 from jupyter_starverse.costs import budget_stop_reason
-from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError
+from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError, StarverseError
 from jupyter_starverse.experiments import ExperimentPaths, RunPaths, plan_resume, read_json, write_json
 from jupyter_starverse.jobmodel import Job, JobSpec, JobState, LaunchBackend, LogLine
 from jupyter_starverse.kube import KubeConnection, connect, require_kubernetes, resolve_namespace
@@ -436,6 +436,10 @@ class KubernetesBackend(LaunchBackend):
                 self.api.delete_main(kind, job.id, ns)
         except NotFoundError:
             pass
+        except StarverseError as e:  # e.g. RBAC forbids delete: the attempt stays failed, saying why
+            record["relaunch"] = None
+            write_json(run_dir / RECORD, record)
+            return dataclasses.replace(job, reason=f"{head}; could not relaunch: {e.message}")
         return dataclasses.replace(job, state=JobState.PREEMPTED, reason=reason, finished=None)
 
     def _rate(self, spec: JobSpec) -> tuple[Decimal | None, str | None]:
