@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from decimal import Decimal, localcontext
 from typing import Any, Protocol
 
+from jupyter_starverse._format import format_money
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.jobmodel import Job, JobSpec
 
@@ -180,7 +181,8 @@ class Cost:
     def __str__(self) -> str:
         unit = "node" if self.accelerator == "cpu" else "card"
         spent = fmt_seconds(self.unit_seconds)
-        line = f"{self.figure} so far ({spent} {unit}-time, {self.billing} at {self.rate} {self.currency}/{unit}-h)"
+        rate = format_money(self.rate, self.currency)
+        line = f"{self.figure} so far ({spent} {unit}-time, {self.billing} at {rate}/{unit}-h)"
         if self.budget is not None:
             line += f"; budget {fmt_money(self.budget, self.currency)}"
             if self.over_budget:

@@ -28,6 +28,7 @@ from decimal import (
     localcontext,
 )
 
+from jupyter_starverse._format import format_money
 from jupyter_starverse.errors import BadInputError
 
 __all__ = [
@@ -164,8 +165,8 @@ def seconds_for(amount: Decimal, per_hour: Decimal) -> int | None:
 
 
 def fmt_money(amount: Decimal, currency: str) -> str:
-    """``230.40 CNY`` (thousands separated for readability)."""
-    return f"{amount:,} {currency}"
+    """``230.40 CNY``: two decimals, thousands separated (:func:`jupyter_starverse._format.format_money`)."""
+    return format_money(amount, currency)
 
 
 def fmt_seconds(seconds: int) -> str:

@@ -29,6 +29,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from jupyter_starverse._format import format_money
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.errors import BadInputError
 
@@ -193,9 +194,9 @@ class PriceTable:
         rows = []
         for name in self.accelerators:
             p = self.price(name)
-            spot = f"{p.spot[0]}-{p.spot[1]}" if p.spot else "-"
-            pkgs = (str(p.on_demand * (1 - pkg.discount)) for pkg in self.packages.values())
-            rows.append((name, "node-h" if name == "cpu" else "card-h", str(p.on_demand), spot, *pkgs))
+            spot = f"{format_money(p.spot[0])}-{format_money(p.spot[1])}" if p.spot else "-"
+            pkgs = (format_money(p.on_demand * (1 - pkg.discount)) for pkg in self.packages.values())
+            rows.append((name, "node-h" if name == "cpu" else "card-h", format_money(p.on_demand), spot, *pkgs))
         return rows
 
     def _caption(self) -> str:

@@ -10,6 +10,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from jupyter_starverse._format import format_money, format_price_per_hour
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.jobmodel import Job, JobSpec
@@ -62,11 +63,11 @@ class Preview:
 
     def __str__(self) -> str:
         rate = (
-            f"{self.per_hour_low:,} - {self.per_hour_high:,}"
+            f"{format_money(self.per_hour_low)} - {format_price_per_hour(self.per_hour_high, self.currency)}"
             if self.per_hour_low != self.per_hour_high
-            else f"{self.per_hour_high:,}"
+            else format_price_per_hour(self.per_hour_high, self.currency)
         )
-        parts = [f"{self.resources}, {self.billing}: {rate} {self.currency}/hour"]
+        parts = [f"{self.resources}, {self.billing}: {rate}"]
         if self.minimum is not None:
             parts.append(f"at least {fmt_money(self.minimum, self.currency)} (first package)")
         if self.estimate is not None:

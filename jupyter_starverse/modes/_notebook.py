@@ -35,6 +35,7 @@ from jupyter_starverse.errors import (
     StarverseError,
 )
 
+from .._format import format_price_per_hour
 from ._kernelstate import RestoreReport, discard_state, restore_namespace, save_namespace
 from ._plan import SwitchResult
 from ._switch import PREVIOUS_CUDA_ENV, kernel_env
@@ -166,7 +167,7 @@ class ServerSwitch:
         price = self.result.get("price") or {}
         lines = [
             f"switched to {label} through the Jupyter server at {self.server}; "
-            f"price difference {price.get('difference_per_hour')} {price.get('currency', '')}/h"
+            f"price difference {_signed_per_hour(price.get('difference_per_hour'), price.get('currency', ''))}"
         ]
         for k in self.result.get("kernels", []):
             restored = ", ".join((k.get("restore") or {}).get("restored", [])) or "-"
@@ -217,3 +218,12 @@ def switch_via_server(
             raise cls(f"{reply['message']} (server {url})", hint=reply.get("hint"))
         # no starverse extension on that server: try the next one
     return None
+
+
+def _signed_per_hour(amount: object, currency: str) -> str:
+    """``'-6.4'`` -> ``-6.40 CNY/h`` (the server's decimal string, signed; ``unknown`` without one)."""
+    if amount is None:
+        return "unknown"
+    text = str(amount).strip()
+    sign = "-" if text.startswith("-") else "+"
+    return f"{sign}{format_price_per_hour(text.lstrip('+-'), currency)}"

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from .._format import html_pre, html_table, pretty_text
+from .._format import format_price_per_hour, html_pre, html_table, pretty_text
 
 if TYPE_CHECKING:
     from ._kernelstate import RestoreReport, SavedState
@@ -43,10 +43,8 @@ class PriceChange:
         if self.difference is None:
             return "price difference unknown"
         sign = "+" if self.difference >= 0 else "-"
-        return (
-            f"{self.before} -> {self.after} {self.currency}/h "
-            f"({sign}{abs(self.difference)} {self.currency}/h)"
-        )
+        before, after = (format_price_per_hour(x, self.currency) for x in (self.before, self.after))
+        return f"{before} -> {after} ({sign}{format_price_per_hour(abs(self.difference), self.currency)})"
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         pretty_text(p, str(self))
@@ -156,7 +154,7 @@ class ModeStatus:
         }
 
     def __str__(self) -> str:
-        price = "unknown" if self.price_per_hour is None else f"{self.price_per_hour} {self.currency}/h"
+        price = format_price_per_hour(self.price_per_hour, self.currency)
         lines = [f"mode   {self.mode}", f"where  {self.where}", f"price  {price}"]
         for state in self.saved:
             lines.append(f"saved state {state.id} (kernel {state.kernel_id or '-'}): {', '.join(state.names) or '-'}")

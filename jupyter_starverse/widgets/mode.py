@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as W
 
+from jupyter_starverse._format import format_price_per_hour
 from jupyter_starverse.errors import StarverseError
 from jupyter_starverse.modes import SwitchPlan, SwitchResult
 
@@ -65,8 +66,14 @@ class ModeToggle(W.VBox):  # type: ignore[misc]
             w.observe(self._on_change, names=["value"])
         self.switch_button.on_click(lambda _b: self.switch())
         super().__init__(
-            [self.current, W.HBox([self.kind, self.gpu_type, self.gpus]), self.preview, self.switch_button,
-             self.result, self.error]
+            [
+                self.current,
+                W.HBox([self.kind, self.gpu_type, self.gpus]),
+                self.preview,
+                self.switch_button,
+                self.result,
+                self.error,
+            ]
         )
         self._show_current()
         self._on_change(None)
@@ -77,7 +84,7 @@ class ModeToggle(W.VBox):  # type: ignore[misc]
 
     def _show_current(self) -> None:
         status = self.client.modes.status()
-        price = "unknown" if status.price_per_hour is None else f"{status.price_per_hour} {status.currency}/h"
+        price = format_price_per_hour(status.price_per_hour, status.currency)
         self.current.value = f"<b>Mode:</b> {html.escape(str(status.mode))} · {html.escape(price)}"
 
     def _guard(self, fn: Callable[[], object]) -> None:

@@ -40,9 +40,25 @@ export function formatBytes(n: number | null): string {
   return unit === 0 ? `${Math.round(value)} B` : `${value.toFixed(1)} ${units[unit]}`;
 }
 
-/** `230.40 CNY`. Money stays the server's decimal string, never a float. */
+/**
+ * `230.4` -> `230.40 CNY`, `26624` -> `26,624.00 CNY`: two decimals (half up) and thousands
+ * separated, like `_format.format_money`. Money stays the server's decimal string: the
+ * rounding works on its digits, never through a float.
+ */
 export function formatMoney(amount: string, currency: string): string {
-  return `${amount} ${currency}`;
+  const m = /^([+-]?)(\d+)(?:\.(\d*))?$/.exec(amount.trim());
+  if (m === null) {
+    return `${amount} ${currency}`.trim();
+  }
+  const [, sign, whole, frac = ''] = m;
+  let cents = BigInt(whole) * BigInt(100) + BigInt((frac + '00').slice(0, 2));
+  if ((frac[2] ?? '0') >= '5') {
+    cents += BigInt(1);
+  }
+  const units = (cents / BigInt(100)).toString().replace(/\B(?=(\d{3})+(?!\d))/g, ',');
+  const rest = (cents % BigInt(100)).toString().padStart(2, '0');
+  const minus = sign === '-' && cents > BigInt(0) ? '-' : '';
+  return `${minus}${units}.${rest} ${currency}`.trim();
 }
 
 /** `1234567` -> `1,234,567` (like `_format.format_count`). */

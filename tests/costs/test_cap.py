@@ -28,7 +28,7 @@ def test_stops_when_cost_reaches_the_budget(table: PriceTable) -> None:
     assert at.reason is not None and at.reason.startswith(BUDGET_REASON_PREFIX)
     assert (
         at.reason
-        == "budget reached: 10.00 CNY spent of a 10 CNY cap; stopped gracefully (SIGTERM: the job checkpoints first)"
+        == "budget reached: 10.00 CNY spent of a 10.00 CNY cap; stopped gracefully (SIGTERM: the job checkpoints first)"
     )
     assert check_budget(ONE_CARD, RUNNING, table, now=T0 + 30000).stop
 
@@ -39,7 +39,7 @@ def test_grace_stops_early_enough_for_the_checkpoint(table: PriceTable) -> None:
     assert decision.cost.amount == Decimal("9.99")
     assert decision.projected.amount == Decimal("10.01")
     assert decision.reason is not None
-    assert "9.99 CNY spent of a 10 CNY cap (10.01 CNY by the time it can stop)" in decision.reason
+    assert "9.99 CNY spent of a 10.00 CNY cap (10.01 CNY by the time it can stop)" in decision.reason
     with pytest.raises(BadInputError, match="grace"):
         check_budget(ONE_CARD, RUNNING, table, now=T0, grace=-1)
 

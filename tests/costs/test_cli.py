@@ -171,7 +171,7 @@ def test_job_meter(capsys: pytest.CaptureFixture[str]) -> None:
     _finished_run(Settings.from_env().experiments, "exp-2", budget="7.40")
     code, out, _ = _run(capsys, "cost", "job", "exp-2")
     assert code == 0
-    assert out.strip() == "7.40 CNY so far (4h6m40s card-time, on_demand at 1.8 CNY/card-h); budget 7.40 CNY reached"
+    assert out.strip() == "7.40 CNY so far (4h6m40s card-time, on_demand at 1.80 CNY/card-h); budget 7.40 CNY reached"
 
 
 def test_launch_dry_run_shows_the_price_first(capsys: pytest.CaptureFixture[str]) -> None:
@@ -181,7 +181,7 @@ def test_launch_dry_run_shows_the_price_first(capsys: pytest.CaptureFixture[str]
     code, out, err = _run(capsys, *argv)
     assert code == 0
     # the price comes first, on stderr, so stdout stays exactly the document
-    assert err.splitlines()[0] == "# cost: 2 x CPU node, on_demand: 0.2 CNY/hour; budget 1 CNY, lasts about 5h"
+    assert err.splitlines()[0] == "# cost: 2 x CPU node, on_demand: 0.20 CNY/h; budget 1.00 CNY, lasts about 5h"
     assert [n["index"] for n in yaml.safe_load(out)["nodes"]] == [0, 1]
     code, out, _ = _run(capsys, "launch", "--nodes", "2", "--procs", "2", "--dry-run", "--billing", "spot", "--json")
     cost = json.loads(out)["cost"]

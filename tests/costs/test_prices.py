@@ -154,4 +154,4 @@ def test_notebook_html_is_escaped() -> None:
     table = parse_price_table(small_doc(), source="<ops & co>")
     html = table._repr_html_()
     assert "&lt;ops &amp; co&gt;" in html and "<ops" not in html
-    assert "<td>t4</td><td>card-h</td><td>0.35</td><td>-</td><td>0.280</td>" in html
+    assert "<td>t4</td><td>card-h</td><td>0.35</td><td>-</td><td>0.28</td>" in html

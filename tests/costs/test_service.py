@@ -31,7 +31,7 @@ def test_preview_on_demand_with_a_budget(client: Starverse) -> None:
     assert preview.budget_lasts == 6250  # 100 / 57.6 h = 1h44m10s
     assert preview.estimate is not None and preview.estimate.amount == Decimal("230.40")
     assert str(preview).splitlines()[0] == (
-        "32 x rtx4090, on_demand: 57.6 CNY/hour; estimated 230.40 CNY for 4h; budget 100 CNY, lasts about 1h44m10s"
+        "32 x rtx4090, on_demand: 57.60 CNY/h; estimated 230.40 CNY for 4h; budget 100.00 CNY, lasts about 1h44m10s"
     )
     assert preview.to_json()["budget_lasts"] == 6250
 
@@ -41,7 +41,7 @@ def test_preview_warns_when_the_budget_will_stop_the_job(client: Starverse) -> N
     assert short.warning is None
     long = client.costs.preview(SPEC.replace(budget="100"), "4h")
     assert long.warning == (
-        "the estimate 230.40 CNY exceeds the 100 CNY budget: the job will be stopped after about 1h44m10s"
+        "the estimate 230.40 CNY exceeds the 100.00 CNY budget: the job will be stopped after about 1h44m10s"
     )
     assert str(long).endswith("\n  warning: " + long.warning)
     daily = client.costs.preview(SPEC.replace(billing="daily", budget="500"))

@@ -37,7 +37,7 @@ def test_cli_shows_plans_and_switches(
 
     code, out, _ = _cli(capsys, "mode", "gpu", "--gpu", "rtx4090")
     assert code == 0
-    assert "switched to gpu (1 x rtx4090)" in out and "+1.7 CNY/h" in out
+    assert "switched to gpu (1 x rtx4090)" in out and "+1.70 CNY/h" in out
     assert "running kernels keep their GPUs until they restart" in out
     assert ModeService(Settings.from_env()).current() == Mode("gpu", "rtx4090", 1)
 
@@ -73,7 +73,7 @@ def test_magic_saves_switches_and_restores_after_a_restart(tmp_path: Path) -> No
             out = await run_cell(km, "_r = %sv mode cpu\nprint(_r)")
             assert out["status"] == "ok", out["error"]
             text = out["stdout"]
-            assert "switched to cpu (local)" in text and "-6.4 CNY/h" in text
+            assert "switched to cpu (local)" in text and "-6.40 CNY/h" in text
             assert "saved 1 name(s): x" in text
             assert "log: open file handle" in text
             assert "restart the kernel now" in text  # no Jupyter server runs this kernel

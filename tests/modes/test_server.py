@@ -184,7 +184,7 @@ async def test_cli_lets_the_running_server_switch_and_keep_kernel_variables(
         code = await asyncio.to_thread(main, ["mode", "gpu", "--gpu", "rtx4090"])
         out = capsys.readouterr().out
         assert code == 0, out
-        assert "switched to gpu (1 x rtx4090) through the Jupyter server" in out and "1.7 CNY/h" in out
+        assert "switched to gpu (1 x rtx4090) through the Jupyter server" in out and "+1.70 CNY/h" in out
         assert f"kernel {kid}: restored x" in out
         assert (await run_cell(km, "print(x)"))["stdout"].strip() == "42"
 

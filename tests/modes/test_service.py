@@ -53,7 +53,7 @@ def test_plan_shows_the_price_difference(settings: Settings) -> None:
     assert plan.price.to_json() == {
         "currency": "CNY", "before_per_hour": "6.5", "after_per_hour": "0.1", "difference_per_hour": "-6.4",
     }
-    assert "-6.4 CNY/h" in str(plan)
+    assert "-6.40 CNY/h" in str(plan)
     assert service.plan("gpu", gpus=2).price.difference == 6.5  # two cards instead of one
     assert not service.plan("gpu").changes
     with pytest.raises(BadInputError, match="no price for GPU type 'b300'") as err:

@@ -17,22 +17,22 @@ def test_toggle_previews_and_switches(settings: Settings) -> None:
     ns: dict[str, object] = {"x": 42, "fh": io.StringIO("log")}
     client = Starverse(settings)
     toggle = ModeToggle(client, namespace=ns)
-    assert "gpu (1 x a100-80g)" in toggle.current.value and "6.5 CNY/h" in toggle.current.value
+    assert "gpu (1 x a100-80g)" in toggle.current.value and "6.50 CNY/h" in toggle.current.value
     assert toggle.switch_button.disabled and "current mode" in toggle.preview.value
 
     toggle.kind.value = "cpu"
     assert toggle.gpu_type.disabled and not toggle.switch_button.disabled
-    assert "-6.4 CNY/h" in toggle.preview.value
+    assert "-6.40 CNY/h" in toggle.preview.value
     result = toggle.switch()
     assert result is not None and client.modes.current() == Mode("cpu")
     assert "saved 1 name(s): x" in toggle.result.value and "fh: open file handle" in toggle.result.value
-    assert "cpu" in toggle.current.value and "0.1 CNY/h" in toggle.current.value
+    assert "cpu" in toggle.current.value and "0.10 CNY/h" in toggle.current.value
     assert [s.names for s in list_states(settings.home)] == [("x",)]  # waits on disk for the restore
 
     toggle.kind.value = "gpu"
     toggle.gpu_type.value = "h100-80g"
     toggle.gpus.value = 2
-    assert "+23.9 CNY/h" in toggle.preview.value
+    assert "+23.90 CNY/h" in toggle.preview.value
 
 
 def test_toggle_shows_errors_and_changes_nothing(settings: Settings) -> None:

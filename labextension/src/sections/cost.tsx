@@ -38,7 +38,7 @@ const CAPTION_STYLE: React.CSSProperties = { captionSide: 'bottom', textAlign: '
 /** `230.40 CNY`, or `51.20 – 153.60 CNY` for a spot range. Money stays a decimal string. */
 export function formatEstimate(e: IEstimate): string {
   const high = formatMoney(e.high, e.currency);
-  return e.low === e.high ? high : `${e.low} – ${high}`;
+  return e.low === e.high ? high : `${formatMoney(e.low, '')} – ${high}`;
 }
 
 /** The price table in force: per card-hour (GPU) or node-hour (CPU). */

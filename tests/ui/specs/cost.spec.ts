@@ -23,7 +23,7 @@ test.describe('Starverse costs section', () => {
     await form.locator('button[type="submit"]').click();
     const cheapest = form.locator('tr.jp-Starverse-cheapest');
     await expect(cheapest.locator('td').first()).toHaveText('Spot (range)');
-    await expect(cheapest.locator('td').nth(1)).toHaveText('921.60 – 2764.80 CNY');
+    await expect(cheapest.locator('td').nth(1)).toHaveText('921.60 – 2,764.80 CNY');
 
     // Bad input: the server's message (never a 0).
     await form.locator('select[name="billing"]').selectOption('on_demand');
