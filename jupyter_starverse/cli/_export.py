@@ -31,7 +31,7 @@ def _export(client: Starverse, args: argparse.Namespace) -> object:
     try:
         result = client.export.export(
             args.model, args.format, target=args.target, feedback=args.feedback, force=args.force,
-            new_tokens=args.new_tokens, progress=status.update,
+            new_tokens=args.new_tokens, progress=status.update, compute=args.compute,
         )  # fmt: skip
     finally:
         status.close()
@@ -51,6 +51,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--as", dest="target", default=None, metavar="ORG/REPO@REV", help="the new store model")
     p.add_argument("--feedback", default=None, metavar="LOG[@N]", help="replay this feedback's prompts in the report")
     p.add_argument("--force", action="store_true", help="store the graph even if its parity check fails")
+    p.add_argument("--compute", choices=("int8", "fp32"), default="int8",
+                   help="how quantized MatMuls compute: int8 (fast CPU kernels, default) or fp32")  # fmt: skip
     p.add_argument("--new-tokens", type=int, default=16, metavar="N", help="greedy tokens per prompt (default 16)")
     g = p.add_argument_group("tensorrt-llm (a GPU job)")
     g.add_argument("--gpu", default=None, metavar="TYPE", help="GPU type of the build job")

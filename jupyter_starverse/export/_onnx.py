@@ -6,7 +6,9 @@ gives ``logits`` and ``present.{i}.key|value``: one graph serves the prompt (pre
 and every generated token (decode, one new token), so generation reuses the cache instead of
 re-reading the whole sequence. Exported with ``torch.onnx.export(dynamo=True)`` (opset 18).
 Quantization is weight-only: onnxruntime's ``MatMulNBitsQuantizer`` (symmetric, blocks of 32)
-replaces each weight MatMul with a ``MatMulNBits`` of 8 or 4 bits; activations stay fp32.
+replaces each weight MatMul with a ``MatMulNBits`` of 8 or 4 bits: only weights are stored
+quantized; by default the kernel quantizes activation blocks to int8 while it multiplies
+(``compute="int8"``, the fast CPU path), ``compute="fp32"`` multiplies in float.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 from jupyter_starverse.errors import BadInputError, MissingDependencyError
 
-__all__ = ["GRAPH", "OrtCausalLM", "export_graph", "load_torch", "quantize_graph"]
+__all__ = ["COMPUTE", "GRAPH", "OrtCausalLM", "export_graph", "load_torch", "quantize_graph"]
 
 GRAPH = "model.onnx"
 BLOCK_SIZE = 32
@@ -158,8 +160,16 @@ def export_graph(model: Any, out_dir: Path) -> Path:
     return target
 
 
-def quantize_graph(src: Path, out_dir: Path, bits: int) -> Path:
+#: MatMulNBits compute: ``int8`` quantizes each activation block on the fly and uses onnxruntime's
+#: integer kernels (accuracy_level 4: 9x faster than fp32 compute for INT8 weights on a 10M model);
+#: ``fp32`` dequantizes the weights and multiplies in float (slower, a little closer to PyTorch).
+COMPUTE = {"int8": 4, "fp32": 1}
+
+
+def quantize_graph(src: Path, out_dir: Path, bits: int, *, compute: str = "int8") -> Path:
     """Weight-only INT8/INT4 copy of ``src`` (MatMulNBits, symmetric, blocks of 32) in ``out_dir``."""
+    if compute not in COMPUTE:
+        raise BadInputError(f"unknown compute {compute!r}", field="compute", hint=f"one of {', '.join(COMPUTE)}")
     if bits not in (4, 8):
         raise BadInputError(f"{bits}-bit weights are not offered", field="format", hint="onnx-int8 or onnx-int4")
     onnx = _need("onnx", "quantization")
@@ -170,7 +180,9 @@ def quantize_graph(src: Path, out_dir: Path, bits: int) -> Path:
 
     with _quiet():
         model = onnx.load(str(src))
-        quant = MatMulNBitsQuantizer(model, bits=bits, block_size=BLOCK_SIZE, is_symmetric=True)
+        quant = MatMulNBitsQuantizer(
+            model, bits=bits, block_size=BLOCK_SIZE, is_symmetric=True, accuracy_level=COMPUTE[compute]
+        )
         quant.process()
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / GRAPH

@@ -28,7 +28,7 @@ from jupyter_starverse.errors import BackendUnavailableError, BadInputError, Con
 from jupyter_starverse.feedback import FeedbackService, resolve_model
 from jupyter_starverse.jobmodel import JobSpec
 
-from ._onnx import GRAPH, OrtCausalLM, export_graph, load_torch, quantize_graph
+from ._onnx import COMPUTE, GRAPH, OrtCausalLM, export_graph, load_torch, quantize_graph
 from ._report import (
     GraphFigures,
     Replay,
@@ -196,16 +196,21 @@ class ExportService:
         thresholds: Thresholds | None = None,
         new_tokens: int = 16,
         progress: Callable[[str], None] | None = None,
+        compute: str = "int8",
     ) -> ExportResult:
         """Export ``model`` (``hf:ORG/REPO@REV``, ``exp:NAME``, a folder) to ``fmt`` with a parity report."""
         ref = self.check(model, fmt, target=target, new_tokens=new_tokens)
+        if compute not in COMPUTE:
+            raise BadInputError(f"unknown compute {compute!r}", field="compute", hint=f"one of {', '.join(COMPUTE)}")
         say = progress or (lambda text: None)
         started = time.monotonic()
         if feedback is not None:
             self.feedback.records(feedback)  # a wrong name fails now, not after the export
         source = resolve_model(self.settings, self.catalog, model)
         export_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
-        return self._run(model, fmt, ref, source, export_id, feedback, force, thresholds, new_tokens, say, started)
+        return self._run(
+            model, fmt, ref, source, export_id, feedback, force, thresholds, new_tokens, say, started, compute
+        )
 
     def check(self, model: str, fmt: str, *, target: str | None = None, new_tokens: int = 16) -> ModelRef:
         """Refuse a request that cannot work (format, target taken) before any work; the target ref."""
@@ -236,6 +241,7 @@ class ExportService:
         new_tokens: int,
         say: Callable[[str], None],
         started: float,
+        compute: str,
     ) -> ExportResult:
         work = self.settings.home / "exports" / export_id
         say(f"loading {model}")
@@ -262,7 +268,7 @@ class ExportService:
         graph = fp32
         if bits:
             say(f"quantizing weights to INT{bits}")
-            graph = quantize_graph(fp32, work / fmt, bits)
+            graph = quantize_graph(fp32, work / fmt, bits, compute=compute)
             say(f"checking the INT{bits} graph against PyTorch")
             figures.append(
                 measure(fmt, OrtCausalLM(graph, torch_model.config), _size(graph), ref_run, limits, replay=replay)
@@ -284,6 +290,7 @@ class ExportService:
             "report": "export_report.json",
             "exported_at": time.time(),
             "user": self.settings.user,
+            "compute": compute if bits else None,
             "parent": _read_lineage(source),  # what a recipe recorded about the source model
         }
         result = ExportResult(
