@@ -338,12 +338,12 @@ class SlurmBackend(RunFolderBackend):
             started, hosts, restarts = info.started, info.nodes, info.restarts
             if state is JobState.PENDING and restarts:
                 state = JobState.RESUMING  # requeued: waits for nodes, then resumes from the checkpoint
-            stopping = _stopping(run) if state is JobState.RUNNING else None
+            stopping = _stopping(run, restarts) if state is JobState.RUNNING else None
             if stopping is not None:  # ranks got SIGTERM: they checkpoint, then the attempt ends
                 state = JobState.PREEMPTED
             reason = self._reason(run, spec, info, state)
             if stopping is not None:
-                reason = f"{stopping}; the job is requeued once every rank stopped"
+                reason = stopping if "resuming from" in stopping else f"{stopping}; then the job is requeued"
             finished = info.finished if state.finished else None
             if state in (JobState.PENDING, JobState.RESUMING):
                 started = None
@@ -515,14 +515,23 @@ class SlurmBackend(RunFolderBackend):
                 f"job {job_id} is {job.state.value}: only a running job can be preempted",
                 hint="run the drill while the job trains (`starverse jobs show ID`)",
             )
+        write_json(run.preempt, {"time": time.time(), "attempt": job.restarts, "by": {"user": self.settings.user}})
         run_slurm(["scancel", "--signal=TERM", str(sid)], check=False)
         return self.get(job_id)
 
 
-def _stopping(run: RunPaths) -> str | None:
-    """The rank of this attempt that got SIGTERM and stopped (``stops/rankN.json``), as text."""
+def _stopping(run: RunPaths, attempt: int) -> str | None:
+    """Why attempt ``attempt``, still running in Slurm, is ending: a rank stopped on SIGTERM
+    (``stops/rankN.json``), the restart keeper decided a requeue, or a drill was sent; else None."""
+    kept = read_restarts(run)
+    last = kept["events"][-1] if kept["events"] else None
+    if isinstance(last, dict) and last.get("attempt") == attempt and last.get("action") == "resumed":
+        return str(kept.get("reason") or "preempted")  # the requeue is on its way
     stops = [read_json(f) for f in run.stops.glob("rank*.json")] if run.stops.is_dir() else []
     got = [s for s in stops if isinstance(s, dict)]
+    drill = read_json(run.preempt)
+    if not got and isinstance(drill, dict) and drill.get("attempt") == attempt:
+        return "preempted: the preemption drill sent SIGTERM to every rank (they checkpoint)"
     if not got:
         return None
     first = min(got, key=lambda s: float(s.get("signalled") or s.get("time") or 0))
