@@ -54,7 +54,7 @@ def mask_text(text: str, limit: int = _SNIPPET) -> str:
     """The start of ``text`` with every sensitive value masked (what reports show)."""
     cut = text[:limit]
     out, pos = [], 0
-    for f in find_pii(cut, hmm=False):
+    for f in find_pii(cut):
         out += [cut[pos : f.start], display_mask(f)]
         pos = f.end
     out.append(cut[pos:])

@@ -720,6 +720,17 @@ export interface IDataReportSummary {
   created_at: number;
 }
 
+/** `StepEstimate.to_json()`: what `POST data/estimate` answers before a step runs. */
+export interface IStepEstimate {
+  step: string;
+  source: string;
+  bytes: number;
+  docs: number;
+  seconds: number;
+  memory_bytes: number;
+  basis: string;
+}
+
 /** A masked before/after example of a data report. */
 export interface IDataExample {
   where: string;

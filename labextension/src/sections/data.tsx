@@ -1,9 +1,9 @@
 import * as React from 'react';
 
-import { errorText, formatCount, formatDuration, formatShare } from '../format';
+import { errorText, formatBytes, formatCount, formatDuration, formatShare } from '../format';
 import { usePoll } from '../poll';
 import { requestAPI, sendJSON } from '../request';
-import { IDataReport, IDataReportSummary } from '../tokens';
+import { IDataReport, IDataReportSummary, IStepEstimate } from '../tokens';
 
 const STEPS = ['scan', 'clean', 'dedup', 'score'] as const;
 
@@ -13,11 +13,15 @@ function RunStep(props: { onDone: (report: IDataReport) => void }): JSX.Element 
   const [step, setStep] = React.useState<string>('scan');
   const [salt, setSalt] = React.useState('');
   const [running, setRunning] = React.useState(false);
+  const [estimate, setEstimate] = React.useState<IStepEstimate | null>(null);
   const [error, setError] = React.useState<string | null>(null);
   const submit = async (event: React.FormEvent): Promise<void> => {
     event.preventDefault();
     setRunning(true);
+    setEstimate(null);
     try {
+      // the time and memory it will take, shown while it runs
+      setEstimate(await sendJSON<IStepEstimate>(['data', 'estimate'], 'POST', { step, source }));
       const options = step === 'clean' && salt ? { salt } : {};
       const report = await sendJSON<IDataReport>(['data', 'steps'], 'POST', { step, source, options });
       setError(null);
@@ -54,6 +58,12 @@ function RunStep(props: { onDone: (report: IDataReport) => void }): JSX.Element 
       <button className="jp-mod-styled" type="submit" disabled={!source || running}>
         {running ? 'Running…' : 'Run'}
       </button>
+      {estimate && (
+        <div className="jp-Starverse-note jp-Starverse-dataEstimate">
+          {running ? 'running: ' : ''}~{formatCount(estimate.docs)} documents ({formatBytes(estimate.bytes)}), ~
+          {formatDuration(estimate.seconds)}, peak memory ~{formatBytes(estimate.memory_bytes)}
+        </div>
+      )}
       {error && <div className="jp-Starverse-error">{error}</div>}
     </form>
   );

@@ -47,6 +47,7 @@ test.describe('Starverse data section', () => {
     await run.locator('select').selectOption('scan');
     await run.locator('button[type="submit"]').click();
 
+    await expect(run.locator('.jp-Starverse-dataEstimate')).toContainText('peak memory', { timeout: 60000 });
     const report = data.locator('.jp-Starverse-dataReport');
     await expect(report.locator('tr[data-type="id_card"]')).toContainText('10', { timeout: 60000 });
     await expect(report.locator('tr[data-type="mobile"]')).toHaveAttribute('title', /138\*\*\*\*5678/); // masked
