@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jupyter_starverse._format import format_price_per_hour
 from jupyter_starverse.errors import StarverseError
 from jupyter_starverse.experiments import read_json, write_json
 from jupyter_starverse.runtime._guards import IdleTracker, gpu_utilisation
@@ -110,7 +111,8 @@ class WorkspaceIdleGuard:
         price = getattr(getattr(result, "plan", None), "price", None)
         saving = ""
         if price is not None and getattr(price, "before", None) is not None and price.after is not None:
-            saving = f"; the workspace now costs {price.after} instead of {price.before} {price.currency} per hour"
+            after, before = (format_price_per_hour(p, price.currency) for p in (price.after, price.before))
+            saving = f"; the workspace now costs {after} instead of {before}"
         return self._tell(
             "switched",
             f"the GPU was idle for {self.tracker.minutes:g} min with no cell running: the workspace switched to "
