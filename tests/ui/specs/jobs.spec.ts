@@ -19,6 +19,20 @@ const SLOW = [
   '[sv.log_metrics(s, loss=1.0 / (s + 1)) or time.sleep(0.5) for s in range(600)]'
 ].join('\n');
 
+// Flat lines again: 45 finished run folders written as the local backend writes them.
+const BULK = [
+  'import time',
+  'from jupyter_starverse.client import Starverse',
+  'from jupyter_starverse.experiments import ExperimentPaths, RunStatus, write_json, write_status',
+  'from jupyter_starverse.jobmodel import JobSpec',
+  "exp = ExperimentPaths.of(Starverse().settings.experiments, 'uibulk')",
+  "runs = [exp.run(f'uibulk{i:03d}-20261201-000000-0000') for i in range(45)]",
+  'now = time.time()',
+  "spec = JobSpec(name='uibulk', code='print(1)', experiment='uibulk').to_json()",
+  "[r.make() or write_json(r.spec, spec) or write_status(r, RunStatus(job_id=r.job_id, state='failed' if i % 15 == 0 else 'succeeded', created=now + i, started=now + i, finished=now + i + 1)) for i, r in enumerate(runs)]",
+  "print('bulk runs written', flush=True)"
+].join('\n');
+
 test.describe('Starverse jobs', () => {
   test('%%sv train shows the monitor; the Jobs section lists, shows logs and cancels', async ({ page }) => {
     test.setTimeout(300 * 1000);
@@ -63,5 +77,58 @@ test.describe('Starverse jobs', () => {
     await expect(slow).toHaveAttribute('data-state', 'cancelled', { timeout: 90 * 1000 });
     const slowMonitor = page.locator('.starverse-monitor').nth(1);
     await expect(slowMonitor.locator('.starverse-state').first()).toHaveText('cancelled', { timeout: 30 * 1000 });
+  });
+
+  test('the Jobs section pages through many runs, filters by state and opens TensorBoard', async ({ page }) => {
+    test.setTimeout(240 * 1000);
+    await page.notebook.createNew('bulk.ipynb');
+    // 45 finished runs, as the local backend leaves them (spec + status), the newest on top
+    await page.notebook.setCell(0, 'code', BULK);
+    await page.notebook.runCell(0, true);
+    await page.sidebar.openTab('jupyter-starverse-panel');
+    const section = page.locator('#jupyter-starverse-panel details[data-section="jobs"]');
+    await expect(section).toBeVisible();
+    const count = section.locator('.jp-Starverse-jobCount');
+    await expect(count).toHaveText(/^1–20 of \d+$/, { timeout: 30 * 1000 });
+    const total = Number((await count.innerText()).split(' of ')[1].replace(/,/g, ''));
+    expect(total).toBeGreaterThanOrEqual(45);
+    await expect(section.locator('li.jp-Starverse-job')).toHaveCount(20);
+    await expect(section.locator('li.jp-Starverse-job').first()).toHaveAttribute('data-job-id', 'uibulk044-20261201-000000-0000');
+    await expect(section.locator('.jp-Starverse-prevPage')).toBeDisabled();
+
+    // the next page: older runs, counted on
+    await section.locator('.jp-Starverse-nextPage').click();
+    await expect(count).toHaveText(`21–40 of ${total.toLocaleString('en-US')}`);
+    await expect(section.locator('li.jp-Starverse-job').first()).toHaveAttribute('data-job-id', 'uibulk024-20261201-000000-0000');
+    await expect(section.locator('.jp-Starverse-prevPage')).toBeEnabled();
+
+    // only the failed ones (every 15th run failed): the filter starts again at the first page
+    await section.locator('select.jp-Starverse-stateFilter').selectOption({ label: 'Failed' });
+    await expect(count).toHaveText(/^1–\d+ of \d+$/);
+    const failed = section.locator('li.jp-Starverse-job');
+    await expect(failed.first()).toHaveAttribute('data-state', 'failed');
+    for (const id of ['uibulk030', 'uibulk015', 'uibulk000']) {
+      await expect(section.locator(`li.jp-Starverse-job[data-job-id^="${id}-"]`)).toHaveAttribute('data-state', 'failed');
+    }
+    expect(await section.locator('li.jp-Starverse-job:not([data-state="failed"])').count()).toBe(0);
+    await section.screenshot({ path: path.join(ARTIFACTS, 'starverse-jobs-paged.png') });
+
+    // TensorBoard for a run, started by the server and opened in a new tab
+    const row = section.locator('li.jp-Starverse-job[data-job-id^="uibulk030-"]');
+    await row.locator('.jp-Starverse-tbButton').click();
+    const start = row.locator('.jp-Starverse-tbOpen');
+    await expect(start).toHaveText('Start TensorBoard');
+    const popup = page.waitForEvent('popup', { timeout: 90 * 1000 });
+    await start.click();
+    const tab = await popup;
+    await tab.waitForLoadState('domcontentloaded');
+    expect(tab.url()).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/$/);
+    await expect(tab).toHaveTitle(/TensorBoard/, { timeout: 60 * 1000 });
+    await tab.close();
+    await expect(row.locator('.jp-Starverse-tbOpen')).toHaveText('Open TensorBoard');
+    await expect(row.locator('a.jp-Starverse-tbUrl')).toHaveAttribute('href', /^http:\/\/127\.0\.0\.1:\d+\/$/);
+    await row.screenshot({ path: path.join(ARTIFACTS, 'starverse-tensorboard.png') });
+    await row.locator('.jp-Starverse-tbStop').click();
+    await expect(row.locator('.jp-Starverse-tbOpen')).toHaveText('Start TensorBoard');
   });
 });
