@@ -110,7 +110,9 @@ class JobSpec:
     steps
         Number of training steps the script should run (exported as ``STARVERSE_STEPS``).
     max_restarts
-        How often a failed worker group is restarted (torchrun ``--max-restarts``).
+        How often the whole job is relaunched from its last checkpoint after a failure of the
+        script (the supervisor or the backend keeps the count; torchrun never restarts on its
+        own). Preemptions and lost nodes have their own budget and do not spend this one.
     checkpoint_every
         Steps between checkpoints (exported as ``STARVERSE_CHECKPOINT_EVERY``).
     billing
