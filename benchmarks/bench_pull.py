@@ -270,8 +270,8 @@ def bench_small(args: argparse.Namespace, tmp: Path) -> None:
         if shutil.which("aria2c") is None:
             aria.skipped = "aria2c is not installed"
         else:
-            measure(aria, args.runs, aria2, tmp)
-        rows = [aria, measure(Row("starverse store pull"), args.runs, ours_http, tmp)]
+            measure(aria, args.http_runs or args.runs, aria2, tmp)
+        rows = [aria, measure(Row("starverse store pull"), args.http_runs or args.runs, ours_http, tmp)]
         report(f"{n:,} files of {kb} KiB over HTTP (starverse: listing + sha256 + fsync per file)", nbytes, rows)
 
 
@@ -283,6 +283,7 @@ def main() -> None:
     ap.add_argument("--connections", type=int, default=8)
     ap.add_argument("--small", type=int, default=10_000, help="number of small files (0: skip)")
     ap.add_argument("--small-kb", type=int, default=4)
+    ap.add_argument("--http-runs", type=int, default=None, help="runs of the small files over HTTP (default --runs)")
     ap.add_argument("--quick", action="store_true", help="64 MiB, 1,000 small files, one run")
     ap.add_argument("--only", choices=("hub", "small"), default=None)
     args = ap.parse_args()

@@ -364,7 +364,7 @@ class _Piece:
 
     def __init__(self, start: int, end: int) -> None:
         self.start, self.end = start, end
-        self.chunks: list[memoryview] = []
+        self.chunks: list[tuple[bytearray | bytes, int]] = []
         self.got = 0
         self.done = False
 
@@ -439,6 +439,15 @@ class _Ranged:
         self._unsynced = 0
         self._sync_wanted = threading.Event()
         self._stop = threading.Event()
+        self._free: list[bytearray | bytes] = []  # CHUNK-sized buffers already hashed: no new allocation
+
+    def _buffer(self) -> bytearray:
+        with self.cond:
+            if self._free:
+                raw = self._free.pop()
+                assert isinstance(raw, bytearray)
+                return raw
+        return bytearray(CHUNK)
 
     # workers ---------------------------------------------------------------------------------
     def _take(self) -> int | None:
@@ -512,7 +521,8 @@ class _Ranged:
             if any(lease.lost.is_set() for lease in self.leases):
                 raise LeaseLost()
             want = min(CHUNK, piece.end - piece.start - piece.got)
-            buf = memoryview(bytearray(want))
+            raw = self._buffer()
+            buf = memoryview(raw)[:want]
             n = 0
             while n < want:
                 got = resp.readinto(buf[n:])
@@ -522,7 +532,7 @@ class _Ranged:
             if n:
                 os.pwrite(self.fd, buf[:n], piece.start + piece.got)
                 with self.cond:
-                    piece.chunks.append(buf[:n])
+                    piece.chunks.append((raw, n))
                     piece.got += n
                     self._unsynced += n
                     self.cond.notify_all()
@@ -555,10 +565,12 @@ class _Ranged:
                                 self.cond.wait(0.5)
                             if k >= len(piece.chunks):
                                 break
-                            chunk = piece.chunks[k]
-                        self.digests.update(chunk)
+                            raw, n = piece.chunks[k]
+                        with memoryview(raw) as view:
+                            self.digests.update(view[:n])
                         with self.cond:
-                            piece.chunks[k] = memoryview(b"")  # hashed: free the buffer
+                            piece.chunks[k] = (b"", 0)
+                            self._free.append(raw)  # hashed: the buffer takes the next chunk
                         k += 1
                 with self.cond:
                     self.frontier = i + 1
