@@ -18,6 +18,7 @@ from jupyter_starverse._format import pretty_text
 from jupyter_starverse._version import __version__
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.experiments import ExperimentPaths
+from jupyter_starverse.jobmodel import JobSpec
 
 from ._model import Pipeline
 from ._plan import StepPlan, plan
@@ -90,11 +91,24 @@ def export(pipeline: Pipeline, facade: Facade, *, fmt: str, base_dir: Path) -> P
     steps = plan(pipeline, facade, base_dir=base_dir)
     if fmt == "python":
         return PipelineExport(pipeline.name, fmt, (_python(pipeline, base_dir),))
+    prep = [s.node for s in steps if s.prep is not None]
+    if prep:
+        raise BadInputError(
+            f"{', '.join(prep)} prepare data in the workspace, which {fmt} cannot express",
+            field="format",
+            hint="export python (it runs every step through the API), or run the pipeline",
+        )
     if fmt == "yaml":
         return PipelineExport(pipeline.name, fmt, (_yaml(pipeline, steps, facade),))
-    scripts = [ExportFile(f"{s.node}.sbatch", facade.preview(s.spec, backend="slurm", output="sbatch").rendered)
+    scripts = [ExportFile(f"{s.node}.sbatch", facade.preview(_spec(s), backend="slurm", output="sbatch").rendered)
                for s in steps]  # fmt: skip
     return PipelineExport(pipeline.name, fmt, (_submit(pipeline, steps, facade), *scripts))
+
+
+def _spec(step: StepPlan) -> JobSpec:
+    if step.spec is None:
+        raise BadInputError(f"step {step.node} runs no job", field="format", hint="export python")
+    return step.spec
 
 
 def _submit(pipeline: Pipeline, steps: list[StepPlan], facade: Facade) -> ExportFile:
@@ -115,14 +129,15 @@ def _submit(pipeline: Pipeline, steps: list[StepPlan], facade: Facade) -> Export
     ]
     var = {s.node: f"sid_{i}" for i, s in enumerate(steps)}
     for i, step in enumerate(steps):
-        run = ExperimentPaths.of(experiments, step.spec.experiment_name).run(_PLACEHOLDER).root
+        spec = _spec(step)
+        run = ExperimentPaths.of(experiments, spec.experiment_name).run(_PLACEHOLDER).root
         folder = str(run).replace(_PLACEHOLDER, f'"$id_{i}"')
         deps = ":".join(f"${{{var[a]}}}" for a in step.after)
         depend = f" --dependency=afterok:{deps} --kill-on-invalid-dep=yes" if deps else ""
         lines += [
-            f"# step {step.node}: {step.spec.nodes} node(s) x {step.spec.procs_per_node}"
+            f"# step {step.node}: {spec.nodes} node(s) x {spec.procs_per_node}"
             + (f", after {', '.join(step.after)}" if step.after else ""),
-            f'id_{i}={shlex.quote(step.spec.name)}-"$stamp"',
+            f'id_{i}={shlex.quote(spec.name)}-"$stamp"',
             f"mkdir -p {_quote_path(folder)}/logs",
             f'{var[step.node]}=$(sed "s/{_PLACEHOLDER}/$id_{i}/g" "$here"/{shlex.quote(step.node + ".sbatch")} '
             f"| sbatch --parsable{depend} | cut -d';' -f1)",
@@ -159,7 +174,7 @@ def _yaml(pipeline: Pipeline, steps: list[StepPlan], facade: Facade) -> ExportFi
         "# do it (it submits each step when the previous ones succeeded).",
     ]
     for step in steps:
-        text = facade.preview(step.spec, backend="kubernetes", output="yaml").rendered.strip()
+        text = facade.preview(_spec(step), backend="kubernetes", output="yaml").rendered.strip()
         after = f"after {', '.join(step.after)}" if step.after else "first"
         docs.append(f"---\n# step {step.node} ({after})\n{text}")
     return ExportFile(f"{_stem(pipeline)}.yaml", "\n".join(docs) + "\n")

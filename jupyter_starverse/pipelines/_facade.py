@@ -8,6 +8,7 @@ if TYPE_CHECKING:
     from jupyter_starverse._settings import Settings
     from jupyter_starverse.catalog import Catalog
     from jupyter_starverse.costs import CostService
+    from jupyter_starverse.data import DataPrep
     from jupyter_starverse.jobmodel import Job, JobSpec, LaunchBackend
     from jupyter_starverse.recipes import RecipeService
 
@@ -34,6 +35,9 @@ class Facade(Protocol):
 
     @property
     def recipes(self) -> RecipeService: ...
+
+    @property
+    def data(self) -> DataPrep: ...
 
     def default_accelerator(self) -> str: ...
 

@@ -22,13 +22,18 @@ from typing import Any
 
 from jupyter_starverse.errors import BadInputError
 
-__all__ = ["ENTRY_KINDS", "FORMAT_VERSION", "STEP_KINDS", "Edge", "Node", "Pipeline"]
+__all__ = ["ENTRY_KINDS", "FORMAT_VERSION", "JOB_KINDS", "PREP_STEPS", "STEP_KINDS", "Edge", "Node", "Pipeline"]
 
 FORMAT_VERSION = 1
 #: Nodes that stand for a catalog entry (mounted by the steps they feed).
 ENTRY_KINDS = ("dataset", "model")
 #: Nodes that run as a job: a script with a parallelism template, or a recipe of ``client.recipes``.
-STEP_KINDS = ("train", "recipe")
+JOB_KINDS = ("train", "recipe")
+#: Steps: the jobs, and data preparation (``client.data``), which runs in the workspace and writes
+#: a new dataset version that the steps after it mount.
+STEP_KINDS = (*JOB_KINDS, "prep")
+#: The data preparation steps that write a new version.
+PREP_STEPS = ("clean", "dedup", "score")
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 _MAX_NODES = 200
@@ -60,6 +65,7 @@ RECIPE_PARAMS: dict[str, tuple[type, ...]] = {
     "recipe": (str,),
     "recipe_params": (dict,),
 }
+PREP_PARAMS: dict[str, tuple[type, ...]] = {"step": (str,), "options": (dict,)}
 
 
 def _bad(where: str, why: str, hint: str | None = None, *, field_name: str = "pipeline") -> BadInputError:
@@ -77,8 +83,13 @@ class Node:
 
     @property
     def is_step(self) -> bool:
-        """True when the node runs as a job."""
+        """True when the node runs (a job, or data preparation)."""
         return self.kind in STEP_KINDS
+
+    @property
+    def is_job(self) -> bool:
+        """True when the node runs as a job on a backend."""
+        return self.kind in JOB_KINDS
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -106,7 +117,7 @@ class Node:
         params = data.get("params", {})
         if not isinstance(params, Mapping):
             raise _bad(f"node {node_id}", "params must be an object", 'e.g. {"nodes": 2}')
-        allowed = {"train": TRAIN_PARAMS, "recipe": RECIPE_PARAMS}.get(kind, ENTRY_PARAMS)
+        allowed = {"train": TRAIN_PARAMS, "recipe": RECIPE_PARAMS, "prep": PREP_PARAMS}.get(kind, ENTRY_PARAMS)
         for key, value in params.items():
             if key not in allowed:
                 raise _bad(f"node {node_id}", f"unknown parameter {key!r}", f"known: {', '.join(sorted(allowed))}")

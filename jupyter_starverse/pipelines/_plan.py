@@ -21,14 +21,14 @@ from jupyter_starverse.errors import BadInputError, StarverseError
 from jupyter_starverse.jobmodel import JobSpec
 from jupyter_starverse.jobmodel._spec import job_name_of
 
-from ._model import Node, Pipeline
+from ._model import PREP_STEPS, Node, Pipeline
 
 if TYPE_CHECKING:
     from jupyter_starverse.costs import Preview
 
     from ._facade import Facade
 
-__all__ = ["Issue", "PipelineCheck", "StepCost", "StepPlan", "check", "plan", "step_plan"]
+__all__ = ["Issue", "PipelineCheck", "PrepPlan", "StepCost", "StepPlan", "check", "plan", "step_plan"]
 
 # JobSpec / backend error fields -> the node form's field.
 _FIELD = {
@@ -75,17 +75,32 @@ class Issue:
 
 @dataclass(frozen=True)
 class StepPlan:
-    """One step as the job it launches: the spec, its backend and the steps it waits for."""
+    """One step as what it runs: a job's spec (and backend), or a data preparation; and what it waits for."""
 
     node: str
-    spec: JobSpec
+    spec: JobSpec | None
     backend: str
     after: tuple[str, ...]
     hours: float
+    prep: PrepPlan | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"node": self.node, "spec": self.spec.to_json(), "backend": self.backend, "after": list(self.after),
-                "hours": self.hours}  # fmt: skip
+        return {"node": self.node, "spec": self.spec.to_json() if self.spec else None, "backend": self.backend,
+                "after": list(self.after), "hours": self.hours,
+                "prep": self.prep.to_json() if self.prep else None}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PrepPlan:
+    """A data preparation step (``client.data``): it reads ``source`` and writes a new version."""
+
+    step: str
+    source: str  # the dataset it reads; while its input is itself prepared, that input's source
+    options: dict[str, Any]
+    from_node: str | None = None  # the prep step whose output it reads
+
+    def to_json(self) -> dict[str, Any]:
+        return {"step": self.step, "source": self.source, "options": self.options, "from_node": self.from_node}
 
 
 @dataclass(frozen=True)
@@ -155,8 +170,39 @@ def _int(node: Node, key: str, default: int) -> int:
     return value if isinstance(value, int) else default
 
 
+def _data_inputs(pipeline: Pipeline, node: Node,
+                 produced: dict[str, str]) -> list[tuple[str, str, str | None]]:  # fmt: skip
+    """``(kind, ref, prep node)`` of every entry ``node`` reads: catalog entries, and prepared data
+    (the version a prep step wrote, or its source as a stand-in before it ran)."""
+    out: list[tuple[str, str, str | None]] = []
+    for entry in pipeline.inputs(node.id):
+        if entry.kind == "prep":
+            before = _data_inputs(pipeline, entry, produced)
+            stand_in = next((ref for kind, ref, _ in before if kind == "dataset"), "")
+            out.append(("dataset", produced.get(entry.id, stand_in), entry.id))
+        elif not entry.is_step:
+            out.append((entry.kind, str(entry.params.get("ref", "")), None))
+    return out
+
+
+def _prep_plan(pipeline: Pipeline, node: Node, produced: dict[str, str]) -> StepPlan:
+    step = node.params.get("step")
+    if step not in PREP_STEPS:
+        raise BadInputError(f"data preparation step {step!r} is not one of {', '.join(PREP_STEPS)}", field="step",
+                            hint="clean (de-identify), dedup or score")  # fmt: skip
+    inputs = [i for i in _data_inputs(pipeline, node, produced) if i[0] == "dataset"]
+    if len(inputs) != 1:
+        raise BadInputError(f"{step} reads one dataset, it is fed {len(inputs)}", field="data",
+                            hint="drop exactly one dataset onto the step")  # fmt: skip
+    _, source, from_node = inputs[0]
+    options = dict(node.params.get("options") or {})
+    after = tuple(n.id for n in pipeline.inputs(node.id) if n.is_step)
+    return StepPlan(node.id, None, "workspace", after, 0.0, PrepPlan(str(step), source, options, from_node))
+
+
 def step_plan(pipeline: Pipeline, node: Node, *, base_dir: Path, facade: Facade,
-              paths: dict[str, str | None] | None = None) -> StepPlan:  # fmt: skip
+              paths: dict[str, str | None] | None = None,
+              produced: dict[str, str] | None = None) -> StepPlan:  # fmt: skip
     """The job of step ``node``; ``paths`` maps entry refs to their store folders (``DATA_PATH``).
 
     A ``train`` step runs its script (or the template's example) with the entries it is fed
@@ -164,16 +210,15 @@ def step_plan(pipeline: Pipeline, node: Node, *, base_dir: Path, facade: Facade,
     and the datasets it is fed.
     """
     p = node.params
+    if node.kind == "prep":
+        return _prep_plan(pipeline, node, produced or {})
     env = {str(k): str(v) for k, v in dict(p.get("env") or {}).items()}
     mounts: list[str] = []
     refs: dict[str, list[str]] = {"dataset": [], "model": []}
-    for entry in pipeline.inputs(node.id):
-        if entry.is_step:
-            continue
-        ref = str(entry.params.get("ref", ""))
+    for kind, ref, _ in _data_inputs(pipeline, node, produced or {}):
         mounts.append(ref)
-        refs[entry.kind].append(ref)
-        var = "DATA_PATH" if entry.kind == "dataset" else "MODEL_PATH"
+        refs[kind].append(ref)
+        var = "DATA_PATH" if kind == "dataset" else "MODEL_PATH"
         folder = (paths or {}).get(ref)
         if folder and var not in env:
             env[var] = folder
@@ -324,11 +369,17 @@ def check(pipeline: Pipeline, facade: Facade, *, base_dir: Path) -> PipelineChec
                                 hint=e.hint))  # fmt: skip
             unpriced.append(node.id)
             continue
+        if step.prep is not None:
+            _check_prep(node, step.prep, facade, issues, info, costs, waits)
+            continue
         spec = step.spec
+        assert spec is not None
+        produced_by = {ref: prep for _, ref, prep in _data_inputs(pipeline, node, {}) if prep}
         dp = spec.world_size // (spec.tensor_parallel * spec.pipeline_parallel) if not parallel else None
         info[node.id] = {"cards": spec.world_size, "data_parallel": dp, "backend": step.backend,
                          "accelerator": spec.accelerator, "job_name": spec.name, "mounts": list(spec.mounts),
-                         "paths": {ref: paths.get(ref) for ref in spec.mounts}, "script": spec.script}  # fmt: skip
+                         "paths": {ref: paths.get(ref) for ref in spec.mounts}, "script": spec.script,
+                         "produced_by": produced_by}  # fmt: skip
         if waits:
             issues.append(Issue(node.id, f"its input {', '.join(waits)} is not ready", field="data"))
         else:
@@ -352,6 +403,26 @@ def check(pipeline: Pipeline, facade: Facade, *, base_dir: Path) -> PipelineChec
         if priced.warning:
             issues.append(Issue(node.id, priced.warning, "warning", "budget"))
     return PipelineCheck(pipeline.name, tuple(issues), tuple(costs), currency, low, high, tuple(unpriced), info)
+
+
+def _check_prep(node: Node, prep: PrepPlan, facade: Facade, issues: list[Issue], info: dict[str, dict[str, Any]],
+                costs: list[StepCost], waits: list[str]) -> None:  # fmt: skip
+    """A data preparation step: its input is ready, and how long it takes here (a timed sample)."""
+    info[node.id] = {"step": prep.step, "source": prep.source, "from_node": prep.from_node, "seconds": None}
+    costs.append(StepCost(node.id, None, "runs in the workspace: no GPU rented"))
+    if waits or not prep.source:
+        issues.append(Issue(node.id, f"its input {', '.join(waits) or '(none)'} is not ready", field="data"))
+        return
+    try:
+        est = facade.data.estimate(prep.step, prep.source, **prep.options)
+    except TypeError as e:
+        issues.append(Issue(node.id, f"{prep.step}: {e}", field="options", hint=f"`starverse data {prep.step} --help`"))
+        return
+    except StarverseError as e:
+        field = _FIELD.get(getattr(e, "field", None) or "", "options")
+        issues.append(Issue(node.id, e.message, field=field, hint=e.hint))
+        return
+    info[node.id]["seconds"] = est.seconds
 
 
 def _output(backend: str) -> str:

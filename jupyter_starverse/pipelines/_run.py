@@ -29,7 +29,7 @@ from jupyter_starverse.errors import BadInputError, NotFoundError, StarverseErro
 from jupyter_starverse.jobmodel import Job, JobState
 
 from ._model import Pipeline
-from ._plan import StepPlan, plan
+from ._plan import StepPlan, plan, step_plan
 
 if TYPE_CHECKING:
     from ._facade import Facade
@@ -191,6 +191,8 @@ def drive(facade: Facade, store: RunStore, run_id: str, *, poll: float = 0.5,
         if on_change is not None:
             on_change(step.node, step)
 
+    produced: dict[str, str] = {}  # prep node -> the dataset version it wrote
+    base_dir = Path(data["base_dir"])
     try:
         for step in steps:
             bad = [a for a in step.after if a in failed]
@@ -198,9 +200,10 @@ def drive(facade: Facade, store: RunStore, run_id: str, *, poll: float = 0.5,
                 failed[step.node] = f"after {bad[0]}, which did not succeed"
                 record(StepRun(step.node, step.backend, SKIPPED, reason=failed[step.node]))
                 continue
-            chain = step.backend == "slurm" and all(jobs[a].backend == "slurm" for a in step.after)
+            job_deps = [a for a in step.after if a in jobs]  # prep steps before it have already finished
+            chain = step.backend == "slurm" and all(jobs[a].backend == "slurm" for a in job_deps)
             if not chain:  # wait here for the inputs, and go on only when they all succeeded
-                for dep in step.after:
+                for dep in job_deps:
                     jobs[dep] = done = _wait(facade, jobs[dep], poll)
                     record(_step_of(dep, done))
                     if done.state != JobState.SUCCEEDED:
@@ -210,7 +213,15 @@ def drive(facade: Facade, store: RunStore, run_id: str, *, poll: float = 0.5,
                     failed[step.node] = f"after {bad[0]}, which did not succeed"
                     record(StepRun(step.node, step.backend, SKIPPED, reason=failed[step.node]))
                     continue
-            spec = step.spec.replace(after=[jobs[a].id for a in step.after]) if chain else step.spec
+            if step.prep is not None:
+                _prepare(facade, run_id, pipeline, step, produced, failed, record)
+                continue
+            if produced:  # mount what the prep steps before it wrote, not their stand-ins
+                paths = {ref: facade.catalog.status(ref).path for ref in produced.values()}
+                node = pipeline.by_id[step.node]
+                step = step_plan(pipeline, node, base_dir=base_dir, facade=facade, paths=paths, produced=produced)
+            assert step.spec is not None
+            spec = step.spec.replace(after=[jobs[a].id for a in job_deps]) if chain else step.spec
             try:
                 job = facade.launch(spec, backend=step.backend)
             except StarverseError as e:
@@ -219,8 +230,8 @@ def drive(facade: Facade, store: RunStore, run_id: str, *, poll: float = 0.5,
                 continue
             jobs[step.node] = job
             record(_step_of(step.node, job))
-        for node, job in jobs.items():
-            record(_step_of(node, _wait(facade, job, poll)))
+        for node_id, job in jobs.items():
+            record(_step_of(node_id, _wait(facade, job, poll)))
     except BaseException as e:  # recorded for every reader, then raised as usual
         data = store.read(run_id)
         data["error"] = f"{type(e).__name__}: {getattr(e, 'message', None) or e}"[:2000]
@@ -231,6 +242,26 @@ def drive(facade: Facade, store: RunStore, run_id: str, *, poll: float = 0.5,
         data["driver"] = None
         data["finished"] = time.time()
         store.write(run_id, data)
+
+
+def _prepare(facade: Facade, run_id: str, pipeline: Pipeline, step: StepPlan, produced: dict[str, str],
+             failed: dict[str, str], record: Callable[[StepRun], None]) -> None:  # fmt: skip
+    """Run a data preparation step here; what it wrote is what the steps after it mount."""
+    prep = step.prep
+    assert prep is not None
+    source = produced.get(prep.from_node, prep.source) if prep.from_node else prep.source
+    name = source.split("@")[0]
+    target = f"{name}@{prep.step}-{'-'.join(run_id.split('-')[-3:])}-{step.node}"  # one version per run
+    record(StepRun(step.node, step.backend, "running", reason=f"{prep.step} {source} -> {target}"))
+    try:
+        report = getattr(facade.data, prep.step)(source, to=target, **prep.options)
+    except (StarverseError, TypeError) as e:
+        failed[step.node] = str(getattr(e, "message", e))
+        record(StepRun(step.node, step.backend, "failed", reason=failed[step.node]))
+        return
+    produced[step.node] = str(report.output or target)
+    done = f"wrote {produced[step.node]} ({report.docs_out} of {report.docs_in} documents), report {report.id}"
+    record(StepRun(step.node, step.backend, "succeeded", reason=done))
 
 
 def _step_of(node: str, job: Job) -> StepRun:

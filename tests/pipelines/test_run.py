@@ -10,6 +10,8 @@ import pytest
 
 from jupyter_starverse.cli import main
 from jupyter_starverse.client import Starverse
+from jupyter_starverse.errors import BadInputError
+from jupyter_starverse.pipelines import Pipeline
 
 from .conftest import doc, write
 
@@ -85,3 +87,39 @@ def test_a_detached_run_is_followed_and_cancelled(client: Starverse, folder: Pat
     assert client.attach(steps["prep"]["job_id"], backend="local").state.value == "cancelled"
     time.sleep(1.0)  # the driver is gone and submitted nothing more
     assert [j.spec.name for j in client.jobs(backend="local")] == ["demo-prep"]
+
+
+MASK = {"email": "mask", "person": "placeholder"}  # no salted hash: no secret to set up
+
+
+def test_data_preparation_feeds_the_step_after_it(client: Starverse, folder: Path, tmp_path: Path) -> None:
+    src = tmp_path / "raw"
+    src.mkdir()
+    (src / "a.jsonl").write_text('{"text": "write to alice@example.com for the data"}\n{"text": "plain text"}\n')
+    client.catalog.add_dataset("raw", str(src), version="v1")
+    client.catalog.pull("raw@v1")
+    data = {
+        "version": 1,
+        "name": "prepped",
+        "nodes": [
+            {"id": "raw", "kind": "dataset", "params": {"ref": "raw@v1"}},
+            {"id": "clean", "kind": "prep", "params": {"step": "clean", "options": {"actions": MASK}}},
+            {"id": "train", "kind": "train", "params": {"script": "steps/train.py"}},
+        ],
+        "edges": [{"source": "raw", "target": "clean"}, {"source": "clean", "target": "train"}],
+    }
+    pipeline = Pipeline.from_json(data)
+    found = client.pipelines.check(pipeline, base_dir=folder)
+    assert found.ok, found.issues
+    assert found.info["train"]["produced_by"] == {"raw@v1": "clean"}  # the source stands in until it ran
+    run = client.pipelines.run(pipeline, base_dir=folder)
+    assert run.state == "succeeded", run
+    assert "wrote raw@clean-" in (run.step("clean").reason or "")
+    train = client.attach(run.step("train").job_id or "", backend="local")
+    (mounted,) = train.spec.mounts
+    assert mounted.startswith("raw@clean-")  # the version the prep step wrote, not raw@v1
+    seen = json.loads(next(Path(train.experiment_dir).glob("step-*.json")).read_text())
+    text = (Path(seen["data"]) / "data.jsonl").read_text()
+    assert "alice@example.com" not in text and "plain text" in text
+    with pytest.raises(BadInputError, match="prepare data in the workspace"):
+        client.pipelines.export(pipeline, "sbatch", base_dir=folder)
