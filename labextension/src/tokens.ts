@@ -471,7 +471,7 @@ export interface ISwitchResult {
 // Owned by the pipelines area; mirrors the to_json() of jupyter_starverse/pipelines/.
 
 /** Node kinds of a `.svpipeline` document: catalog entries and steps. */
-export type PipelineNodeKind = 'dataset' | 'model' | 'train' | 'recipe';
+export type PipelineNodeKind = 'dataset' | 'model' | 'train' | 'recipe' | 'prep';
 
 /** A train step's parameters (every one optional; the server fills the defaults). */
 export interface ITrainParams {
@@ -494,6 +494,9 @@ export interface ITrainParams {
   /** recipe steps: the recipe's name and its parameters */
   recipe?: string;
   recipe_params?: Record<string, string | number | boolean>;
+  /** data preparation steps (run in the workspace): the step and its options */
+  step?: 'clean' | 'dedup' | 'score';
+  options?: Record<string, unknown>;
 }
 
 /** `Node.to_json()`: one box of the canvas. */
@@ -543,7 +546,13 @@ export interface IPipelineCheck {
       job_name: string;
       mounts: string[];
       paths: Record<string, string | null>;
-      script: string;
+      script?: string;
+      /** the prep step whose output a mount is (its source stands in until it ran) */
+      produced_by?: Record<string, string>;
+      /** prep steps: what it reads and about how long it takes here */
+      step?: string;
+      source?: string;
+      seconds?: number | null;
     }
   >;
 }

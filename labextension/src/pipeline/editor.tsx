@@ -61,6 +61,12 @@ interface IRecipeItem {
   title: string;
 }
 
+const PREP: IPaletteItem[] = [
+  { kind: 'prep', label: 'Prep · clean (de-identify)', step: 'clean' },
+  { kind: 'prep', label: 'Prep · dedup', step: 'dedup' },
+  { kind: 'prep', label: 'Prep · score (quality)', step: 'score' }
+];
+
 const TEMPLATES: IPaletteItem[] = [
   { kind: 'train', label: 'Train · DDP (data parallel)', template: 'ddp' },
   { kind: 'train', label: 'Train · FSDP (sharded)', template: 'fsdp' },
@@ -87,7 +93,12 @@ function PaletteItem(props: { item: IPaletteItem; detail?: string }): JSX.Elemen
 }
 
 /** Datasets and models of the catalog, and the steps; all draggable onto the canvas. */
-function Palette(props: { entries: IStoreEntry[]; recipes: IRecipeItem[]; error: string | null }): JSX.Element {
+function Palette(props: {
+  entries: IStoreEntry[];
+  recipes: IRecipeItem[];
+  prep: boolean;
+  error: string | null;
+}): JSX.Element {
   const datasets = props.entries.filter(e => e.kind === 'dataset');
   const models = props.entries.filter(e => e.kind === 'model');
   const entry = (e: IStoreEntry): JSX.Element => (
@@ -103,6 +114,8 @@ function Palette(props: { entries: IStoreEntry[]; recipes: IRecipeItem[]; error:
       {TEMPLATES.map(t => (
         <PaletteItem key={t.template} item={t} />
       ))}
+      {props.prep && <h3>Data preparation</h3>}
+      {props.prep && PREP.map(p => <PaletteItem key={p.step} item={p} detail="runs in the workspace; drop a dataset onto it" />)}
       {props.recipes.length > 0 && <h3>Recipes</h3>}
       {props.recipes.map(r => (
         <PaletteItem
@@ -167,6 +180,7 @@ function Editor(props: {
   const [entriesError, setEntriesError] = React.useState<string | null>(null);
   const [gpus, setGpus] = React.useState<string[]>([]);
   const [recipes, setRecipes] = React.useState<IRecipeItem[]>([]);
+  const [prep, setPrep] = React.useState(false);
   const [run, setRun] = React.useState<IPipelineRun | null>(null);
   const [message, setMessage] = React.useState<string | null>(null);
   const [busy, setBusy] = React.useState(false);
@@ -189,6 +203,10 @@ function Editor(props: {
     requestAPI<IRecipeItem[]>(['recipes'])
       .then(list => setRecipes(list.map(r => ({ name: r.name, title: r.title }))))
       .catch(() => setRecipes([]));
+    // data preparation joins the palette when the server has the data service
+    requestAPI<unknown[]>(['data', 'reports'])
+      .then(() => setPrep(true))
+      .catch(() => setPrep(false));
   }, []);
 
   // -- the live check (issues per node, cost) after every edit, debounced
@@ -347,7 +365,7 @@ function Editor(props: {
         </div>
       ))}
       <div className="jp-SvPipeline-body">
-        <Palette entries={entries} recipes={recipes} error={entriesError} />
+        <Palette entries={entries} recipes={recipes} prep={prep} error={entriesError} />
         <div
           className="jp-SvPipeline-canvas"
           onDragOver={event => {

@@ -160,6 +160,44 @@ function TrainForm(props: {
   );
 }
 
+/** The form of a data preparation step: which step, and its options as JSON. */
+function PrepForm(props: { node: IPipelineNode; issues: IPipelineIssue[]; onChange: (c: Change) => void }): JSX.Element {
+  const p = props.node.params;
+  const [text, setText] = React.useState(JSON.stringify(p.options ?? {}));
+  const [bad, setBad] = React.useState<string | null>(null);
+  return (
+    <>
+      <Field label="Step" field="step" issues={props.issues}>
+        <Select field="step" value={p.step} options={['clean', 'dedup', 'score']}
+          onChange={v => props.onChange({ step: v as ITrainParams['step'] })} />
+      </Field>
+      <Field label="Options (JSON, as `starverse data STEP` takes them)" field="options" issues={props.issues}>
+        <textarea
+          aria-label="options"
+          name="options"
+          rows={4}
+          value={text}
+          placeholder='{"actions": {"email": "mask"}}'
+          onChange={event => {
+            setText(event.target.value);
+            try {
+              const value = JSON.parse(event.target.value || '{}') as unknown;
+              if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+                throw new Error('options are a JSON object');
+              }
+              setBad(null);
+              props.onChange({ options: value as Record<string, unknown> });
+            } catch (reason) {
+              setBad(String(reason));
+            }
+          }}
+        />
+        {bad && <span className="jp-SvPipeline-fieldIssue">{bad}</span>}
+      </Field>
+    </>
+  );
+}
+
 /** The side form: the selected node's, or the pipeline's own when nothing is selected. */
 export function SideForm(props: {
   doc: IPipelineDoc;
@@ -201,7 +239,9 @@ export function SideForm(props: {
       <h3>
         {selected.id} <span className="jp-SvPipeline-tag">{selected.kind}</span>
       </h3>
-      {selected.kind === 'train' || selected.kind === 'recipe' ? (
+      {selected.kind === 'prep' ? (
+        <PrepForm node={selected} issues={issues} onChange={change} />
+      ) : selected.kind === 'train' || selected.kind === 'recipe' ? (
         <TrainForm node={selected} issues={issues} info={props.check?.info[selected.id] ?? null} gpus={props.gpus}
           recipes={props.recipes} onChange={change} />
       ) : (
@@ -212,7 +252,7 @@ export function SideForm(props: {
       {issues
         .filter(i => !i.field || !['template', 'script', 'nodes', 'gpus_per_node', 'gpu', 'data_parallel',
           'tensor_parallel', 'pipeline_parallel', 'steps', 'hours', 'budget', 'billing', 'backend', 'ref',
-          'recipe'].includes(i.field))
+          'recipe', 'step', 'options'].includes(i.field))
         .map((i, n) => (
           <div key={n} className={`jp-SvPipeline-issue jp-mod-${i.level}`} title={i.hint ?? ''}>
             {i.message}

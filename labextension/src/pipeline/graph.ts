@@ -16,11 +16,12 @@ export interface IPaletteItem {
   ref?: string;
   template?: ITrainParams['template'];
   recipe?: string;
+  step?: ITrainParams['step'];
 }
 
-/** Node kinds that run as a job. */
+/** Node kinds that run: jobs, and data preparation. */
 export function isStep(kind: PipelineNodeKind): boolean {
-  return kind === 'train' || kind === 'recipe';
+  return kind === 'train' || kind === 'recipe' || kind === 'prep';
 }
 
 /** The drag data type of palette items. */
@@ -100,6 +101,9 @@ export function nodeFor(
       params.pipeline_parallel = 2;
     }
     return { id: freshId(doc, 'train'), kind: 'train', params, position: rounded };
+  }
+  if (item.kind === 'prep') {
+    return { id: freshId(doc, item.step ?? 'prep'), kind: 'prep', params: { step: item.step }, position: rounded };
   }
   if (item.kind === 'recipe') {
     const params: ITrainParams = { recipe: item.recipe, nodes: 1, gpus_per_node: 1, hours: 1 };

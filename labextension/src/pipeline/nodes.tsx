@@ -17,6 +17,7 @@ export type FlowData = {
 
 export type StepNode = Node<FlowData, 'train' | 'recipe'>;
 export type EntryNode = Node<FlowData, 'entry'>;
+export type PrepNode = Node<FlowData, 'prep'>;
 
 function Issues(props: { issues: IPipelineIssue[] }): JSX.Element | null {
   if (props.issues.length === 0) {
@@ -94,7 +95,7 @@ export function TrainNodeView(props: NodeProps<StepNode>): JSX.Element {
       </div>
       {mounts.map(ref => (
         <div key={ref} className="jp-SvPipeline-nodeLine jp-SvPipeline-mount" title={data.info?.paths[ref] ?? ''}>
-          data: {ref}
+          data: {data.info?.produced_by?.[ref] ? `output of ${data.info.produced_by[ref]}` : ref}
         </div>
       ))}
       {data.cost !== null && (
@@ -128,4 +129,36 @@ export function EntryNodeView(props: NodeProps<EntryNode>): JSX.Element {
   );
 }
 
-export const NODE_TYPES = { train: TrainNodeView, recipe: TrainNodeView, entry: EntryNodeView };
+/** A data preparation step: it runs in the workspace and writes a new dataset version. */
+export function PrepNodeView(props: NodeProps<PrepNode>): JSX.Element {
+  const { data } = props;
+  const seconds = data.info?.seconds;
+  return (
+    <div
+      className={`jp-SvPipeline-node jp-SvPipeline-step jp-SvPipeline-prep ${stateClass(data)}`}
+      data-node-id={data.node.id}
+    >
+      <Handle type="target" position={Position.Left} />
+      <div className="jp-SvPipeline-nodeTitle">
+        <span>{data.node.id}</span>
+        <span className="jp-SvPipeline-tag">prep {data.node.params.step ?? '?'}</span>
+      </div>
+      <div className="jp-SvPipeline-nodeLine">
+        {data.info?.source ? `reads ${data.info.source}` : 'drop a dataset onto it'}
+      </div>
+      <div className="jp-SvPipeline-nodeLine">
+        runs in the workspace{typeof seconds === 'number' ? `, about ${Math.max(1, Math.round(seconds))} s` : ''}
+      </div>
+      <Issues issues={data.issues} />
+      <RunBadge run={data.run} onOpen={data.onOpenJob} />
+      {data.run?.reason && data.run.state === 'succeeded' && (
+        <div className="jp-SvPipeline-nodeLine" title={data.run.reason}>
+          {data.run.reason}
+        </div>
+      )}
+      <Handle type="source" position={Position.Right} />
+    </div>
+  );
+}
+
+export const NODE_TYPES = { train: TrainNodeView, recipe: TrainNodeView, prep: PrepNodeView, entry: EntryNodeView };
