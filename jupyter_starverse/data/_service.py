@@ -477,6 +477,8 @@ class DataPrep:
             _write_text(
                 staging / "_starverse" / "provenance.json", json.dumps(provenance, ensure_ascii=False, indent=1)
             )
+            if (work / "removed.jsonl").is_file():  # dedup: every removed document and what it duplicated
+                (work / "removed.jsonl").replace(staging / "_starverse" / "removed.jsonl")
             final.parent.mkdir(parents=True, exist_ok=True)
             if final.exists():
                 shutil.rmtree(final)  # left by a run that died before the catalog took it in

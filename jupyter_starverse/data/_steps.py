@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import json
 import math
 import re
 import sqlite3
@@ -302,6 +303,7 @@ def dedup(
         res.removed = {k: int(v) for k, v in counts.items()}
         res.docs_out = res.docs_in - sum(res.removed.values())
         res.clusters = _clusters(db, params.max_clusters)
+        _removed_log(db, work / "removed.jsonl")
         if exact_removed:
             res.notes.append(f"{exact_removed} exact duplicates (after normalizing case and whitespace)")
     finally:
@@ -378,6 +380,18 @@ def _paragraph_dup(db: _Db, doc: Doc, share: float) -> bool:
     for h, _ in hashes:
         db.first("para", h, doc.idx)
     return False
+
+
+def _removed_log(db: _Db, path: Path) -> None:
+    """Every removed document, the kept one it duplicated and how similar (the report shows a sample)."""
+    rows = db.con.execute(
+        "SELECT r.doc, s.loc, r.kept, k.loc, r.method, r.sim FROM removed r "
+        "LEFT JOIN snip s ON s.doc = r.doc LEFT JOIN snip k ON k.doc = r.kept ORDER BY r.doc"
+    )
+    with open(path, "w", encoding="utf-8") as f:
+        for doc, where, kept, kept_where, method, sim in rows:
+            record = {"doc": doc, "where": where, "kept": kept, "kept_where": kept_where, "method": method}
+            f.write(json.dumps({**record, "similarity": sim}) + "\n")
 
 
 def _clusters(db: _Db, limit: int) -> list[Cluster]:

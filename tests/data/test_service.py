@@ -91,6 +91,12 @@ def test_dedup_chains_versions_and_records_clusters(client: Starverse, tmp_path:
     planted = {copy for _, copy in corpus.near}
     assert rep.removed.get("near", 0) >= 0.95 * len(planted)
     assert rep.docs_out == len(_rows(client, "raw@1-dedup"))
+    log = (client.catalog.mount("raw@1-dedup") / "_starverse" / "removed.jsonl").read_text().splitlines()
+    entries = [json.loads(line) for line in log]
+    assert len(entries) == rep.removed_total  # every removed document, not only the report's sample
+    assert all(
+        e["kept"] < e["doc"] and e["similarity"] >= 0.7 and e["where"].startswith("part.jsonl:") for e in entries
+    )
     member = rep.clusters[0].members[0]
     assert member.method == "near" and 0.7 <= member.similarity <= 1.0
     assert rep.removed_at(0.5) >= rep.removed_at(0.7) >= rep.removed_at(0.95)
