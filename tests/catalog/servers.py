@@ -360,8 +360,13 @@ def main(argv: list[str]) -> None:
 
     SPEC: ``{"hub": {"org/repo": {"file": [size, seed]}}, "files": {"path": [size, seed]}}``
     (one of the two keys), and optionally ``"throttle"``: bytes per second per connection.
+    ``@FILE`` reads the SPEC from a file (large listings).
     """
-    spec = json.loads(argv[0])
+    text = argv[0]
+    if text.startswith("@"):
+        with open(text[1:]) as f:
+            text = f.read()
+    spec = json.loads(text)
     server: _Base
     if "hub" in spec:
         hub = HubServer().start()
