@@ -251,7 +251,8 @@ def bench_small(args: argparse.Namespace, tmp: Path) -> None:
         return python_timed(code, env, store_imports)
 
     if args.only != "small-http":
-        rows = [measure(Row("cp -r"), args.runs, cp, tmp), measure(Row("starverse store pull"), args.runs, ours_local, tmp)]
+        rows = [measure(Row("cp -r"), args.runs, cp, tmp)]
+        rows.append(measure(Row("starverse store pull"), args.runs, ours_local, tmp))
         report(f"{n:,} files of {kb} KiB from a local folder (starverse: sha256 + fsync per file)", nbytes, rows)
 
     files = {f"small/{p.relative_to(src).as_posix()}": [kb * 1024, i] for i, p in enumerate(sorted(src.rglob("*.bin")))}
