@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from html import escape
 from typing import Any
 
 from jupyter_starverse._format import html_table, pretty_text
@@ -239,5 +240,5 @@ class Recipe:
 
     def _repr_html_(self) -> str:
         rows = [(p.name, str(p.default), p.help) for p in self.params]
-        head = f"<b>{self.name}</b>: {self.title}<br>{self.description}"
+        head = f"<b>{escape(self.name)}</b>: {escape(self.title)}<br>{escape(self.description)}"
         return head + html_table(("parameter", "default", "what"), rows)

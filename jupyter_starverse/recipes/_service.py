@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +47,7 @@ class RecipeInfo:
         pretty_text(p, str(self))
 
     def _repr_html_(self) -> str:
-        return self.recipe._repr_html_() + f"<div>estimated cost: {self.cost_text}</div>"
+        return self.recipe._repr_html_() + f"<div>estimated cost: {escape(self.cost_text)}</div>"
 
 
 @dataclass(frozen=True)
@@ -400,8 +400,3 @@ def _recorded_plan(path: Path, read_json: Any) -> BatchPlan | None:
         return BatchPlan(**{k: int(data[k]) for k in BatchPlan.__dataclass_fields__})
     except (OSError, KeyError, TypeError, ValueError):
         return None
-
-
-def command_text(argv: Sequence[str]) -> str:
-    """A command as one shell-quoted line (for display only; nothing runs through a shell)."""
-    return " ".join(shlex.quote(a) for a in argv)

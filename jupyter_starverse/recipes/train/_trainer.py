@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from jupyter_starverse import runtime as sv
-from jupyter_starverse.errors import BadInputError
+from jupyter_starverse.errors import BadInputError, MissingDependencyError
 
 from ._data import Sampler, load_examples
 from ._objectives import UNIT, kto_kl, micro_loss, tokens_of
@@ -111,8 +111,16 @@ def _all_sum(values: list[float], device: str) -> list[float]:
     return [float(x) for x in t.tolist()]
 
 
+def _transformers() -> Any:
+    try:
+        import transformers
+    except ImportError as e:
+        raise MissingDependencyError("transformers", extra="models", purpose="recipes") from e
+    return transformers
+
+
 def _load(objective: str, path: Path) -> Any:
-    import transformers
+    transformers = _transformers()
 
     if objective == "reward":
         return transformers.AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
@@ -162,7 +170,7 @@ def _resume_note(plan: BatchPlan) -> str | None:
 
 def run(argv: Sequence[str] | None = None, *, on_step: Callable[[int, dict[str, float]], Any] | None = None) -> None:
     """Train the recipe the arguments describe (see :mod:`jupyter_starverse.recipes.train`)."""
-    import transformers
+    transformers = _transformers()
 
     args = _args(argv)
     p = args.params
