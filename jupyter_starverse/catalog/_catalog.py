@@ -363,23 +363,57 @@ class Catalog:
         fs, root = open_source(entry.source)
         files = list_source(fs, root, entry.source)
         data_dir = self.layout.data_dir(ref)
-        present = sum(f.size or 0 for f in files if self._present(safe_join(data_dir, f.rel), f))
-        total = sum(f.size or 0 for f in files)
         self.layout.unpublish(ref, None)  # folders left read-only by an earlier publication
         make_dirs(data_dir)
+        key = self.layout.key(ref)
+        unsynced = self.layout.progress_path(key).with_suffix(".unsynced")
+        self._distrust_unsynced(unsynced, data_dir, files)
+        present = sum(f.size or 0 for f in files if self._present(safe_join(data_dir, f.rel), f))
+        total = sum(f.size or 0 for f in files)
         if shutil.disk_usage(data_dir).free < total - present:
             raise store_full(data_dir, total - present)
         tracker.start(bytes_total=total, files_total=len(files), already=present)
-        key = self.layout.key(ref)
+        boot = _download.boot_id()
 
-        def one(f: SourceFile, n: int) -> FileRecord:
+        def one(f: SourceFile, n: int, *, sync: bool = True) -> FileRecord:
             dest = safe_join(data_dir, f.rel)
-            return self.ensure_file(key, fs, f, dest, tracker=tracker, parent=lease, connections=n)
+            return self.ensure_file(key, fs, f, dest, tracker=tracker, parent=lease, connections=n, sync=sync)
 
-        # Large files one after the other, each over every connection; small files N at a time.
+        def one_small(f: SourceFile, n: int) -> FileRecord:
+            return one(f, n, sync=boot is None)  # with a boot id: one syncfs for the batch, below
+
+        # Large files one after the other, each over every connection (each fsync'ed); small
+        # files N at a time, made durable together: a marker names this boot until the batch
+        # is synced, so a pull after an OS crash does not trust small files renamed before it.
         records = {f.rel: one(f, connections) for f in files if f.size is not None and f.size >= _download.SPLIT_AT}
-        records.update(run_parallel(one, [f for f in files if f.rel not in records], connections))
+        small = [f for f in files if f.rel not in records]
+        if small and boot is not None:
+            write_json_atomic(unsynced, {"boot": boot})
+        records.update(run_parallel(one_small, small, connections))
+        if small and boot is not None:
+            _download.sync_filesystem(data_dir)
+            unsynced.unlink(missing_ok=True)
         return Manifest(str(ref), tuple(records[f.rel] for f in files), time.time())
+
+    @staticmethod
+    def _distrust_unsynced(marker: Path, data_dir: Path, files: list[SourceFile]) -> None:
+        """Small files of a batch that was never synced, written before an OS crash, may be garbage.
+
+        Within the same boot (a kill -9) the page cache still holds them: they are kept and
+        synced with this pull's batch. After a reboot, or on another host, they are removed.
+        """
+        try:
+            data = json.loads(marker.read_text())
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError):
+            data = {}
+        if not isinstance(data, dict) or data.get("boot") != _download.boot_id():
+            log.warning("a pull of %s ended without syncing its small files: fetching them again", data_dir)
+            for f in files:
+                if f.size is None or f.size < _download.SPLIT_AT:
+                    safe_join(data_dir, f.rel).unlink(missing_ok=True)
+        marker.unlink(missing_ok=True)
 
     @staticmethod
     def _present(dest: Path, src: SourceFile) -> bool:
@@ -399,8 +433,12 @@ class Catalog:
         tracker: ProgressTracker | None = None,
         parent: Lease | None = None,
         connections: int | None = None,
+        sync: bool = True,
     ) -> FileRecord:
-        """Make ``dest`` hold ``src``; one writer per file across processes (shared-cache fill)."""
+        """Make ``dest`` hold ``src``; one writer per file across processes (shared-cache fill).
+
+        ``sync=False``: the caller syncs the file system after a batch (``_pull_dataset``).
+        """
         n = self.settings.pull_connections if connections is None else connections
         lease = Lease(self.layout.file_lease_path(key, src.rel), ttl=self.settings.lock_ttl)
         while True:
@@ -421,6 +459,7 @@ class Catalog:
                             tracker=tracker,
                             leases=(lease,) if parent is None else (lease, parent),
                             connections=n,
+                            sync=sync,
                         )
                 finally:
                     lease.release()

@@ -26,6 +26,7 @@ import http.client
 import json
 import logging
 import os
+import socket
 import threading
 import time
 import uuid
@@ -635,8 +636,12 @@ def download(
     connections: int = 8,
     tracker: ProgressTracker | None = None,
     leases: Sequence[Lease] = (),
+    sync: bool = True,
 ) -> Downloaded:
     """Fetch ``origin`` into ``dest``'s part file, verify it and leave it there (fsync'ed).
+
+    ``sync=False`` skips the fsync of a file that comes in one stream: for callers that sync
+    the whole file system once after a batch of small files (:func:`sync_filesystem`).
 
     The caller renames the part file (``part_paths(dest)[0]``) into place after its own
     checks. Raises :class:`TransferError` subclasses; an interrupted download keeps its part
@@ -647,7 +652,7 @@ def download(
     restarted = False
     while True:
         try:
-            return _download_once(origin, part, sidecar, target, connections, tracker, leases)
+            return _download_once(origin, part, sidecar, target, connections, tracker, leases, sync)
         except OriginChangedError as e:
             part.unlink(missing_ok=True)
             sidecar.unlink(missing_ok=True)
@@ -667,6 +672,7 @@ def _download_once(
     connections: int,
     tracker: ProgressTracker | None,
     leases: Sequence[Lease],
+    sync: bool = True,
 ) -> Downloaded:
     state = _read_sidecar(sidecar) if part.exists() else None
     if state is not None and (state["piece"] != PIECE or (target.size is not None and state["size"] != target.size)):
@@ -689,7 +695,7 @@ def _download_once(
                     raise OriginChangedError(f"the origin has {resp.size} bytes, the listing said {size}")
                 os.ftruncate(fd, 0)
                 sidecar.unlink(missing_ok=True)
-                return _single(origin, fd, target, digests, tracker, leases, resp)  # no Range: one stream
+                return _single(origin, fd, target, digests, tracker, leases, resp, True)  # no Range: one stream
             if resp.size is not None and resp.size != size:
                 resp.close()
                 raise OriginChangedError(f"the origin has {resp.size} bytes, the listing said {size}")
@@ -707,7 +713,7 @@ def _download_once(
             _datasync(fd)
             out = Downloaded(size, digests.sha.hexdigest(), etag, _hex(digests), resumed)
         else:
-            out = _single(origin, fd, target, digests, tracker, leases, None)
+            out = _single(origin, fd, target, digests, tracker, leases, None, sync)
     finally:
         os.close(fd)
     _check(target, out)
@@ -752,6 +758,7 @@ def _single(
     tracker: ProgressTracker | None,
     leases: Sequence[Lease],
     resp: Response | None,
+    sync: bool,
 ) -> Downloaded:
     """One stream from byte 0 (small files, unknown sizes, origins without Range); retried whole."""
     tries = 0
@@ -782,7 +789,8 @@ def _single(
             os.ftruncate(fd, done)
             if resp.size is not None and not resp.ranged and done != resp.size:
                 raise ShortBodyError(origin.label, done, resp.size)
-            _datasync(fd)
+            if sync:
+                _datasync(fd)
             return Downloaded(done, digests.sha.hexdigest(), etag, _hex(digests))
         except RetryableError as e:
             short = _same_short(e, short)
@@ -804,7 +812,13 @@ _ZERO = bytes(CHUNK * 8)
 
 
 def copy_local(
-    src: str, dest: Path, target: Target, *, tracker: ProgressTracker | None = None, leases: Sequence[Lease] = ()
+    src: str,
+    dest: Path,
+    target: Target,
+    *,
+    tracker: ProgressTracker | None = None,
+    leases: Sequence[Lease] = (),
+    sync: bool = True,
 ) -> Downloaded:
     """Copy a local or NFS file into ``dest``'s part file with ``copy_file_range`` (no user-space copy).
 
@@ -845,7 +859,8 @@ def copy_local(
                 if tracker is not None:
                     tracker.advance(n)
             os.ftruncate(dfd, pos)  # trailing holes
-            _datasync(dfd)
+            if sync:
+                _datasync(dfd)
         finally:
             os.close(dfd)
     finally:
@@ -853,6 +868,32 @@ def copy_local(
     out = Downloaded(pos, digests.sha.hexdigest(), None, _hex(digests))
     _check(target, out)
     return out
+
+
+def boot_id() -> str | None:
+    """This boot of this host (Linux): page-cache contents written before a kill -9 survive within it."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f"{socket.gethostname()}/{f.read().strip()}"
+    except OSError:
+        return None
+
+
+def sync_filesystem(path: Path) -> None:
+    """Make everything written to ``path``'s file system durable (``syncfs``; ``sync`` where missing)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            if getattr(libc, "syncfs", None) is not None and libc.syncfs(fd) == 0:
+                return
+        except OSError:
+            pass
+        os.sync()
+    finally:
+        os.close(fd)
 
 
 def _copy_range(sfd: int, dfd: int, n: int, pos: int) -> int:

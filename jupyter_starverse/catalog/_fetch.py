@@ -300,6 +300,7 @@ def fetch_file(
     tracker: ProgressTracker | None = None,
     leases: Sequence[Lease] = (),
     connections: int = 8,
+    sync: bool = True,
 ) -> FileRecord:
     """Copy one source file to ``dest`` atomically and return what was verified.
 
@@ -316,8 +317,9 @@ def fetch_file(
 
     def move() -> Downloaded:
         if local:
-            return copy_local(src.path, dest, target, tracker=tracker, leases=leases)
-        return download(origin_for(fs, src), dest, target, connections=connections, tracker=tracker, leases=leases)
+            return copy_local(src.path, dest, target, tracker=tracker, leases=leases, sync=sync)
+        origin = origin_for(fs, src)
+        return download(origin, dest, target, connections=connections, tracker=tracker, leases=leases, sync=sync)
 
     try:
         got = transfer(src.rel, dest, target, move, auth_hint=hint)

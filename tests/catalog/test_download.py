@@ -257,3 +257,23 @@ def test_hf_dataset_repo_with_allow_and_ignore_patterns(catalog: Catalog, hub: H
         "repo_type='dataset'), 'rb').read(4) != b'')"
     )
     assert load_offline(catalog.job_env(), code).splitlines() == [str(path), "True"]
+
+
+def test_small_files_of_a_batch_never_synced_before_a_reboot_are_fetched_again(
+    catalog: Catalog, tmp_path: Path
+) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_bytes(b"A" * 100)
+    (src / "b.txt").write_bytes(b"B" * 100)
+    catalog.add_dataset("crash", str(src))
+    ref = DatasetRef("crash", "1")
+    data = catalog.layout.data_dir(ref)
+    data.mkdir(parents=True)
+    (data / "a.txt").write_bytes(bytes(100))  # renamed into place by a pull, its bytes lost in an OS crash
+    marker = catalog.layout.progress_path(catalog.layout.key(ref)).with_suffix(".unsynced")
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps({"boot": "another-host/another-boot"}))
+    assert catalog.pull("crash").state == "cached"
+    assert (catalog.mount("crash") / "a.txt").read_bytes() == b"A" * 100
+    assert not marker.exists() and catalog.verify("crash").ok
