@@ -253,7 +253,7 @@ def bench_small(args: argparse.Namespace, tmp: Path) -> None:
     if args.only != "small-http":
         rows = [measure(Row("cp -r"), args.runs, cp, tmp)]
         rows.append(measure(Row("starverse store pull"), args.runs, ours_local, tmp))
-        report(f"{n:,} files of {kb} KiB from a local folder (starverse: sha256 + fsync per file)", nbytes, rows)
+        report(f"{n:,} files of {kb} KiB from a local folder (starverse: sha256 per file, synced once)", nbytes, rows)
 
     files = {f"small/{p.relative_to(src).as_posix()}": [kb * 1024, i] for i, p in enumerate(sorted(src.rglob("*.bin")))}
     with serve({"files": files}) as url:
@@ -277,7 +277,7 @@ def bench_small(args: argparse.Namespace, tmp: Path) -> None:
         else:
             measure(aria, args.http_runs or args.runs, aria2, tmp)
         rows = [aria, measure(Row("starverse store pull"), args.http_runs or args.runs, ours_http, tmp)]
-        report(f"{n:,} files of {kb} KiB over HTTP (starverse: listing + sha256 + fsync per file)", nbytes, rows)
+        report(f"{n:,} files of {kb} KiB over HTTP (starverse: listing + sha256 per file, synced once)", nbytes, rows)
 
 
 def main() -> None:
