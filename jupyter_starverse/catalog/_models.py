@@ -210,9 +210,11 @@ def _xet_path(listing: Sequence[Any]) -> bool:
     """True when huggingface_hub would fetch these files from Xet storage (its own fast path)."""
     if not any(getattr(f, "xet_hash", None) for f in listing):
         return False
-    from huggingface_hub import constants
-    from huggingface_hub.utils._runtime import is_xet_available
-
+    try:
+        from huggingface_hub import constants
+        from huggingface_hub.utils._runtime import is_xet_available
+    except ImportError:  # another huggingface_hub layout: let it decide, through its own path
+        return True
     return bool(is_xet_available()) and not constants.HF_HUB_DISABLE_XET
 
 

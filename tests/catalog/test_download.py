@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import itertools
 import json
 import logging
@@ -277,3 +278,19 @@ def test_small_files_of_a_batch_never_synced_before_a_reboot_are_fetched_again(
     assert catalog.pull("crash").state == "cached"
     assert (catalog.mount("crash") / "a.txt").read_bytes() == b"A" * 100
     assert not marker.exists() and catalog.verify("crash").ok
+
+
+def test_xet_backed_repos_keep_huggingface_hubs_own_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from huggingface_hub import constants
+
+    from jupyter_starverse.catalog._models import _xet_path
+
+    plain = [SimpleNamespace(xet_hash=None), SimpleNamespace(xet_hash=None)]
+    xet = [SimpleNamespace(xet_hash=None), SimpleNamespace(xet_hash="ab" * 32)]
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", False)
+    assert not _xet_path(plain)  # LFS and regular files (a mirror): our engine
+    assert _xet_path(xet) == (importlib.util.find_spec("hf_xet") is not None)
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
+    assert not _xet_path(xet)  # Xet switched off: the files come over plain HTTP, through the engine
