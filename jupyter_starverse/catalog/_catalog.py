@@ -18,7 +18,15 @@ from jupyter_starverse._settings import Settings
 from jupyter_starverse.errors import BadInputError, ConflictError, InvalidNameError, NotFoundError, StoreError
 
 from . import _download
-from ._fetch import LeaseLostError, SourceFile, fetch_file, list_source, open_source, store_full
+from ._fetch import (
+    LeaseLostError,
+    SourceFile,
+    fetch_file,
+    list_source,
+    open_source,
+    remove_old_parts,
+    store_full,
+)
 from ._holds import Hold, live_holds, new_hold
 from ._layout import Layout, Manifest, dir_bytes, store_root
 from ._lease import Lease
@@ -368,6 +376,7 @@ class Catalog:
         key = self.layout.key(ref)
         unsynced = self.layout.progress_path(key).with_suffix(".unsynced")
         self._distrust_unsynced(unsynced, data_dir, files)
+        remove_old_parts(data_dir)
         present = sum(f.size or 0 for f in files if self._present(safe_join(data_dir, f.rel), f))
         total = sum(f.size or 0 for f in files)
         if shutil.disk_usage(data_dir).free < total - present:

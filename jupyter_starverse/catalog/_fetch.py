@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -58,6 +59,7 @@ __all__ = [
     "open_source",
     "origin_for",
     "publish_part",
+    "remove_old_parts",
     "store_full",
     "transfer",
 ]
@@ -284,6 +286,17 @@ def transfer(
         raise
 
 
+_OLD_PART = re.compile(r"^\..+\.[0-9a-f]{32}\.part$")
+
+
+def remove_old_parts(folder: Path) -> None:
+    """Part files named ``.NAME.TOKEN.part`` by pulls before the engine (never resumable): one walk."""
+    for dirpath, _dirs, names in os.walk(folder):
+        for name in names:
+            if _OLD_PART.match(name):
+                Path(dirpath, name).unlink(missing_ok=True)
+
+
 def publish_part(dest: Path) -> None:
     """Rename the verified, synced part file into place (read-only)."""
     part, sidecar = part_paths(dest)
@@ -309,8 +322,6 @@ def fetch_file(
     source goes through the download engine (ranges over ``connections`` connections).
     """
     make_dirs(dest.parent)
-    for stale in dest.parent.glob(f".{dest.name}.*.part"):  # part files of the older, one-stream pulls
-        stale.unlink(missing_ok=True)
     target = Target(src.rel, src.size)
     local = _is_local(fs)
     hint = "check the source's credentials (fsspec storage options, or the URL's token) and pull again"
