@@ -151,7 +151,7 @@ def test_a_supervisor_that_takes_over_holds_the_mounts_again(settings: Settings,
         assert [h.holder for h in catalog.holders("corpus")] == [job.id]
         with pytest.raises(ConflictError, match=job.id):
             catalog.rm("corpus")  # still refused while the resumed job reads it
-        assert backend.get(job.id).restarts == 1
+        wait_for(lambda: backend.get(job.id).restarts == 1, timeout=60, why="the takeover's restart")
     finally:
         backend.cancel(job.id)
     assert_no_processes_left(backend.wait(job.id, timeout=120))
