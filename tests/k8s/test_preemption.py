@@ -142,6 +142,9 @@ def test_budgets_run_out_and_usage_errors_never_relaunch(kube: KubeServer, setti
     _, done = _states_until_finished(backend, backend.submit(_spec(max_restarts=1)).id)
     assert done.state is JobState.FAILED and done.restarts == 1
     assert "no restarts left (max_restarts=1 used)" in (done.reason or "")
+    again = [backend.get(done.id) for _ in range(3)] + [j for j in backend.list() if j.id == done.id]
+    assert {j.reason for j in again} == {done.reason}  # judged once: the same reason, no new events
+    assert [e["action"] for e in _record(done)["events"]] == ["resumed", "final"]
 
     kube.set_plan(_plan(fail={0: (1, 2)}))
     _, done = _states_until_finished(backend, backend.submit(_spec(max_restarts=3)).id)

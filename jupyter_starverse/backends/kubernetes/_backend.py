@@ -375,7 +375,11 @@ class KubernetesBackend(LaunchBackend):
             else:  # the old attempt's pods are still stopping (checkpoint)
                 return dataclasses.replace(job, state=JobState.PREEMPTED, reason=relaunch["reason"], finished=None)
         if job.state is JobState.FAILED and run_dir is not None and not cancelled:
-            job = self._after_failure(job, obj, pods, run_dir, record, kind, ns)
+            final = record.get("final")
+            if isinstance(final, dict) and final.get("state") == JobState.FAILED.value:
+                job = dataclasses.replace(job, reason=final.get("reason") or job.reason)  # judged once already
+            else:
+                job = self._after_failure(job, obj, pods, run_dir, record, kind, ns)
         if job.state.finished and run_dir is not None and not record.get("final"):
             record["final"] = job.to_json()
             write_json(run_dir / RECORD, record)
