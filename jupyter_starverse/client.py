@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from .feedback import ChatSessions, FeedbackService
     from .jobmodel import Job, JobSpec
     from .modes import Mode, ModeService, SmokeResult
-    from .recipes import RecipeService
     from .pipelines import PipelineService
     from .recipes import RecipePlan, RecipeService
     from .watch import JobWatch
@@ -277,7 +276,6 @@ class Starverse:
             return self.recipes.spec("reward", model=model, data=data, params=params, name=name, **job)
         return self.recipes.align(method, model=model, data=data, params=params, name=name, **job)
 
-
     @functools.cached_property
     def pipelines(self) -> PipelineService:
         """``.svpipeline`` documents: check, price, export (sbatch, YAML, Python) and run as dependent jobs."""
@@ -287,13 +285,6 @@ class Starverse:
 
         # a run started without waiting is driven by the CLI's hidden `pipeline drive RUN_ID`
         return PipelineService(self, driver=(sys.executable, "-m", "jupyter_starverse.cli", "pipeline", "drive"))
-
-    @functools.cached_property
-    def recipes(self) -> RecipeService:
-        """Training recipes (CPT, SFT, DPO, KTO, reward, LLaMA-Factory, Megatron, reproductions) as JobSpecs."""
-        from .recipes import RecipeService
-
-        return RecipeService(self.settings, catalog=self.catalog, costs=self.costs)
 
     def backend(self, name: str | None = None, *, port: int | None = None) -> LaunchBackend:
         """The launch backend ``name`` (default: ``settings.backend``), built once.
