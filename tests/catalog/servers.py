@@ -74,7 +74,7 @@ class _Base:
         self.downloads: Counter[str] = Counter()
         self.bytes_sent = 0
         self.sent_by_file: Counter[str] = Counter()
-        self.ranges: list[tuple[str, int, int, int]] = []  # (file, start, end, bytes sent) per GET
+        self.ranges: list[tuple[str, int, int, int]] = []  # [file, start, end, bytes sent] per GET
         self.throttle: float | None = None  # bytes per second per response (per connection)
         self.fault: Callable[[str, int, int], str | None] | None = None
         self.active = 0  # responses sending a body right now
@@ -135,6 +135,14 @@ class _Base:
             self.ranges.clear()
             self.max_active = 0
 
+    def _count(self, key: str, record: list[object], n: int, download: int) -> None:
+        with self._lock:
+            self.bytes_sent += n
+            self.sent_by_file[key] += n
+            record[3] = int(record[3]) + n  # type: ignore[call-overload]
+            if download:
+                self.downloads[key] += download
+
     def handle(self, h: BaseHTTPRequestHandler, *, head: bool) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
 
@@ -189,17 +197,23 @@ class _Base:
             return
         pos = start
         t0 = time.monotonic()
+        record = [key, start, end, 0]  # bytes of this GET, updated as they go
         with self._lock:
             self.active += 1
             self.max_active = max(self.max_active, self.active)
+            self.ranges.append(record)  # type: ignore[arg-type]
         try:
             while pos < (end if cut is None else cut):
                 n = min(BLOCK if self.throttle is None else 64 * 1024, (end if cut is None else cut) - pos)
-                h.wfile.write(blob.read(pos, pos + n))
+                data = blob.read(pos, pos + n)
+                complete = start == 0 and pos + n == blob.size and cut is None
+                self._count(key, record, n, 1 if complete else 0)  # before the client can have them: no race
+                try:
+                    h.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    self._count(key, record, -n, -1 if complete else 0)  # never arrived
+                    raise
                 pos += n
-                with self._lock:
-                    self.bytes_sent += n
-                    self.sent_by_file[key] += n
                 if self.throttle:
                     ahead = (pos - start) / self.throttle - (time.monotonic() - t0)
                     if ahead > 0:
@@ -216,12 +230,6 @@ class _Base:
         finally:
             with self._lock:
                 self.active -= 1
-                self.ranges.append((key, start, end, pos - start))
-        if cut is not None:
-            return
-        if start == 0 and pos == blob.size:
-            with self._lock:
-                self.downloads[key] += 1
 
 
 class HubServer(_Base):
