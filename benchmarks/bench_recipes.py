@@ -123,6 +123,8 @@ def recipe(steps: int, batch: int, seq: int, precision: str, *, micro: int) -> t
         "warmup_steps": 1,
         "precision": precision,
     }
+    # a fresh checkpoint folder per run: outside a job the runtime would use ./checkpoints and resume from it
+    os.environ["STARVERSE_CHECKPOINT_DIR"] = tempfile.mkdtemp(prefix="bench-recipes-ckpt-")
     argv = ["--recipe", "cpt", "--objective", "cpt", "--model", "hf:bench/llama", "--data", "corpus"]
     for key, value in params.items():
         argv += ["--param", f"{key}={value}"]
