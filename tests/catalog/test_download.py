@@ -294,3 +294,27 @@ def test_xet_backed_repos_keep_huggingface_hubs_own_path(monkeypatch: pytest.Mon
     assert _xet_path(xet) == (importlib.util.find_spec("hf_xet") is not None)
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
     assert not _xet_path(xet)  # Xet switched off: the files come over plain HTTP, through the engine
+
+
+def test_an_fsspec_source_comes_in_ranges_too(
+    catalog: Catalog, small_pieces: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    data = Blob(size=1_500_000, seed=111).read(0, 1_500_000)
+    fs.pipe("/ranged-src/big.bin", data)
+    calls: list[tuple[int | None, int | None]] = []
+    real = type(fs).cat_file
+
+    def spy(self: object, path: str, start: int | None = None, end: int | None = None, **kw: object) -> bytes:
+        calls.append((start, end))
+        return real(self, path, start=start, end=end, **kw)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(type(fs), "cat_file", spy)
+    catalog.add_dataset("mem", "memory://ranged-src")
+    assert catalog.pull("mem", connections=3).state == "cached"
+    assert (catalog.mount("mem") / "big.bin").read_bytes() == data
+    assert sorted(c for c in calls if c[0] is not None)[:2] == [(0, small_pieces), (small_pieces, 2 * small_pieces)]
+    assert len([c for c in calls if c[0] is not None]) == -(-len(data) // small_pieces)
+    fs.rm("/ranged-src", recursive=True)
