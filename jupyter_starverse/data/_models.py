@@ -38,6 +38,18 @@ def _check_folder(folder: Path, what: str) -> None:
         )
 
 
+def _load(folder: Path, what: str, tokenizer_class: Any, model_class: Any) -> tuple[Any, Any]:
+    """Tokenizer and model (eval mode) of ``folder``; a broken folder is a clear error."""
+    try:
+        return tokenizer_class.from_pretrained(folder), model_class.from_pretrained(folder).eval()
+    except Exception as e:  # transformers, safetensors and json raise many kinds for a broken folder
+        raise BadInputError(
+            f"cannot load the {what} in {folder}: {type(e).__name__}: {e}",
+            field="model",
+            hint="give a Hugging Face model folder with its weights and tokenizer, e.g. a store model hf:ORG/REPO",
+        ) from e
+
+
 class Encoder:
     """Sentence embeddings from a model folder (mean pooling, unit length)."""
 
@@ -45,8 +57,7 @@ class Encoder:
         _check_folder(folder, "embedding model")
         torch, tf = _transformers()
         self.torch = torch
-        self.tokenizer = tf.AutoTokenizer.from_pretrained(folder)
-        self.model = tf.AutoModel.from_pretrained(folder).eval()
+        self.tokenizer, self.model = _load(folder, "embedding model", tf.AutoTokenizer, tf.AutoModel)
         self.max_length, self.batch_size = max_length, batch_size
         self.params = sum(p.numel() for p in self.model.parameters())
 
@@ -79,8 +90,7 @@ class LanguageModel:
         _check_folder(folder, "language model")
         torch, tf = _transformers()
         self.torch = torch
-        self.tokenizer = tf.AutoTokenizer.from_pretrained(folder)
-        self.model = tf.AutoModelForCausalLM.from_pretrained(folder).eval()
+        self.tokenizer, self.model = _load(folder, "language model", tf.AutoTokenizer, tf.AutoModelForCausalLM)
         self.max_tokens = max_tokens
         self.params = sum(p.numel() for p in self.model.parameters())
 

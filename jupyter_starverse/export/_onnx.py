@@ -65,6 +65,12 @@ def load_torch(folder: Path) -> tuple[Any, Any]:
     try:
         tok = transformers.AutoTokenizer.from_pretrained(folder)
         model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype="float32")
+    except Exception as e:  # transformers, safetensors and json raise many kinds for a broken folder
+        raise BadInputError(
+            f"cannot load the model in {folder}: {type(e).__name__}: {e}",
+            hint="export a Hugging Face causal LM folder (config.json, weights, tokenizer), "
+            "e.g. a store version pulled with `starverse store pull hf:ORG/NAME` or a recipe's output",
+        ) from e
     finally:
         if bars:
             transformers.utils.logging.enable_progress_bar()

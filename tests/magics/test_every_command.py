@@ -60,11 +60,22 @@ def world(settings: Settings, tmp_path: Path) -> dict[str, str]:
     (model / "model.safetensors").write_bytes(b"\0" * 1000)
     script = tmp_path / "My Train_v2.py"
     script.write_text("print('hi')\n")
-    return {"job": handle.id, "data": str(data), "model": str(model), "script": str(script)}
+    pipeline = tmp_path / "flow.svpipeline"
+    node = {"id": "train", "kind": "train", "params": {"script": script.name}, "position": {"x": 0, "y": 0}}
+    pipeline.write_text(json.dumps({"version": 1, "name": "flow", "backend": "local", "nodes": [node], "edges": []}))
+    return {
+        "job": handle.id,
+        "data": str(data),
+        "model": str(model),
+        "script": str(script),
+        "pipeline": str(pipeline),
+        "out": str(tmp_path / "pairs.jsonl"),
+    }
 
 
 def test_every_sv_command_shows_readable_text_and_html(ip: Any, world: dict[str, str]) -> None:
     job, data, model, script = world["job"], world["data"], world["model"], world["script"]
+    pipeline, out = world["pipeline"], world["out"]
     cell = "print('step 0 loss 1.0')\n"
     commands: list[tuple[tuple[str, ...], str, str | None]] = [
         (("info",), "info", None),
@@ -84,6 +95,34 @@ def test_every_sv_command_shows_readable_text_and_html(ip: Any, world: dict[str,
         (("mount",), "mount corpus", None),
         (("store", "import-model"), f"store import-model {model} --as local/tiny", None),
         (("store", "ls"), "store ls", None),
+        (("data", "estimate"), "data estimate dedup corpus", None),
+        (("data", "scan"), "data scan corpus", None),
+        (("data", "clean"), "data clean corpus", None),
+        (("data", "dedup"), "data dedup corpus", None),
+        (("data", "score"), "data score corpus", None),
+        (("data", "reports"), "data reports", None),
+        (("data", "report"), "data report no-such-report", None),
+        (("recipes", "ls"), "recipes ls", None),
+        (("recipes", "show"), "recipes show cpt", None),
+        (("recipes", "lineage"), "recipes lineage hf:local/tiny@main", None),
+        (("recipes", "pretokenize"), "recipes pretokenize corpus --model hf:local/tiny --name toks", None),
+        (("recipes", "publish"), f"recipes publish {job} --repo acme/out@v1", None),
+        (("feedback", "add"), "feedback add team --model hf:local/tiny --prompt hi --answer hello --up", None),
+        (("feedback", "ls"), "feedback ls", None),
+        (("feedback", "show"), "feedback show team", None),
+        (("feedback", "snapshot"), "feedback snapshot team", None),
+        (("feedback", "export"), f"feedback export team@1 --kind records -o {out}", None),
+        (("chat",), "chat hf:local/tiny --prompt hi", None),
+        (("align",), "align team@1 --model hf:local/tiny --dry-run", None),
+        (("export",), "export hf:local/tiny --format onnx", None),
+        (("pipeline", "validate"), f"pipeline validate {pipeline}", None),
+        (("pipeline", "cost"), f"pipeline cost {pipeline}", None),
+        (("pipeline", "export"), f"pipeline export {pipeline}", None),
+        (("pipeline", "runs"), "pipeline runs", None),
+        (("pipeline", "status"), "pipeline status no-such-run", None),
+        (("pipeline", "cancel"), "pipeline cancel no-such-run", None),
+        (("pipeline", "drive"), "pipeline drive no-such-run", None),
+        (("pipeline", "run"), f"pipeline run {pipeline}.missing", None),
         (("store", "evict"), "store evict --max-bytes 1G", None),
         (("store", "rm"), "store rm corpus", None),
         (("launch",), f"launch '{script}' --dry-run", None),
