@@ -308,6 +308,6 @@ async def test_one_bad_metrics_line_does_not_break_the_job_list(jp_fetch: Any, s
     with RunPaths(Path(handle.job.experiment_dir)).metrics.open("a") as f:
         f.write('{"step": ' + "9" * 4000 + ', "loss": 1.0}\n')
         f.write('{"step": ' + HUGE_DIGITS + ', "loss": 1.0}\n')
-    listed = json.loads((await jp_fetch(NAMESPACE, "jobs")).body)
+    listed = json.loads((await jp_fetch(NAMESPACE, "jobs")).body)["items"]
     assert [j["id"] for j in listed] == [handle.id]
     assert listed[0]["progress"]["step"] == 4
