@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Enum, Unicode
@@ -11,6 +13,11 @@ from traitlets import Enum, Unicode
 from .._settings import BACKENDS, Settings
 from ..client import Starverse
 from ._routes import make_handlers
+
+if TYPE_CHECKING:
+    from jupyter_client.manager import AsyncKernelManager
+
+    from jupyter_starverse.modes import SwitchPlan, SwitchResult
 
 __all__ = ["StarverseApp"]
 
@@ -56,11 +63,47 @@ class StarverseApp(ExtensionApp):
         client = Starverse(self.settings_from_config())
         self.settings.update({"starverse_client": client})
         self.log.info("jupyter_starverse: store=%s backend=%s", client.settings.store, client.settings.backend)
+        self._idle_stop: asyncio.Event | None = None
+        self._idle_task: asyncio.Future[None] | None = None
+        if client.settings.workspace_idle_minutes:
+            from tornado.ioloop import IOLoop
+
+            IOLoop.current().add_callback(self._watch_idle, client)
+
+    def _kernels(self) -> dict[str, AsyncKernelManager]:
+        if self.serverapp is None:
+            return {}
+        mkm = self.serverapp.kernel_manager
+        return {kid: cast("AsyncKernelManager", mkm.get_kernel(kid)) for kid in mkm.list_kernel_ids()}
+
+    async def _watch_idle(self, client: Starverse) -> None:
+        """A GPU workspace left idle with no cell running switches to no-GPU mode, keeping its variables."""
+        from jupyter_starverse.modes import WorkspaceIdleGuard, watch_idle
+
+        from ._kernels import switch_with_kernels
+
+        def busy() -> bool:
+            return any(getattr(km, "execution_state", "idle") == "busy" for km in self._kernels().values())
+
+        async def switch(plan: SwitchPlan) -> SwitchResult:
+            return await switch_with_kernels(client.modes, plan, self._kernels())
+
+        self._idle_stop = asyncio.Event()
+        guard = WorkspaceIdleGuard(client.modes)
+        every = min(60.0, client.settings.workspace_idle_minutes * 15)  # four looks per idle period at least
+        self._idle_task = asyncio.ensure_future(
+            watch_idle(guard, busy=busy, switch=switch, every=every, stop=self._idle_stop)
+        )
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(make_handlers())
 
     async def stop_extension(self) -> None:
+        stop, task = getattr(self, "_idle_stop", None), getattr(self, "_idle_task", None)
+        if stop is not None and task is not None:
+            stop.set()
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(task, 5)
         client = self.settings.get("starverse_client")
         close = getattr(client, "close", None)
         if callable(close):
