@@ -166,6 +166,12 @@ class Presenter:
         """The GPU/CPU toggle widget."""
         raise BadInputError("--widget shows a toggle in a notebook", hint="run `%sv mode --widget` in a cell")
 
+    def chat(self, client: Starverse, model: str, *, feedback: str | None) -> object:
+        """The interactive chat with thumbs up/down (a widget in a notebook)."""
+        raise BadInputError(
+            "an interactive chat needs a notebook", hint=f"give --prompt TEXT, or run `%sv chat {model}` in a cell"
+        )
+
     def show(self, result: object) -> object:
         """What the front door displays for a command's ``result`` (the terminal renders it as text)."""
         return result

@@ -90,6 +90,8 @@ def _chat(client: Starverse, args: argparse.Namespace) -> object:
     if args.feedback is None and (_vote(args) or args.better or args.comment):
         raise BadInputError("--up/--down/--better/--comment need --feedback LOG", field="feedback",
                             hint="name the log the vote goes to, e.g. --feedback chat")  # fmt: skip
+    if args.prompt is None:  # no prompt: the interactive chat (a widget in a notebook)
+        return args.presenter.chat(client, args.model, feedback=args.feedback)
     live = not args.json and not args.notebook
     session = client.chats.start(args.model)
     try:
@@ -183,7 +185,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     p = sub.add_parser("chat", help="ask a model one question (streamed); optionally vote on the answer")
     p.add_argument("model", metavar="MODEL", help="hf:ORG/REPO@REV, exp:EXPERIMENT or a model folder")
-    p.add_argument("--prompt", required=True)
+    p.add_argument(
+        "--prompt", default=None, help="answer this one prompt (without it: the interactive chat, in a notebook)"
+    )
     p.add_argument("--max-new-tokens", type=int, default=64, metavar="N")
     p.add_argument("--feedback", default=None, metavar="LOG", help="record the vote in this feedback log")
     _vote_flags(p)

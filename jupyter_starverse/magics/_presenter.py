@@ -71,6 +71,11 @@ class NotebookPresenter(Presenter):
 
         return ModeToggle(client)
 
+    def chat(self, client: Starverse, model: str, *, feedback: str | None) -> object:
+        from ..widgets.chat import ChatWidget
+
+        return ChatWidget(client, model=model, feedback=feedback or "chat")
+
     def show(self, result: object) -> object:
         if isinstance(result, JobWatch):
             from ..widgets import JobHandle

@@ -58,3 +58,22 @@ def test_tensorrt_llm_is_a_gpu_job_and_refused_on_cpu(capsys: pytest.CaptureFixt
     assert code == 2 and "has none" in err
     code, out, _ = _run(capsys, "align", "nobody", "--model", tiny_ref, "--dry-run")
     assert code == 3
+
+
+def test_chat_without_a_prompt_is_the_widget_in_a_notebook_and_refused_in_a_terminal(
+    capsys: pytest.CaptureFixture[str], ip: object, tiny_folder: Path
+) -> None:
+    code, _, err = _run(capsys, "chat", str(tiny_folder))
+    assert code != 0 and "needs a notebook" in err and "--prompt" in err
+    from jupyter_starverse.widgets.chat import ChatWidget
+
+    widget = ip.run_line_magic("sv", f"chat {tiny_folder} --feedback team")  # type: ignore[attr-defined]
+    try:
+        assert isinstance(widget, ChatWidget) and widget.feedback == "team"
+        widget.wait(120)
+        box = widget.send("hello")
+        assert box is not None
+        widget.wait(120)
+        assert widget.answers and widget.answers[-1].turn.done.is_set() and widget.answers[-1].turn.text
+    finally:
+        widget.close()
