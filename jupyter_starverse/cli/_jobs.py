@@ -171,7 +171,8 @@ class JobDetail:
             step = format_step(r.last_step + 1 if r.last_step is not None else None).removeprefix("step ")
             why = f" {r.error}" if r.error else ""
             restarts = f", {r.restarts} restart{'s' if r.restarts != 1 else ''}" if r.restarts else ""
-            rows.append((f"rank {r.rank}", f"node{r.node}", r.state.value, f"step {step}{restarts}{why}"))
+            stats = f"  {r.stats_text()}" if r.stats_text() else ""
+            rows.append((f"rank {r.rank}", f"node{r.node}", r.state.value, f"step {step}{stats}{restarts}{why}"))
         return rows
 
     def __str__(self) -> str:

@@ -26,7 +26,8 @@ def test_show_json_has_ranks_restarts_and_cost(settings: Settings, capsys: pytes
     text = capsys.readouterr().out
     assert "progress    step 5/5" in text  # counted as the monitor and the panel count
     assert f"cost        {shown['cost']['text']}\n" in text  # finished: no "so far"
-    assert "rank 0  node0  succeeded  step 5" in text
+    rank_line = next(line for line in text.splitlines() if line.strip().startswith("rank 0"))
+    assert rank_line.split()[:5] == ["rank", "0", "node0", "succeeded", "step"] and "loss 0.4" in rank_line
 
 
 @pytest.mark.slow
