@@ -3,7 +3,8 @@
 Why not flock: on NFS and Lustre flock is advisory, client-local or silently a no-op.
 A lease is a small JSON file created with ``link(2)`` (atomic on NFS, unlike
 ``O_EXCL`` on old clients) that names its owner and when it was last renewed. The owner
-renews it every ``ttl / 3`` seconds from a thread; anyone may take over a lease that was not
+renews it every ``ttl / 3`` seconds (one renewer thread per process serves every lease held);
+anyone may take over a lease that was not
 renewed for ``ttl`` seconds, or whose owner process on this host is gone (kill -9). Takeover
 renames the stale file away and checks that what it moved is what it judged stale, so two
 takers cannot both win; the owner checks its token on every renewal and stops (``lost``)
@@ -171,21 +172,52 @@ class Lease:
 
     @contextlib.contextmanager
     def renewing(self) -> Iterator[Lease]:
-        """Renew every ``ttl / 3`` seconds in a thread while the block runs."""
-        stop = threading.Event()
-
-        def loop() -> None:
-            while not stop.wait(self.ttl / 3):
-                try:
-                    if not self.renew():
-                        return
-                except OSError:
-                    continue
-
-        thread = threading.Thread(target=loop, name=f"lease-{self.path.name}", daemon=True)
-        thread.start()
+        """Renew every ``ttl / 3`` seconds while the block runs (no thread of its own: a pull of
+        10,000 small files takes 10,000 leases, and a thread each cost more than the copies)."""
+        _RENEWER.add(self)
         try:
             yield self
         finally:
-            stop.set()
-            thread.join()
+            _RENEWER.remove(self)
+
+
+class _Renewer:
+    """One daemon thread renewing every lease in a ``renewing()`` block when it falls due."""
+
+    def __init__(self) -> None:
+        self._due: dict[int, tuple[float, Lease]] = {}
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def add(self, lease: Lease) -> None:
+        with self._cond:
+            self._due[id(lease)] = (time.monotonic() + lease.ttl / 3, lease)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="starverse-lease-renewer", daemon=True)
+                self._thread.start()
+            # no notify: the thread wakes at least every second, well before a new lease falls due
+
+    def remove(self, lease: Lease) -> None:
+        with self._cond:
+            self._due.pop(id(lease), None)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                now = time.monotonic()
+                due = [lease for at, lease in self._due.values() if at <= now]
+                if not due:
+                    nearest = min((at for at, _ in self._due.values()), default=now + 1.0)
+                    self._cond.wait(min(1.0, max(0.01, nearest - now)))
+                    continue
+                for lease in due:
+                    self._due[id(lease)] = (now + lease.ttl / 3, lease)
+            for lease in due:
+                try:
+                    if not lease.renew():
+                        self.remove(lease)
+                except OSError:
+                    continue
+
+
+_RENEWER = _Renewer()
