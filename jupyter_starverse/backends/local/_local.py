@@ -416,6 +416,10 @@ def _supervisor_alive(run: RunPaths, status: RunStatus) -> bool | None:
         # submit writes the folder and then the pid: a moment without one is not a death
         return time.time() - run.spec.stat().st_mtime < STARTUP_GRACE_S if run.spec.exists() else False
     verdict = alive(record)
+    if verdict and record.start_time is not None:
+        # pid + start time name one process; its command line may still be the parent's for a
+        # moment after the fork (before exec), so it is only asked when no start time was recorded
+        return True
     return verdict and _runs_folder(record.pid, run)
 
 
