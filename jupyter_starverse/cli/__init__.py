@@ -23,20 +23,28 @@ __all__ = ["HelpShown", "Presenter", "build_parser", "main", "parse"]
 _GROUPS = ("_info", "_cost", "_train", "_store", "_data", "_launch", "_jobs", "_demo", "_mode", "_pipeline", "_recipes",
            "_feedback", "_export")  # fmt: skip
 
+# The top-level commands each module registers: a command line loads only its own module
+# (loading all of them is most of a quick command's time); keep in step with ``_GROUPS``.
+_COMMANDS = {
+    "info": "_info", "cost": "_cost", "train": "_train", "store": "_store", "mount": "_store", "data": "_data",
+    "launch": "_launch", "jobs": "_jobs", "demo": "_demo", "mode": "_mode", "pipeline": "_pipeline",
+    "recipes": "_recipes", "feedback": "_feedback", "chat": "_feedback", "align": "_feedback", "export": "_export",
+}  # fmt: skip
+
 # Commands that run only inside a notebook kernel: listed, and marked so in the help.
 _NOTEBOOK_ONLY = ("train",)
 _NOTEBOOK_MARK = " (notebook only)"
 
 
-def build_parser(prog: str = "starverse") -> CommandParser:
-    """The full parser tree (CLI and magics share it)."""
+def build_parser(prog: str = "starverse", command: str | None = None) -> CommandParser:
+    """The full parser tree (CLI and magics share it); with a known ``command``, only its group."""
     parser = CommandParser(
         prog=prog,
         description="Train large models on rented GPUs: shared store, multi-node launch, costs, GPU/CPU modes.",
     )
     parser.add_argument("--version", action="version", version=f"jupyter_starverse {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
-    for name in _GROUPS:
+    for name in (_COMMANDS[command],) if command in _COMMANDS else _GROUPS:
         importlib.import_module(f"{__name__}.{name}").register(sub)
     for action in sub._choices_actions:
         if action.dest in _NOTEBOOK_ONLY and not (action.help or "").endswith(_NOTEBOOK_MARK):
@@ -76,8 +84,8 @@ def parse(
     presenter: Presenter | None = None,
 ) -> argparse.Namespace:
     """Parse ``argv``; attach the cell body, the notebook flag and the front door's presenter."""
-    parser = build_parser(prog)
     argv = list(argv)
+    parser = build_parser(prog, next((a for a in argv if not a.startswith("-")), None))
     # `--` ends the options anywhere: what follows is the script's own arguments, even
     # after a positional SCRIPT (argparse alone would refuse `launch train.py -- --lr 1`).
     rest: list[str] = []

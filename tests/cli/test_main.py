@@ -64,3 +64,17 @@ def test_double_dash_ends_options_anywhere() -> None:
     assert args.script_args == ["--lr", "0.1", "--nodes", "9"] and args.nodes == 1
     with pytest.raises(UsageError, match="takes no script arguments"):
         parse(["info", "--", "x"])
+
+
+def test_the_command_table_names_every_module_and_command() -> None:
+    import importlib
+
+    from jupyter_starverse.cli import _COMMANDS, _GROUPS, CommandParser
+
+    registered = {}
+    for group in _GROUPS:
+        parser = CommandParser(prog="starverse")
+        sub = parser.add_subparsers(dest="command", parser_class=CommandParser)
+        importlib.import_module(f"jupyter_starverse.cli.{group}").register(sub)
+        registered.update(dict.fromkeys(sub.choices, group))
+    assert registered == _COMMANDS, "a command line loads only its command's module: list new commands in _COMMANDS"
