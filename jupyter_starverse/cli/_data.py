@@ -24,7 +24,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 from jupyter_starverse.client import Starverse
-from jupyter_starverse.data import ACTIONS, PII_TYPES, STEPS, DataReport, ReportList, StepEstimate
+from jupyter_starverse.data import (
+    ACTIONS,
+    PII_TYPES,
+    STEPS,
+    DataReport,
+    Progress,
+    ReportList,
+    StepEstimate,
+    StepProgress,
+)
 from jupyter_starverse.errors import BadInputError
 
 from ._common import StatusLine, add_json_flag
@@ -33,17 +42,30 @@ from ._store import parse_size
 __all__ = ["register"]
 
 
-def _say(args: argparse.Namespace) -> tuple[Callable[[str], None], Callable[[], None]]:
-    """Progress on stderr: the estimate as its own line, then a status line."""
+def _say(args: argparse.Namespace) -> tuple[Callable[[str], None], Progress, Callable[[], None]]:
+    """Progress on stderr: the estimate as its own line, then a status line with a bar and the ETA."""
     status = StatusLine()
+    barred = False
 
     def say(text: str) -> None:
         if text.startswith("estimate") or "wrote" in text:
             print(text, file=sys.stderr, flush=True)
-        else:
+        elif not barred:  # the bar says more than "N documents"
             status.update(text)
 
-    return say, status.close
+    shown: tuple[str, int, int] = ("", 0, -1)
+
+    def progress(p: StepProgress) -> None:
+        nonlocal barred, shown
+        if p.phase in ("estimating", "done"):  # the estimate and "wrote ..." are lines of their own
+            return
+        barred = barred or p.phase == "reading"
+        tenth = (p.phase, p.pass_no, int((p.fraction or 0) * 10))
+        if status.tty or tenth != shown:  # a pipe or a cell gets a line per tenth, a terminal the live bar
+            shown = tenth
+            status.update(str(p))
+
+    return say, progress, status.close
 
 
 def _actions(pairs: list[str] | None) -> dict[str, str]:
@@ -75,9 +97,9 @@ def _examples(args: argparse.Namespace) -> list[str]:
 def _run_step(client: Starverse, args: argparse.Namespace, call: Callable[..., DataReport]) -> object:
     if args.estimate:
         return client.data.estimate(args.step, args.source, text_field=args.text_field)
-    say, close = _say(args)
+    say, progress, close = _say(args)
     try:
-        return call(say=say)
+        return call(say=say, progress=progress)
     finally:
         close()
 
@@ -86,13 +108,14 @@ def _scan(client: Starverse, args: argparse.Namespace) -> object:
     return _run_step(
         client,
         args,
-        lambda say: client.data.scan(
+        lambda say, progress: client.data.scan(
             args.source,
             text_field=args.text_field,
             types=_types(args.types),
             examples=args.examples,
             shards=args.shards,
             say=say,
+            progress=progress,
         ),
     )
 
@@ -101,7 +124,7 @@ def _clean(client: Starverse, args: argparse.Namespace) -> object:
     return _run_step(
         client,
         args,
-        lambda say: client.data.clean(
+        lambda say, progress: client.data.clean(
             args.source,
             actions=_actions(args.action),
             salt=args.salt,
@@ -110,6 +133,7 @@ def _clean(client: Starverse, args: argparse.Namespace) -> object:
             examples=args.examples,
             shards=args.shards,
             say=say,
+            progress=progress,
         ),
     )
 
@@ -118,7 +142,7 @@ def _dedup(client: Starverse, args: argparse.Namespace) -> object:
     return _run_step(
         client,
         args,
-        lambda say: client.data.dedup(
+        lambda say, progress: client.data.dedup(
             args.source,
             threshold=args.threshold,
             lsh_threshold=args.lsh_threshold,
@@ -132,6 +156,7 @@ def _dedup(client: Starverse, args: argparse.Namespace) -> object:
             text_field=args.text_field,
             shards=args.shards,
             say=say,
+            progress=progress,
         ),
     )
 
@@ -140,7 +165,7 @@ def _score(client: Starverse, args: argparse.Namespace) -> object:
     return _run_step(
         client,
         args,
-        lambda say: client.data.score(
+        lambda say, progress: client.data.score(
             args.source,
             min_quality=None if args.min_quality < 0 else args.min_quality,
             lm=args.lm,
@@ -151,6 +176,7 @@ def _score(client: Starverse, args: argparse.Namespace) -> object:
             to=args.to,
             text_field=args.text_field,
             say=say,
+            progress=progress,
         ),
     )
 

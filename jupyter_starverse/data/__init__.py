@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ._minhash import LshIndex, MinHasher, normalize
 from ._pii import ACTIONS, PII_TYPES, SUGGESTED, Deidentifier, Finding, find_pii, id_card_valid, luhn_valid
+from ._progress import Progress, StepProgress
 from ._read import Doc, Malformed, Source, list_files, read_docs
 from ._service import STEPS, DataPrep
 from ._types import (
@@ -43,10 +44,12 @@ __all__ = [
     "Malformed",
     "MinHasher",
     "PiiType",
+    "Progress",
     "ReportList",
     "ReportSummary",
     "Source",
     "StepEstimate",
+    "StepProgress",
     "find_pii",
     "id_card_valid",
     "list_files",

@@ -26,6 +26,7 @@ from jupyter_starverse.jobmodel import Job, JobSpec, JobState
 from . import _steps
 from ._html import report_html
 from ._pii import PII_TYPES, SUGGESTED, Deidentifier, find_pii, resolve_salt
+from ._progress import Progress, ProgressMeter
 from ._read import Doc, Malformed, Source, list_files, read_docs
 from ._shard import JOB_CODE, merge_dedup_signed, merge_rows, merge_tallies, missing_ranks
 from ._types import DataReport, ReportList, StepEstimate
@@ -216,6 +217,7 @@ class DataPrep:
         examples: int = 3,
         shards: tuple[int, int] | None = None,
         say: Say | None = None,
+        progress: Progress | None = None,
     ) -> DataReport:
         """Count the sensitive fields per type, with masked examples and a suggested action (no new version).
 
@@ -230,7 +232,7 @@ class DataPrep:
                 return self._sharded_pii("scan", inp, params, shards, work, write, dict(SUGGESTED), say)
             return _steps.scan(docs, types=wanted, examples=examples, progress=tick)
 
-        return self._run("scan", inp, None, params, say, body, writes=False)
+        return self._run("scan", inp, None, params, say, body, writes=False, progress=progress)
 
     def clean(
         self,
@@ -243,6 +245,7 @@ class DataPrep:
         examples: int = 3,
         shards: tuple[int, int] | None = None,
         say: Say | None = None,
+        progress: Progress | None = None,
     ) -> DataReport:
         """Apply an action per sensitive type (default: the suggested ones) and write a new version.
 
@@ -259,7 +262,7 @@ class DataPrep:
                 return self._sharded_pii("clean", inp, job_params, shards, work, write, deid.actions, say)
             return _steps.clean(docs, write, deid=deid, examples=examples, progress=tick)
 
-        return self._run("clean", inp, target, params, say, body)
+        return self._run("clean", inp, target, params, say, body, progress=progress)
 
     def dedup(
         self,
@@ -277,6 +280,7 @@ class DataPrep:
         text_field: str = "text",
         shards: tuple[int, int] | None = None,
         say: Say | None = None,
+        progress: Progress | None = None,
     ) -> DataReport:
         """Exact, MinHash near (Jaccard-verified), paragraph (> ``paragraph_share``) and semantic duplicates."""
         _check_unit("threshold", threshold)
@@ -328,7 +332,8 @@ class DataPrep:
                 return result
             return _steps.dedup(docs, write, work, params=p, progress=tick)
 
-        return self._run("dedup", inp, target, params, say, body, models=models)
+        reads = 1 if shards else 2  # a sharded run reads the corpus here once (pass two)
+        return self._run("dedup", inp, target, params, say, body, models=models, progress=progress, reads=reads)
 
     def score(
         self,
@@ -343,6 +348,7 @@ class DataPrep:
         to: str | None = None,
         text_field: str = "text",
         say: Say | None = None,
+        progress: Progress | None = None,
     ) -> DataReport:
         """Quality heuristics, perplexity under ``lm`` and relevance to ``examples``; removes past the thresholds."""
         if max_perplexity is not None and lm is None:
@@ -377,6 +383,7 @@ class DataPrep:
             say,
             lambda docs, write, work, tick, est: _steps.score(docs, write, params=sp, progress=tick),
             models=[m for m in (model, enc) if m],
+            progress=progress,
         )
 
     # -- the common run -----------------------------------------------------------------------
@@ -391,10 +398,15 @@ class DataPrep:
         *,
         writes: bool = True,
         models: Sequence[Any] = (),
+        progress: Progress | None = None,
+        reads: int = 1,
     ) -> DataReport:
         say = say or (lambda text: None)
         text_field = params["text_field"]
+        meter = ProgressMeter(step, progress, passes=reads)
+        meter.phase("estimating")
         estimate = self._estimate(step, inp, params, models)
+        meter.expect(estimate.docs, estimate.bytes)
         say(str(estimate))
         malformed: list[Malformed] = []
         malformed_total = 0
@@ -410,7 +422,7 @@ class DataPrep:
         def docs() -> Iterator[Doc]:
             nonlocal passes
             passes += 1
-            return read_docs(inp.source, text_field=text_field, report=report)
+            return meter.read(read_docs(inp.source, text_field=text_field, report=report))
 
         def tick(n: int) -> None:
             say(f"{step}: {n:,} documents")
@@ -432,6 +444,7 @@ class DataPrep:
                     out.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
 
                 result = body(docs, write if writes else None, work, tick, estimate)
+            meter.phase("publishing")
             elapsed = time.perf_counter() - started
             if result.malformed and not malformed_total:  # read by the ranks of a sharded job
                 malformed_total = len(result.malformed)
@@ -471,6 +484,7 @@ class DataPrep:
             )
             if target is None or final is None:
                 self._save_report(rep)
+                meter.phase("done")
                 return rep
             _write_text(staging / "_starverse" / "report.json", json.dumps(rep.to_json(), ensure_ascii=False, indent=1))
             _write_text(staging / "_starverse" / "report.html", report_html(rep))
@@ -489,6 +503,7 @@ class DataPrep:
             self.catalog.pull(str(target))
             self._save_report(rep)  # listed once the version it names exists
             say(f"{step}: wrote {target} ({result.docs_out:,} of {result.docs_in:,} documents)")
+            meter.phase("done")
             return rep
         finally:
             shutil.rmtree(work, ignore_errors=True)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ def test_cli_runs_steps_prints_the_estimate_first_and_lists_reports(
     assert cli_main(["data", "dedup", "corpus", "--threshold", "0.7"]) == 0
     out, err = capsys.readouterr()
     assert err.splitlines()[0].startswith("estimate for dedup of corpus@1")
+    assert "... dedup pass 1/2 [" in err and "... dedup pass 2/2 [" in err and "ETA" in err  # the bar, per tenth
     assert "dedup corpus@1 -> corpus@1-dedup" in out and "near" in out
     assert cli_main(["data", "reports", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
@@ -49,8 +52,19 @@ async def test_rest_runs_a_step_and_serves_reports_and_previews(jp_fetch: Any, t
     Starverse().catalog.add_dataset("corpus", str(src))
     body = {"step": "dedup", "source": "corpus", "options": {"threshold": 0.7}}
     r = await jp_fetch("jupyter-starverse", "data", "steps", method="POST", body=json.dumps(body))
-    assert r.code == 201
-    report = json.loads(r.body)
+    assert r.code == 202  # started, not finished: the panel polls it
+    run = json.loads(r.body)
+    assert run["state"] == "running" and run["report_id"] is None
+    assert r.headers["Location"].endswith(f"/data/steps/{run['id']}")
+    run = await _until_finished(jp_fetch, run["id"])
+    assert run["state"] == "succeeded", run["error"]
+    assert run["output"] == "corpus@1-dedup"
+    progress = run["progress"]  # dedup reads the corpus twice; the last pass read every document
+    assert progress["phase"] == "done" and progress["fraction"] == 1.0
+    assert (progress["pass_no"], progress["passes"]) == (2, 2)
+    report = json.loads((await jp_fetch("jupyter-starverse", "data", "report", params={"id": run["report_id"]})).body)
+    assert progress["docs_done"] == progress["docs_total"] == report["docs_in"] == 50 and progress["total_exact"]
+    assert 0 < progress["bytes_total"] and progress["bytes_done"] > 0
     assert report["output"] == "corpus@1-dedup" and report["removed"]["near"] > 0
     listed = json.loads((await jp_fetch("jupyter-starverse", "data", "reports")).body)
     assert [x["id"] for x in listed] == [report["id"]]
@@ -65,6 +79,36 @@ async def test_rest_runs_a_step_and_serves_reports_and_previews(jp_fetch: Any, t
     with pytest.raises(HTTPClientError) as info:
         await jp_fetch("jupyter-starverse", "data", "report", params={"id": "no-such-report"})
     assert info.value.code == 404
+    with pytest.raises(HTTPClientError) as info:
+        await jp_fetch("jupyter-starverse", "data", "steps", "no-such-run")
+    assert info.value.code == 404
+
+
+async def _until_finished(jp_fetch: Any, run_id: str, timeout: float = 120.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        run: dict[str, Any] = json.loads((await jp_fetch("jupyter-starverse", "data", "steps", run_id)).body)
+        if run["state"] != "running" or time.monotonic() > deadline:
+            return run
+        assert run["progress"]["phase"] in ("starting", "estimating", "reading", "publishing", "done")
+        await asyncio.sleep(0.1)
+
+
+async def test_rest_step_errors_are_text_with_a_hint_and_a_cut_short_run_reads_interrupted(
+    jp_fetch: Any, tmp_path: Path
+) -> None:
+    body = {"step": "scan", "source": "no-such-dataset"}
+    r = await jp_fetch("jupyter-starverse", "data", "steps", method="POST", body=json.dumps(body))
+    assert r.code == 202  # the source is looked up in the background
+    run = await _until_finished(jp_fetch, json.loads(r.body)["id"])
+    assert run["state"] == "failed" and run["report_id"] is None
+    assert "no-such-dataset" in run["error"]["message"] and run["error"]["hint"]
+    # a run whose server went away (its state file still says running) is not left "running" forever
+    folder = Starverse().data.prepared / "_steps"
+    gone = dict(run, id="20260101-000000-dedup-abcdef", state="running", error=None, finished_at=None)
+    (folder / f"{gone['id']}.json").write_text(json.dumps(gone))
+    again = json.loads((await jp_fetch("jupyter-starverse", "data", "steps", gone["id"])).body)
+    assert again["state"] == "interrupted" and again["error"]["hint"] == "start the step again"
 
 
 def test_report_widget_sliders_preview_other_thresholds(client: Starverse, tmp_path: Path) -> None:
