@@ -740,6 +740,36 @@ export interface IStepEstimate {
   basis: string;
 }
 
+/** `StepProgress.to_json()`: how far a running data step is (`docs_total` is estimated until `total_exact`). */
+export interface IStepProgress {
+  step: string;
+  phase: 'starting' | 'estimating' | 'reading' | 'publishing' | 'done';
+  docs_done: number;
+  docs_total: number | null;
+  total_exact: boolean;
+  bytes_done: number;
+  bytes_total: number | null;
+  pass_no: number;
+  passes: number;
+  elapsed_s: number;
+  fraction: number | null;
+  eta_s: number | null;
+}
+
+/** `StepRun.to_json()`: `POST data/steps` (202) and `GET data/steps/ID`. */
+export interface IDataStepRun {
+  id: string;
+  step: string;
+  source: string;
+  state: 'running' | 'succeeded' | 'failed' | 'interrupted';
+  progress: IStepProgress;
+  started_at: number;
+  finished_at: number | null;
+  report_id: string | null;
+  output: string | null;
+  error: { error: string; message: string; hint: string | null } | null;
+}
+
 /** A masked before/after example of a data report. */
 export interface IDataExample {
   where: string;

@@ -3,33 +3,81 @@ import * as React from 'react';
 import { errorText, formatBytes, formatCount, formatDuration, formatShare } from '../format';
 import { usePoll } from '../poll';
 import { requestAPI, sendJSON } from '../request';
-import { IDataReport, IDataReportSummary, IStepEstimate } from '../tokens';
+import { IDataReport, IDataReportSummary, IDataStepRun, IStepEstimate } from '../tokens';
 
 const STEPS = ['scan', 'clean', 'dedup', 'score'] as const;
 
-/** Run one step on a store dataset (its options are the defaults; the CLI and notebooks take the rest). */
+/** A running step's bar: documents (of the estimate until a pass has been read), bytes, pass, ETA. */
+function StepProgressBar(props: { run: IDataStepRun }): JSX.Element {
+  const p = props.run.progress;
+  const total = p.docs_total === null ? '' : ` of ${p.total_exact ? '' : '~'}${formatCount(p.docs_total)}`;
+  const pass = p.passes > 1 && p.pass_no > 0 ? `pass ${p.pass_no}/${p.passes}: ` : '';
+  return (
+    <div className="jp-Starverse-dataProgress" data-phase={p.phase}>
+      <progress
+        style={{ width: '100%' }}
+        max={1}
+        value={p.fraction ?? undefined}
+        aria-label={`${props.run.step} progress`}
+      />
+      <div className="jp-Starverse-note">
+        {p.phase === 'reading'
+          ? `${pass}${formatCount(p.docs_done)}${total} documents, ${formatBytes(p.bytes_done)} read` +
+            (p.fraction !== null ? `, ${formatShare(p.fraction)}` : '') +
+            (p.eta_s !== null ? `, ETA ${formatDuration(p.eta_s)}` : '')
+          : `${p.phase}…`}{' '}
+        ({formatDuration(p.elapsed_s)})
+      </div>
+    </div>
+  );
+}
+
+/** Polls `GET data/steps/ID` while mounted (the parent unmounts it once the run ended). */
+function StepPoller(props: { id: string; onUpdate: (run: IDataStepRun) => void }): null {
+  usePoll(`jupyter-starverse:data-step:${props.id}`, 1000, async () => {
+    props.onUpdate(await requestAPI<IDataStepRun>(['data', 'steps', props.id]));
+  });
+  return null;
+}
+
+/**
+ * Run one step on a store dataset (its options are the defaults; the CLI and notebooks take
+ * the rest). The server answers at once with a run id; the form polls it and shows a bar.
+ */
 function RunStep(props: { onDone: (report: IDataReport) => void }): JSX.Element {
   const [source, setSource] = React.useState('');
   const [step, setStep] = React.useState<string>('scan');
   const [salt, setSalt] = React.useState('');
-  const [running, setRunning] = React.useState(false);
+  const [starting, setStarting] = React.useState(false);
+  const [run, setRun] = React.useState<IDataStepRun | null>(null);
   const [estimate, setEstimate] = React.useState<IStepEstimate | null>(null);
   const [error, setError] = React.useState<string | null>(null);
+  const running = starting || run?.state === 'running';
   const submit = async (event: React.FormEvent): Promise<void> => {
     event.preventDefault();
-    setRunning(true);
+    setStarting(true);
     setEstimate(null);
+    setRun(null);
+    setError(null);
     try {
       // the time and memory it will take, shown while it runs
       setEstimate(await sendJSON<IStepEstimate>(['data', 'estimate'], 'POST', { step, source }));
       const options = step === 'clean' && salt ? { salt } : {};
-      const report = await sendJSON<IDataReport>(['data', 'steps'], 'POST', { step, source, options });
-      setError(null);
-      props.onDone(report);
+      setRun(await sendJSON<IDataStepRun>(['data', 'steps'], 'POST', { step, source, options }));
     } catch (reason) {
       setError(errorText(reason));
     } finally {
-      setRunning(false);
+      setStarting(false);
+    }
+  };
+  const update = (next: IDataStepRun): void => {
+    setRun(next);
+    if (next.state === 'succeeded' && next.report_id) {
+      requestAPI<IDataReport>(['data', 'report'], {}, { id: next.report_id })
+        .then(props.onDone)
+        .catch(reason => setError(errorText(reason)));
+    } else if (next.error) {
+      setError(`${next.step} ${next.state}: ${next.error.message}` + (next.error.hint ? ` (${next.error.hint})` : ''));
     }
   };
   return (
@@ -64,6 +112,8 @@ function RunStep(props: { onDone: (report: IDataReport) => void }): JSX.Element 
           {formatDuration(estimate.seconds)}, peak memory ~{formatBytes(estimate.memory_bytes)}
         </div>
       )}
+      {run?.state === 'running' && <StepPoller key={run.id} id={run.id} onUpdate={update} />}
+      {run?.state === 'running' && <StepProgressBar run={run} />}
       {error && <div className="jp-Starverse-error">{error}</div>}
     </form>
   );

@@ -59,6 +59,9 @@ test.describe('Starverse data section', () => {
       timeout: 60000
     });
     await expect(report.locator('.jp-Starverse-dataCluster').first()).toContainText('near');
+    // the step ran in the background and was polled to its end: no bar left, the form is free again
+    await expect(run.locator('.jp-Starverse-dataProgress')).toHaveCount(0);
+    await expect(run.locator('button[type="submit"]')).toHaveText('Run');
     const removed = report.locator('.jp-Starverse-dataRemoved');
     const atDefault = Number((await removed.textContent()) ?? '0');
     expect(atDefault).toBeGreaterThanOrEqual(2);
