@@ -6,6 +6,7 @@
 | GET    | jobs/ID                     | ``JobView`` with the metric series                 |
 | DELETE | jobs/ID                     | cancel; the ``JobView`` after it                   |
 | POST   | jobs/ID/cancel              | same as DELETE                                     |
+| POST   | jobs/ID/preempt             | preemption drill (409 unless running); the ``JobView`` after it |
 | GET    | jobs/ID/logs?tail=&rank=    | ``LogTail``; ``follow=1`` streams NDJSON lines     |
 | GET    | jobs/ID/tensorboard         | ``TensorBoardInfo`` (``url`` when one runs)        |
 | POST   | jobs/ID/tensorboard         | start (or find) the job's TensorBoard; its ``url`` |
@@ -364,6 +365,15 @@ class CancelHandler(_JobsBase):
         self.finish_json(await self.run(lambda: self.view(backend.cancel(job_id), points=False)))
 
 
+class PreemptHandler(_JobsBase):
+    """The preemption drill of ``starverse jobs preempt``: what the backend sends on a real preemption."""
+
+    @web.authenticated
+    async def post(self, job_id: str) -> None:
+        backend = self.backend()
+        self.finish_json(await self.run(lambda: self.view(backend.preempt(job_id), points=False)))
+
+
 class LogsHandler(_JobsBase):
     @web.authenticated
     async def get(self, job_id: str) -> None:
@@ -488,6 +498,7 @@ routes: list[tuple[str, type[StarverseHandler]]] = [
     (r"jobs/preview", PreviewHandler),
     (rf"jobs/{_ID}", JobHandler),
     (rf"jobs/{_ID}/cancel", CancelHandler),
+    (rf"jobs/{_ID}/preempt", PreemptHandler),
     (rf"jobs/{_ID}/logs", LogsHandler),
     (rf"jobs/{_ID}/tensorboard", TensorBoardHandler),
 ]

@@ -189,6 +189,30 @@ async def test_delete_cancels_a_running_job(jp_fetch: Any, settings: Settings) -
     assert handle.state is JobState.CANCELLED
 
 
+async def test_preempt_drill_over_rest_relaunches_a_running_job_and_refuses_finished_or_unknown_ones(
+    jp_fetch: Any, settings: Settings
+) -> None:
+    handle = slow_job(settings, name="drill")
+    r = await jp_fetch("jupyter-starverse", "jobs", handle.id, "preempt", method="POST", body="")
+    answer = json.loads(r.body)
+    assert answer["id"] == handle.id and answer["state"] in ("running", "preempted", "resuming")
+    deadline = time.monotonic() + 120
+    seen = set()
+    while (job := handle.job).restarts < 1 or job.state is not JobState.RUNNING:
+        seen.add(job.state)
+        assert not job.state.finished, (job.reason, [ln.render() for ln in handle.tail(30)])
+        assert time.monotonic() < deadline, f"no relaunch after the drill in 120 s (states seen: {seen})"
+        time.sleep(0.3)
+    assert seen & {JobState.PREEMPTED, JobState.RESUMING}  # the drill went preempted -> resuming -> running
+    await jp_fetch("jupyter-starverse", "jobs", handle.id, "cancel", method="POST", body="")
+    with pytest.raises(HTTPClientError) as finished:
+        await jp_fetch("jupyter-starverse", "jobs", handle.id, "preempt", method="POST", body="")
+    assert finished.value.code == 409 and json.loads(finished.value.response.body)["hint"]
+    with pytest.raises(HTTPClientError) as unknown:
+        await jp_fetch("jupyter-starverse", "jobs", "nope-20260101-000000-abcd", "preempt", method="POST", body="")
+    assert unknown.value.code == 404
+
+
 # -- a real server process, restarted -------------------------------------------------------
 def _free_port() -> int:
     with socket.socket() as s:
