@@ -93,6 +93,7 @@ class SharedCacheFileSystem(AbstractFileSystem):  # type: ignore[misc]
         """Fill the cache for ``path`` if needed and return the complete local file."""
         src = self._file(path)
         dest = safe_join(self.data_dir, src.rel)
+        self.catalog.wait_for_batch(self.ref, dest)
         self.catalog.ensure_file(self.catalog.layout.key(self.ref), self._files()[0], src, dest)
         self.catalog.layout.touch(self.catalog.layout.key(self.ref))
         return str(dest)

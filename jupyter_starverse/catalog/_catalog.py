@@ -22,6 +22,7 @@ from ._fetch import (
     LeaseLostError,
     SourceFile,
     fetch_file,
+    is_local,
     list_source,
     open_source,
     remove_old_parts,
@@ -30,6 +31,7 @@ from ._fetch import (
 from ._holds import Hold, live_holds, new_hold
 from ._layout import Layout, Manifest, dir_bytes, store_root
 from ._lease import Lease
+from ._localbatch import copy_batch, staging_dir
 from ._models import import_model_folder, pull_model, sha256_file, write_ref
 from ._names import DEFAULT_VERSION, DatasetRef, ModelRef, Ref, check_name, parse_hf, parse_ref, safe_join
 from ._perms import make_dirs, prepare_shared, resolve_group, translate_permissions
@@ -377,11 +379,15 @@ class Catalog:
         unsynced = self.layout.progress_path(key).with_suffix(".unsynced")
         self._distrust_unsynced(unsynced, data_dir, files)
         remove_old_parts(data_dir)
-        present = sum(f.size or 0 for f in files if self._present(safe_join(data_dir, f.rel), f))
+        batch = is_local(fs) and not any(os.scandir(data_dir))  # a first pull of a folder
+        present = 0 if batch else sum(f.size or 0 for f in files if self._present(safe_join(data_dir, f.rel), f))
         total = sum(f.size or 0 for f in files)
         if shutil.disk_usage(data_dir).free < total - present:
             raise store_full(data_dir, total - present)
         tracker.start(bytes_total=total, files_total=len(files), already=present)
+        if batch:  # one batch, staged, synced once and renamed into place (see _localbatch)
+            records = copy_batch(files, data_dir, lease=lease, tracker=tracker, workers=min(connections, 2))
+            return Manifest(str(ref), tuple(records[f.rel] for f in files), time.time())
         boot = _download.boot_id()
 
         def one(f: SourceFile, n: int, *, sync: bool = True) -> FileRecord:
@@ -423,6 +429,16 @@ class Catalog:
                 if f.size is None or f.size < _download.SPLIT_AT:
                     safe_join(data_dir, f.rel).unlink(missing_ok=True)
         marker.unlink(missing_ok=True)
+
+    def wait_for_batch(self, ref: DatasetRef, dest: Path) -> None:
+        """Wait while a live batch pull of ``ref`` stages its files (lazy readers; see ``_localbatch``).
+
+        A batch takes no per-file leases: a reader that copied a file meanwhile would copy its
+        bytes a second time and could not publish into the folder the batch renames into place.
+        """
+        staging = staging_dir(self.layout.data_dir(ref))
+        while staging.exists() and not dest.exists() and self._owner_alive(ref):
+            time.sleep(_POLL)
 
     @staticmethod
     def _present(dest: Path, src: SourceFile) -> bool:

@@ -46,7 +46,7 @@ from ._download import (
     part_paths,
 )
 from ._lease import Lease
-from ._names import safe_join
+from ._names import check_relative
 from ._perms import make_dirs
 from ._progress import ProgressTracker
 from ._types import FileRecord
@@ -55,6 +55,7 @@ __all__ = [
     "LeaseLostError",
     "SourceFile",
     "fetch_file",
+    "is_local",
     "list_source",
     "open_source",
     "origin_for",
@@ -123,8 +124,12 @@ def _etag(info: dict[str, Any]) -> str | None:
     return None if mtime is None else f"mtime:{mtime}"
 
 
-def _is_local(fs: Any) -> bool:
+def is_local(fs: Any) -> bool:
+    """True for the local file system (local folders and network mounts such as NFS)."""
     return _protocol(fs) in ("file", "local")
+
+
+_is_local = is_local
 
 
 def _link_target(fs: Any, info: dict[str, Any], real_root: str) -> dict[str, Any]:
@@ -173,6 +178,34 @@ def _walk(fs: Any, path: str, depth: int, real_root: str | None = None) -> Itera
             yield info
 
 
+def _walk_local(fs: Any, path: str, depth: int, real_root: str) -> Iterator[dict[str, Any]]:
+    """:func:`_walk` for local folders with ``os.scandir`` (fsspec's ``ls`` costs a dict and a stat call per file).
+
+    The info has what fsspec's would for these fields (name, size, mtime, type); links go
+    through :func:`_link_target` as before.
+    """
+    if depth > 64:
+        raise BadInputError(
+            f"{path} is nested too deeply", field="source", hint="a symbolic link to a parent folder makes a loop"
+        )
+    with os.scandir(path) as it:
+        entries = list(it)
+    for e in entries:
+        name = f"{path.rstrip('/')}/{e.name}"
+        if e.is_symlink():
+            link = {"name": name, "islink": True, "destination": str(Path(name).readlink())}
+            info = _link_target(fs, link, real_root)
+            if info.get("type") == "directory":
+                yield from _walk(fs, name, depth + 1, real_root)
+            else:
+                yield info
+        elif e.is_dir(follow_symlinks=False):
+            yield from _walk_local(fs, name, depth + 1, real_root)
+        else:
+            st = e.stat(follow_symlinks=False)
+            yield {"name": name, "size": st.st_size, "mtime": st.st_mtime, "type": "file"}
+
+
 def list_source(fs: Any, root: str, source: str) -> list[SourceFile]:
     """Every file under ``root`` with size and ETag; a missing source is a NotFoundError."""
     try:
@@ -189,7 +222,8 @@ def list_source(fs: Any, root: str, source: str) -> list[SourceFile]:
     if is_dir:
         base = fs._strip_protocol(root).rstrip("/")
         real_root = os.path.realpath(base) if _is_local(fs) else None
-        infos = sorted(_walk(fs, root, 0, real_root), key=lambda i: str(i["name"]))
+        walked = _walk_local(fs, base, 0, str(real_root)) if real_root is not None else _walk(fs, root, 0, real_root)
+        infos = sorted(walked, key=lambda i: str(i["name"]))
         unsized = [i for i, info in enumerate(infos) if info.get("size") is None]
         if unsized:  # e.g. HTML listings over HTTP: one HEAD per file, many at once
             with ThreadPoolExecutor(16, thread_name_prefix="starverse-list") as pool:
@@ -212,7 +246,7 @@ def list_source(fs: Any, root: str, source: str) -> list[SourceFile]:
             f"source {source!r} contains no files", hint="point the dataset at a folder or file with data"
         )
     for f in out:
-        safe_join(Path("/"), f.rel)  # reject listings that would escape the entry folder
+        check_relative(f.rel)  # reject listings that would escape the entry folder
     return out
 
 

@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 
 from jupyter_starverse.errors import InvalidNameError
 
-__all__ = ["DEFAULT_VERSION", "DatasetRef", "ModelRef", "Ref", "check_name", "parse_ref", "safe_join"]
+__all__ = ["DEFAULT_VERSION", "DatasetRef", "ModelRef", "Ref", "check_name", "check_relative", "parse_ref", "safe_join"]
 
 DEFAULT_VERSION = "1"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -150,17 +150,15 @@ def parse_ref(text: object) -> Ref:
     return DatasetRef(name)
 
 
-def safe_join(root: Path, relative: str) -> Path:
-    """Join a relative POSIX path under ``root``; raise if it is absolute or escapes ``root``."""
-    pure = PurePosixPath(relative)
+def check_relative(relative: str) -> None:
+    """Raise InvalidNameError unless ``relative`` is a relative POSIX path without ``..`` (no Path objects)."""
     bad = (
         not relative
         or "\\" in relative
         or "\x00" in relative
-        or pure.is_absolute()
-        or any(part in ("..", "") for part in pure.parts)
         or relative.startswith("/")
         or "//" in relative
+        or ".." in relative.split("/")
     )
     if bad:
         raise InvalidNameError(
@@ -168,6 +166,14 @@ def safe_join(root: Path, relative: str) -> Path:
             field="path",
             hint="entries may only contain relative paths without '..'",
         )
+
+
+def safe_join(root: Path, relative: str) -> Path:
+    """Join a relative POSIX path under ``root``; raise if it is absolute or escapes ``root``."""
+    check_relative(relative)
+    pure = PurePosixPath(relative)
+    if pure.is_absolute():
+        raise InvalidNameError(f"path {relative!r} would leave the store", field="path")
     out = root.joinpath(*pure.parts)
     if not out.is_relative_to(root):  # belt and braces
         raise InvalidNameError(f"path {relative!r} would leave the store", field="path")

@@ -168,15 +168,7 @@ def make_read_only(top: Path, files: bool = True) -> None:
     if not top.is_dir():
         return
     if files:
-        for dirpath, _dirs, names in os.walk(top):
-            for name in names:
-                p = Path(dirpath) / name
-                try:
-                    st = p.lstat()
-                    if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) != _READ_ONLY_FILE:
-                        p.chmod(_READ_ONLY_FILE)
-                except OSError as e:
-                    log.warning("could not make %s read-only: %s", p, e)
+        _files_read_only(str(top))
     for folder in reversed(_walk_dirs(top)):  # deepest first: each chmod needs only x on parents
         try:
             mode = stat.S_IMODE(folder.stat().st_mode)
@@ -184,6 +176,26 @@ def make_read_only(top: Path, files: bool = True) -> None:
                 folder.chmod((mode & stat.S_ISGID) | _READ_ONLY_DIR)
         except OSError as e:
             log.warning("could not make %s read-only: %s", folder, e)
+
+
+def _files_read_only(folder: str) -> None:
+    """Every regular file under ``folder`` 0444 (``os.scandir``: no Path object or extra stat per file)."""
+    try:
+        with os.scandir(folder) as it:
+            entries = list(it)
+    except OSError as e:
+        log.warning("could not list %s: %s", folder, e)
+        return
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                _files_read_only(entry.path)
+                continue
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) != _READ_ONLY_FILE:
+                os.chmod(entry.path, _READ_ONLY_FILE)  # noqa: PTH101 (no Path object per file)
+        except OSError as err:
+            log.warning("could not make %s read-only: %s", entry.path, err)
 
 
 def make_writable(top: Path) -> None:

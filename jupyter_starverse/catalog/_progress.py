@@ -34,7 +34,7 @@ def write_json_atomic(path: Path, data: Any, *, durable: bool = True) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         with open(tmp, "w") as f:
-            json.dump(data, f)
+            f.write(json.dumps(data))  # one string: json.dump writes many small pieces
             if durable:
                 f.flush()
                 os.fsync(f.fileno())
@@ -112,6 +112,13 @@ class ProgressTracker:
     def file_done(self) -> None:
         with self._lock:
             self.files_done += 1
+        self.emit()
+
+    def add_files(self, files: int, nbytes: int) -> None:
+        """``files`` more files complete, ``nbytes`` more bytes (a batch reports in groups)."""
+        with self._lock:
+            self.files_done += files
+            self.bytes_done += nbytes
         self.emit()
 
     def set_phase(self, phase: str, *, error: str | None = None) -> None:

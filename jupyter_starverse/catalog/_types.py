@@ -50,7 +50,7 @@ class FileRecord:
     etag: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"path": self.path, "size": self.size, "sha256": self.sha256, "etag": self.etag}  # asdict is slow
 
 
 @dataclass(frozen=True)
