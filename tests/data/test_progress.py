@@ -14,21 +14,21 @@ def test_two_passes_count_documents_bytes_and_never_pass_100_percent_on_a_low_es
     seen: list[StepProgress] = []
     meter = ProgressMeter("dedup", seen.append, passes=2, every=0.0)
     meter.phase("estimating")
-    meter.expect(60, 5000)  # the estimate says 60; the corpus has 100
-    assert list(meter.read(iter(_docs(100)))) == _docs(100)
+    meter.expect(60, 5000)  # the estimate says 60; the corpus has 128
+    assert list(meter.read(iter(_docs(128)))) == _docs(128)
     first = [p for p in seen if p.phase == "reading" and p.pass_no == 1]
-    assert first[-1].docs_done == 100 and first[-1].docs_total == 100 and first[-1].total_exact
+    assert first[-1].docs_done == 128 and first[-1].docs_total == 128 and first[-1].total_exact
     assert all(p.fraction is not None and p.fraction <= 0.5 for p in first)  # one pass of two
-    list(meter.read(iter(_docs(100))))
+    list(meter.read(iter(_docs(128))))
     meter.phase("done")
     reading = [p for p in seen if p.phase == "reading"]
     fractions = [p.fraction or 0.0 for p in reading]
     assert fractions == sorted(fractions) and max(fractions) <= 0.99
-    assert reading[-1].bytes_done == 2 * 100 * len("文本".encode() * 5)  # UTF-8 bytes, both passes
+    assert reading[-1].bytes_done == 2 * 128 * len("文本".encode() * 5)  # UTF-8 bytes, both passes
     assert all(p.eta_s is not None and p.eta_s >= 0 for p in reading if p.fraction)
     assert seen[-1].phase == "done" and seen[-1].fraction == 1.0 and seen[-1].eta_s == 0.0
-    mid = next(p for p in reading if p.pass_no == 2 and p.docs_done == 50)
-    assert str(mid).startswith("dedup pass 2/2 [###############.....]  75% 50/100 documents")
+    mid = next(p for p in reading if p.pass_no == 2 and p.docs_done == 64)  # a look every 64 documents
+    assert str(mid).startswith("dedup pass 2/2 [###############.....]  75% 64/128 documents")
     assert "ETA" in str(mid)
 
 
