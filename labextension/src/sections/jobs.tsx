@@ -1,3 +1,4 @@
+import { Dialog, showDialog } from '@jupyterlab/apputils';
 import * as React from 'react';
 
 import { errorText, formatCount } from '../format';
@@ -146,6 +147,27 @@ function JobRow(props: { job: IJob; onChanged: () => void }): JSX.Element {
       onChanged();
     }
   };
+  // The preemption drill: the backend sends what a provider would; the job checkpoints and resumes.
+  const preempt = async (): Promise<void> => {
+    const answer = await showDialog({
+      title: 'Preemption drill',
+      body: `Send ${job.id} what a provider sends on a preemption? Its ranks checkpoint, then it is relaunched and resumes from that checkpoint (the steps since it are redone).`,
+      buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Preempt' })]
+    });
+    if (!answer.button.accept) {
+      return;
+    }
+    setBusy(true);
+    try {
+      await sendJSON<IJob>(['jobs', job.id, 'preempt'], 'POST');
+      setError(null);
+    } catch (reason) {
+      setError(errorText(reason));
+    } finally {
+      setBusy(false);
+      onChanged();
+    }
+  };
   const toggle = (what: 'logs' | 'tensorboard'): void => setOpen(open === what ? null : what);
   // The server's progress line, field by field; the state badge above already says the state.
   const stats = p.line_fields.filter(f => f.key !== 'state');
@@ -209,6 +231,16 @@ function JobRow(props: { job: IJob; onChanged: () => void }): JSX.Element {
             onClick={() => void cancel()}
           >
             {busy ? 'Cancelling…' : 'Cancel'}
+          </button>
+        )}
+        {job.state === 'running' && (
+          <button
+            className="jp-Button jp-mod-minimal jp-Starverse-preemptButton"
+            disabled={busy}
+            title="Rehearse a spot preemption: checkpoint, relaunch, resume"
+            onClick={() => void preempt()}
+          >
+            Preempt (drill)
           </button>
         )}
       </div>
