@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from ._catalog import Catalog
+from ._catalog import Catalog, check_pull_options
 from ._holds import Hold
 from ._names import DatasetRef, ModelRef, parse_ref
 from ._progress import ProgressCallback, tqdm_callback
@@ -25,6 +25,7 @@ __all__ = [
     "PullProgress",
     "StoreListing",
     "VerifyReport",
+    "check_pull_options",
     "format_bytes",
     "parse_ref",
     "tqdm_callback",

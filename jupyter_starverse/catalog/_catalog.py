@@ -38,7 +38,7 @@ from ._perms import make_dirs, prepare_shared, resolve_group, translate_permissi
 from ._progress import ProgressCallback, ProgressTracker, read_progress, write_json_atomic
 from ._types import Entry, EntryStatus, FileRecord, HoldInfo, PullProgress, VerifyReport
 
-__all__ = ["Catalog"]
+__all__ = ["Catalog", "check_pull_options"]
 
 _POLL = 0.1
 _RUNNING = ("downloading", "verifying")
@@ -788,17 +788,40 @@ def check_connections(n: object) -> int:
     return n
 
 
-def _patterns(value: Sequence[str] | None, what: str) -> tuple[str, ...]:
+MAX_PATTERNS = 64
+MAX_PATTERN_LEN = 256
+
+
+def _patterns(value: object, what: str) -> tuple[str, ...]:
+    """Glob patterns from a string or a list of strings (untrusted: REST bodies), else BadInputError."""
     if value is None:
         return ()
     if isinstance(value, str):
         value = [value]
+    hint = f"a list of at most {MAX_PATTERNS} glob patterns of up to {MAX_PATTERN_LEN} characters, e.g. ['data/en/*']"
+    if not isinstance(value, list | tuple) or len(value) > MAX_PATTERNS:
+        raise BadInputError(f"{what} must be a list of glob patterns, got {str(value)[:80]!r}", field=what, hint=hint)
     out = []
     for p in value:
-        if not isinstance(p, str) or not p.strip() or "\x00" in p:
-            raise BadInputError(f"{what} pattern {p!r} is empty or not text", field=what, hint="e.g. 'data/en/*'")
+        if not isinstance(p, str) or not p.strip() or "\x00" in p or len(p) > MAX_PATTERN_LEN:
+            raise BadInputError(f"{what} pattern {str(p)[:80]!r} is empty, too long or not text", field=what, hint=hint)
         out.append(p.strip())
     return tuple(out)
+
+
+def check_pull_options(
+    ref: Ref, *, connections: object = None, allow: object = None, ignore: object = None
+) -> tuple[int | None, tuple[str, ...], tuple[str, ...]]:
+    """Check :meth:`Catalog.pull`'s options before a pull starts (REST: a 400, not a failed thread)."""
+    n = None if connections is None else check_connections(connections)
+    patterns = _patterns(allow, "allow"), _patterns(ignore, "ignore")
+    if isinstance(ref, DatasetRef) and any(patterns):
+        raise BadInputError(
+            "allow/ignore patterns choose files of Hugging Face repos",
+            field="allow",
+            hint="register a subset of a dataset as its own entry: `starverse store add NAME SOURCE/SUBFOLDER`",
+        )
+    return n, patterns[0], patterns[1]
 
 
 def run_parallel(

@@ -6,11 +6,14 @@
 | POST | store                  | ``{name, source, version?, description?, license?}`` | ``Entry`` (201)      |
 | GET  | store/entry?ref=REF    |                                             | ``EntryStatus``               |
 | GET  | store/mount?ref=REF    |                                             | ``{ref, path}``               |
-| POST | store/pull             | ``{ref}``                                   | ``PullProgress`` (202)        |
+| POST | store/pull             | ``{ref, allow?, ignore?, connections?}``    | ``PullProgress`` (202)        |
 | GET  | store/pulls            |                                             | ``[PullProgress]``            |
 
-A pull runs in a server thread and persists its progress on the store, so ``store/pulls``
-shows it, and also pulls started by notebooks, the CLI or other nodes.
+``allow``/``ignore`` are lists of glob patterns choosing files of a Hugging Face repo and
+``connections`` a whole number from 1 to 64, as for ``starverse store pull``; they are checked
+before the pull starts (a 400 with a hint). A pull runs in a server thread and persists its
+progress on the store, so ``store/pulls`` shows it, and also pulls started by notebooks, the
+CLI or other nodes.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 
 from tornado import web
 
-from jupyter_starverse.catalog import PullProgress, parse_ref
+from jupyter_starverse.catalog import PullProgress, check_pull_options, parse_ref
 from jupyter_starverse.client import Starverse
 from jupyter_starverse.errors import BadInputError
 
@@ -55,22 +58,33 @@ class _Pulls:
     """Background pulls started through the server (one thread per ref at a time)."""
 
     _lock = threading.Lock()
-    _threads: dict[str, threading.Thread] = {}
+
+    _Key = tuple[str, tuple[str, ...], tuple[str, ...]]
+    _threads: dict[_Key, threading.Thread] = {}
 
     @classmethod
-    def start(cls, client: Starverse, ref: str) -> PullProgress:
+    def start(
+        cls,
+        client: Starverse,
+        ref: str,
+        *,
+        connections: int | None = None,
+        allow: tuple[str, ...] = (),
+        ignore: tuple[str, ...] = (),
+    ) -> PullProgress:
+        key = (ref, allow, ignore)  # new patterns on a cached repo add files: a pull of their own
         with cls._lock:
-            running = cls._threads.get(ref)
+            running = cls._threads.get(key)
             if running is None or not running.is_alive():
 
                 def work() -> None:
                     try:
-                        client.catalog.pull(ref)
+                        client.catalog.pull(ref, connections=connections, allow=allow or None, ignore=ignore or None)
                     except Exception:  # noqa: S110 - the failure is persisted as the pull's progress
                         pass
 
                 thread = threading.Thread(target=work, name=f"starverse-pull-{ref}", daemon=True)
-                cls._threads[ref] = thread
+                cls._threads[key] = thread
                 thread.start()
         return PullProgress(ref, "waiting", 0, None, 0, None, 0.0, None, False, time.time())
 
@@ -119,12 +133,16 @@ class MountHandler(EntryHandler):
 class PullHandler(StarverseHandler):
     @web.authenticated
     async def post(self) -> None:
-        ref = _text(self.json_body(), "ref", required=True)
+        body = self.json_body()
+        ref = _text(body, "ref", required=True)
         assert ref is not None
-        parsed = parse_ref(ref)  # bad refs are a 400 now, not a failed thread later
+        parsed = parse_ref(ref)  # bad refs and options are a 400 now, not a failed thread later
+        n, allow, ignore = check_pull_options(
+            parsed, connections=body.get("connections"), allow=body.get("allow"), ignore=body.get("ignore")
+        )
         if parsed.kind == "dataset":
             await self.run(self.client.catalog.status, ref)  # unknown datasets are a 404
-        self.finish_json(_Pulls.start(self.client, ref), status=202)
+        self.finish_json(_Pulls.start(self.client, ref, connections=n, allow=allow, ignore=ignore), status=202)
 
 
 class PullsHandler(StarverseHandler):

@@ -170,6 +170,13 @@ async def test_rest_list_pull_mount(jp_fetch: Any, src: Path) -> None:
         ("POST", "pull", {}, {"ref": "nothing"}, 404),
         ("POST", "pull", {}, {"ref": "/abs"}, 400),
         ("POST", "pull", {}, {}, 400),
+        ("POST", "pull", {}, {"ref": "hf:org/m", "allow": [1]}, 400),
+        ("POST", "pull", {}, {"ref": "hf:org/m", "allow": ["x" * 300]}, 400),
+        ("POST", "pull", {}, {"ref": "hf:org/m", "ignore": {"*.bin": True}}, 400),
+        ("POST", "pull", {}, {"ref": "hf:org/m", "ignore": ["*"] * 65}, 400),
+        ("POST", "pull", {}, {"ref": "hf:org/m", "connections": 0}, 400),
+        ("POST", "pull", {}, {"ref": "hf:org/m", "connections": "8"}, 400),
+        ("POST", "pull", {}, {"ref": "toy", "allow": ["*.txt"]}, 400),
         ("POST", "", {}, {"name": "x", "source": "/definitely/missing"}, 404),
     ],
 )
@@ -182,6 +189,26 @@ async def test_rest_bad_input(
     assert err.value.code == status
     reply = json.loads(err.value.response.body)  # type: ignore[union-attr]
     assert reply["message"] and reply["error"] != "InternalError"
+
+
+async def test_rest_pulls_a_subset_of_a_hub_dataset(jp_fetch: Any, hub: HubServer) -> None:
+    hub.add_repo(
+        "org/corpus",
+        {"data/en/a.parquet": Blob(size=3000, seed=1), "data/fr/a.parquet": Blob(size=4000, seed=2)},
+        repo_type="dataset",
+    )
+    body = {"ref": "hf:datasets/org/corpus", "allow": ["data/en/*"], "ignore": ["*.tmp"], "connections": 2}
+    response = await jp_fetch("jupyter-starverse", "store", "pull", method="POST", body=json.dumps(body))
+    assert response.code == 202
+    import asyncio
+
+    for _ in range(400):
+        entry = json.loads((await jp_fetch("jupyter-starverse", "store", "entry", params={"ref": body["ref"]})).body)
+        if entry["state"] == "cached":
+            break
+        await asyncio.sleep(0.05)
+    assert entry["state"] == "cached" and entry["files"] == 1 and entry["kind"] == "hf-dataset"
+    assert set(hub.sent_by_file) == {"datasets/org/corpus/data/en/a.parquet"}
 
 
 async def test_rest_needs_auth(jp_fetch: Any) -> None:
