@@ -397,10 +397,12 @@ class Catalog:
         def one_small(f: SourceFile, n: int) -> FileRecord:
             return one(f, n, sync=boot is None)  # with a boot id: one syncfs for the batch, below
 
-        # Large files one after the other, each over every connection (each fsync'ed); small
+        # Large files several at once, sharing the connections (each fsync'ed); small
         # files N at a time, made durable together: a marker names this boot until the batch
         # is synced, so a pull after an OS crash does not trust small files renamed before it.
-        records = {f.rel: one(f, connections) for f in files if f.size is not None and f.size >= _download.SPLIT_AT}
+        big = [f for f in files if f.size is not None and f.size >= _download.SPLIT_AT]
+        at_once, per_file = _download.share_connections(connections, len(big))
+        records = run_parallel(one, big, at_once, per_file=per_file)
         small = [f for f in files if f.rel not in records]
         if small and boot is not None:
             write_json_atomic(unsynced, {"boot": boot})
@@ -825,16 +827,20 @@ def check_pull_options(
 
 
 def run_parallel(
-    work: Callable[[SourceFile, int], FileRecord], files: Sequence[SourceFile], connections: int
+    work: Callable[[SourceFile, int], FileRecord],
+    files: Sequence[SourceFile],
+    connections: int,
+    *,
+    per_file: int = 1,
 ) -> dict[str, FileRecord]:
-    """``work(file, 1)`` for every file, ``connections`` at a time; the first error wins."""
+    """``work(file, per_file)`` for every file, ``connections`` files at a time; the first error wins."""
     if not files:
         return {}
     if connections == 1 or len(files) == 1:
-        return {f.rel: work(f, 1) for f in files}
+        return {f.rel: work(f, per_file) for f in files}
     out: dict[str, FileRecord] = {}
     with ThreadPoolExecutor(min(connections, len(files)), thread_name_prefix="starverse-file") as pool:
-        futures = {pool.submit(work, f, 1): f for f in files}
+        futures = {pool.submit(work, f, per_file): f for f in files}
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
         failed = next((fut for fut in done if fut.exception() is not None), None)
         if failed is not None:

@@ -56,6 +56,7 @@ __all__ = [
     "copy_local",
     "download",
     "part_paths",
+    "share_connections",
 ]
 
 log = logging.getLogger(__name__)
@@ -626,6 +627,19 @@ class _Ranged:
         if self.error is not None:
             self._sync()  # keep what arrived for the next pull
             raise self.error
+
+
+def share_connections(connections: int, files: int) -> tuple[int, int]:
+    """``(files at once, connections per file)`` for ``files`` large files over ``connections``.
+
+    Files one after the other leave connections idle while each file's last pieces arrive
+    (and hash on one core); two or more connections per file, several files at once, keep
+    every connection busy and hash the files on several cores.
+    """
+    if files <= 1 or connections < 4:
+        return 1, connections
+    at_once = min(files, connections // 2)
+    return at_once, connections // at_once
 
 
 def download(

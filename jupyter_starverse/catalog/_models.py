@@ -265,14 +265,22 @@ def _pull_with_engine(
         return FileRecord(f.path, size, digest, _blob_name(f))
 
     big = [f for f in listing if int(f.size) >= _download.SPLIT_AT]
-    records = {f.path: one(f, connections) for f in big}
+    at_once, per_file = _download.share_connections(connections, len(big))
+    records = _at_once(one, big, at_once, per_file)  # shards share the connections
     small = [f for f in listing if f.path not in records]
-    if small:
-        if connections == 1 or len(small) == 1:
-            records.update({f.path: one(f, 1) for f in small})
+    records.update(_at_once(one, small, connections, 1))
+    return ModelSnapshot(commit, tuple(records[p] for p in sorted(records)))
+
+
+def _at_once(one: Any, files: Sequence[Any], at_once: int, per_file: int) -> dict[str, FileRecord]:
+    """``one(f, per_file)`` for every file, ``at_once`` at a time; the first error wins."""
+    records: dict[str, FileRecord] = {}
+    if files:
+        if at_once == 1 or len(files) == 1:
+            records.update({f.path: one(f, per_file) for f in files})
         else:
-            with ThreadPoolExecutor(min(connections, len(small)), thread_name_prefix="starverse-file") as pool:
-                futures = {pool.submit(one, f, 1): f for f in small}
+            with ThreadPoolExecutor(min(at_once, len(files)), thread_name_prefix="starverse-file") as pool:
+                futures = {pool.submit(one, f, per_file): f for f in files}
                 done, _ = wait(futures, return_when=FIRST_EXCEPTION)
                 failed = next((fut for fut in done if fut.exception() is not None), None)
                 if failed is not None:
@@ -281,7 +289,7 @@ def _pull_with_engine(
                     wait(futures)
                     raise failed.exception()  # type: ignore[misc]
                 records.update({f.path: fut.result() for fut, f in futures.items()})
-    return ModelSnapshot(commit, tuple(records[p] for p in sorted(records)))
+    return records
 
 
 def _blob_ok(blob: Path, size: int) -> bool:

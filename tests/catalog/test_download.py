@@ -210,6 +210,37 @@ def test_model_files_come_in_ranges_into_the_hub_cache_layout(
     assert got == str(link.parent)
 
 
+@pytest.mark.parametrize("source", ["dataset", "model"])
+def test_large_files_share_the_connections_several_at_once(
+    catalog: Catalog, files: FileServer, hub: HubServer, small_pieces: int, source: str
+) -> None:
+    shards = {f"model-{i}-of-4.safetensors": Blob(size=4 * small_pieces, seed=300 + i) for i in range(4)}
+    server: FileServer | HubServer = files if source == "dataset" else hub
+    server.throttle = 2_000_000  # per connection: the files really overlap
+    if source == "dataset":
+        add_http_dataset(catalog, files, shards)
+        status = catalog.pull("web", connections=8)
+    else:
+        hub.add_repo("org/sharded", shards)
+        status = catalog.pull("hf:org/sharded", connections=8)
+    assert status.state == "cached" and status.files == 4
+    # 4 files x 2 connections (+1 each: a response counted while its last byte is with the client)
+    assert server.max_active <= 12
+    # the files overlap: one file at a time asked for all pieces of a file before the next one's
+    order = [key for key, *_ in server.ranges if key.endswith(".safetensors")]
+    assert sum(a != b for a, b in itertools.pairwise(order)) > len(shards) - 1
+    assert server.bytes_sent == sum(b.size for b in shards.values())  # every byte once
+    assert catalog.verify(status.ref).ok
+
+
+def test_share_connections() -> None:
+    assert engine.share_connections(8, 1) == (1, 8)
+    assert engine.share_connections(8, 4) == (4, 2)
+    assert engine.share_connections(8, 20) == (4, 2)
+    assert engine.share_connections(8, 2) == (2, 4)
+    assert engine.share_connections(2, 4) == (1, 2)
+
+
 @pytest.mark.slow
 def test_a_tiny_llama_pulled_through_the_engine_loads_offline(
     catalog: Catalog, hub: HubServer, tmp_path: Path, small_pieces: int
