@@ -29,7 +29,7 @@ from pathlib import Path
 
 from jupyter_starverse.errors import IntegrityError, NotFoundError
 
-from ._download import SPLIT_AT, Target, copy_local, sync_filesystem
+from ._download import CHUNK, SPLIT_AT, Target, copy_local, sync_filesystem
 from ._fetch import LeaseLostError, SourceFile, publish_part, transfer
 from ._lease import Lease
 from ._perms import make_dirs, make_writable
@@ -60,12 +60,13 @@ def _copy_small(src: SourceFile, dest: Path) -> FileRecord:
     sfd = os.open(src.path, _FLAGS_IN)
     try:
         chunks = []
-        want = (src.size or 0) + 1  # one read for the whole file, one more to see the end
+        want = src.size + 1 if src.size is not None else CHUNK  # one read for the whole file
         while True:
             data = os.read(sfd, want)
-            if not data:
-                break
-            chunks.append(data)
+            if data:
+                chunks.append(data)
+            if len(data) < want:
+                break  # a short read of a regular file is its end: no extra read to see EOF
         after = os.fstat(sfd)
     finally:
         os.close(sfd)
