@@ -386,7 +386,9 @@ class Layout:
         """Drop an entry's bytes; the manifest goes first so nobody sees it as cached."""
         self.manifest_path(ref).unlink(missing_ok=True)
         if isinstance(ref, DatasetRef):
-            _writable_rmtree(self.data_dir(ref))
+            data = self.data_dir(ref)
+            _writable_rmtree(data)
+            _writable_rmtree(data.with_name(f".{data.name}.staging"))  # left by a batch pull that crashed
             return
         storage = self.hf_cache / ref.folder
         if manifest is not None and manifest.commit:

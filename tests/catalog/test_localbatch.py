@@ -75,3 +75,14 @@ def test_a_lazy_reader_waits_for_a_live_batch_instead_of_copying_the_file_again(
     lease.release()
     reader.join(30)
     assert got == [content["part-1/f0001.bin"]]
+
+
+def test_rm_removes_a_staging_folder_left_by_a_crash(catalog: Catalog, tmp_path: Path) -> None:
+    _source(tmp_path / "src", n=2)
+    catalog.add_dataset("gone", str(tmp_path / "src"))
+    staging = staging_dir(catalog.layout.data_dir(DatasetRef("gone", "1")))
+    (staging / "part-0").mkdir(parents=True)
+    (staging / "part-0" / "f0000.bin").write_bytes(b"unsynced")
+    staging.chmod(0o555)
+    catalog.rm("gone")
+    assert not staging.exists()
