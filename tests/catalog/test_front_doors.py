@@ -202,9 +202,14 @@ async def test_rest_pulls_a_subset_of_a_hub_dataset(jp_fetch: Any, hub: HubServe
     assert response.code == 202
     import asyncio
 
+    entry: dict[str, Any] = {}
     for _ in range(400):
-        entry = json.loads((await jp_fetch("jupyter-starverse", "store", "entry", params={"ref": body["ref"]})).body)
-        if entry["state"] == "cached":
+        try:
+            got = await jp_fetch("jupyter-starverse", "store", "entry", params={"ref": body["ref"]})
+            entry = json.loads(got.body)
+        except HTTPClientError as e:
+            assert e.code == 404  # the pull has not recorded the repo yet
+        if entry.get("state") == "cached":
             break
         await asyncio.sleep(0.05)
     assert entry["state"] == "cached" and entry["files"] == 1 and entry["kind"] == "hf-dataset"
