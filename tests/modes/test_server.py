@@ -54,7 +54,8 @@ async def test_put_switches_every_kernel_and_keeps_its_variables(jp_fetch: Any, 
     kid = await mkm.start_kernel(kernel_name="python3", env=env)
     km = mkm.get_kernel(kid)
     try:
-        assert (await run_cell(km, "x = 42\nnames = ['a', 'b']\nfh = open(__import__('os').devnull, 'w')"))["status"] == "ok"
+        cell = "x = 42\nnames = ['a', 'b']\nfh = open(__import__('os').devnull, 'w')"
+        assert (await run_cell(km, cell))["status"] == "ok"
 
         body = json.dumps({"kind": "gpu", "gpu_type": "a100-80g"})
         code, result = await _json(jp_fetch, "mode", method="PUT", body=body)

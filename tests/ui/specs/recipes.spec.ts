@@ -19,7 +19,7 @@ test.describe('Starverse recipes section', () => {
     const cogvlm = section.locator('.jp-Starverse-recipe[data-recipe="cogvlm-stage1"]');
     await expect(cogvlm.locator('.jp-Starverse-recipeCost')).toHaveText('230.40 CNY');
     await expect(section.locator('.jp-Starverse-recipe[data-recipe="qwen-vl-stage1"] .jp-Starverse-recipeCost'))
-      .toHaveText('1198080.00 CNY');
+      .toHaveText('1,198,080.00 CNY');
 
     await cpt.locator('summary').click();
     const params = cpt.locator('.jp-Starverse-recipeParams');
