@@ -24,11 +24,13 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_pull import serve  # noqa: E402  one loopback origin launcher for both benchmarks
+
 sys.path.insert(0, str(ROOT))
 
 from jupyter_starverse._settings import Settings  # noqa: E402
@@ -50,23 +52,6 @@ def p50(fn: Callable[[], object], n: int = 200) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
-
-
-@contextmanager
-def serve(spec: dict[str, object]) -> Iterator[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.catalog.servers", json.dumps(spec)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": pythonpath()},
-    )
-    try:
-        assert proc.stdout is not None
-        yield proc.stdout.readline().strip()
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def stats(url: str) -> dict[str, object]:
