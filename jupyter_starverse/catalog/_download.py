@@ -8,6 +8,10 @@ caller wants) *in file order while they arrive*, from the buffers that were just
 the file is never read a second time; a flusher thread ``fdatasync``s the part file while
 data arrives, so the final sync at the end has little left to do.
 
+A split file starts on two connections and opens the rest once their rate is measured; the
+rest are closed again when they add less than a quarter (an origin that is fast over one link,
+not limited per connection, gains nothing from more and only loses CPU to them).
+
 Resume: every ~:data:`SYNC_EVERY` bytes, after a sync, the pieces that are on disk are recorded
 in a small sidecar (``.NAME.ranges``: size, ETag, piece size, completed pieces). A pull killed
 with ``kill -9`` continues from those pieces (they are re-read once to hash them); an origin
@@ -65,6 +69,10 @@ CHUNK = 1024 * 1024
 PIECE = 8 * 1024 * 1024
 SPLIT_AT = 2 * PIECE
 SYNC_EVERY = 64 * 1024 * 1024
+RAMP_FIRST = 2  # connections a ranged file starts with; then all, kept if they add RAMP_GAIN
+RAMP_GAIN = 1.25
+RAMP_INTERVAL = 0.05  # seconds of transfer per measurement (longer when the first bytes were slow)
+SUBREAD = 256 * 1024  # bytes per read call: the ramp's measurements move in these steps
 SYNC_SECONDS = 1.0  # and at least this often while pieces complete (what a resume can reuse)
 RETRIES = 6
 BACKOFF = 0.25  # seconds, doubled per try, at most BACKOFF_MAX
@@ -410,7 +418,15 @@ class _Digests:
 
 
 class _Ranged:
-    """Pieces of one file over several connections, hashed in order by one thread."""
+    """Pieces of one file over several connections, hashed in order by one thread.
+
+    A file starts on :data:`RAMP_FIRST` connections; once their rate is measured, all
+    ``connections`` open, and if they do not add :data:`RAMP_GAIN` over the first ones, the
+    extra workers stop after their current piece. An origin that limits every connection (a
+    CDN) gets all of them; one that is already fast over two (a mirror on the LAN, loopback)
+    is not split further, where extra connections only take CPU that hashing and writing
+    need (on two cores, 8 connections to an unlimited origin pulled at 0.7x the rate of 2).
+    """
 
     def __init__(
         self,
@@ -433,6 +449,10 @@ class _Ranged:
         self.todo = [i for i in range(len(self.pieces)) if i not in self.done_before]
         self.connections = max(1, min(connections, len(self.todo) or 1))
         self.window = 2 * self.connections + 2
+        self.limit = min(RAMP_FIRST, self.connections)  # workers allowed to take pieces now
+        self._received = [0] * self.connections  # bytes per worker (the ramp's measurements)
+        self._flowing = [False] * self.connections  # worker k has received its first bytes
+        self.ramp: list[tuple[int, float]] = []  # (connections, MB/s) per step: for logs and tests
         self.first = first
         self.cond = threading.Condition()
         self.frontier = 0  # next piece the hasher needs
@@ -452,21 +472,21 @@ class _Ranged:
         return bytearray(CHUNK)
 
     # workers ---------------------------------------------------------------------------------
-    def _take(self) -> int | None:
+    def _take(self, k: int) -> int | None:
         with self.cond:
             while True:
                 if self.error is not None:
                     raise Aborted()
-                if not self.todo:
+                if not self.todo or k >= self.limit:
                     return None
                 if self.todo[0] < self.frontier + self.window:
                     return self.todo.pop(0)
                 self.cond.wait(0.5)
 
-    def _worker(self) -> None:
+    def _worker(self, k: int) -> None:
         try:
-            while (i := self._take()) is not None:
-                self._fetch(i)
+            while (i := self._take(k)) is not None:
+                self._fetch(i, k)
         except BaseException as e:
             self._fail(e)
 
@@ -476,7 +496,7 @@ class _Ranged:
                 self.error = e
             self.cond.notify_all()
 
-    def _fetch(self, i: int) -> None:
+    def _fetch(self, i: int, k: int) -> None:
         piece = self.pieces[i]
         tries = 0
         short: int | None = None
@@ -499,7 +519,7 @@ class _Ranged:
                         raise OriginChangedError(
                             f"{self.origin.label}: the size changed during the pull ({self.size} -> {resp.size})"
                         )
-                self._read(piece, resp)
+                self._read(piece, resp, k)
             except RetryableError as e:
                 short = _same_short(e, short)
                 tries += 1
@@ -516,7 +536,7 @@ class _Ranged:
             self.completed.add(i)
             self.cond.notify_all()
 
-    def _read(self, piece: _Piece, resp: Response) -> None:
+    def _read(self, piece: _Piece, resp: Response, k: int) -> None:
         while piece.start + piece.got < piece.end:
             if self.error is not None:
                 raise Aborted()
@@ -526,11 +546,13 @@ class _Ranged:
             raw = self._buffer()
             buf = memoryview(raw)[:want]
             n = 0
-            while n < want:
-                got = resp.readinto(buf[n:])
+            while n < want:  # in sub-reads, so that the ramp sees bytes as they come
+                got = resp.readinto(buf[n : n + SUBREAD])
                 if not got:
                     break
                 n += got
+                self._received[k] += got
+                self._flowing[k] = True
             if n:
                 os.pwrite(self.fd, buf[:n], piece.start + piece.got)
                 with self.cond:
@@ -580,6 +602,55 @@ class _Ranged:
         except BaseException as e:
             self._fail(e)
 
+    # connections ----------------------------------------------------------------------------------
+    def _open(self, threads: list[threading.Thread], first: int, last: int) -> None:
+        for k in range(first, last):
+            t = threading.Thread(target=self._worker, args=(k,), name=f"starverse-get-{k}", daemon=True)
+            threads.append(t)
+            t.start()
+
+    def _busy(self) -> bool:
+        with self.cond:
+            return self.error is None and bool(self.todo)
+
+    def _measure(self, k: int) -> float | None:
+        """Bytes/s of workers ``0..k-1`` once each has its first bytes (latency is not rate); None: done."""
+        started = time.monotonic()
+        while not all(self._flowing[:k]):
+            if not self._busy() or time.monotonic() > started + TIMEOUT:
+                return None
+            time.sleep(0.002)
+        t0, b0 = time.monotonic(), sum(self._received)
+        # long enough for a new TCP connection to leave slow start on a distant origin, and for
+        # several sub-reads per connection (the count moves in SUBREAD steps)
+        wait = max(RAMP_INTERVAL, min(1.0, 2 * (t0 - started)))
+        while self._busy():
+            self._stop.wait(0.01)
+            elapsed = time.monotonic() - t0
+            if elapsed >= wait and (sum(self._received) - b0 >= 8 * SUBREAD * k or elapsed >= 1.0):
+                return (sum(self._received) - b0) / elapsed
+        return None
+
+    def _ramp(self, threads: list[threading.Thread]) -> None:
+        """From RAMP_FIRST connections to all; back again when all add less than RAMP_GAIN."""
+        first = self._measure(self.limit)
+        if first is None:
+            return
+        self.ramp.append((self.limit, first / 1e6))
+        k = self.limit
+        with self.cond:
+            self.limit = self.connections
+            self.cond.notify_all()
+        self._open(threads, k, self.connections)
+        rate = self._measure(self.connections)
+        if rate is None:
+            return
+        self.ramp.append((self.connections, rate / 1e6))
+        if rate < first * RAMP_GAIN:
+            with self.cond:
+                self.limit = k  # the extra workers stop after their current piece
+            log.debug("%s: %d connections add nothing over %d (%s)", self.origin.label, self.connections, k, self.ramp)
+
     def _flusher(self) -> None:
         synced: set[int] = set()
         while not self._stop.is_set():
@@ -607,16 +678,14 @@ class _Ranged:
             with contextlib.suppress(OSError):
                 _write_sidecar(self.sidecar, {"size": self.size, "etag": self.etag, "piece": PIECE, "done": []})
         threads = [threading.Thread(target=self._hasher, name="starverse-hash", daemon=True)]
-        threads += [
-            threading.Thread(target=self._worker, name=f"starverse-get-{k}", daemon=True)
-            for k in range(self.connections)
-        ]
         flusher = threading.Thread(target=self._flusher, name="starverse-flush", daemon=True)
         flusher.start()
-        for t in threads:
-            t.start()
+        threads[0].start()
         try:
-            for t in threads:
+            self._open(threads, 0, self.limit)
+            if self.limit < self.connections:
+                self._ramp(threads)
+            for t in threads:  # the list only grows in this thread
                 t.join()
         finally:
             self._stop.set()

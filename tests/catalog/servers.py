@@ -75,7 +75,10 @@ class _Base:
         self.bytes_sent = 0
         self.sent_by_file: Counter[str] = Counter()
         self.ranges: list[tuple[str, int, int, int]] = []  # [file, start, end, bytes sent] per GET
+        self.gets: list[tuple[str, int, int, int]] = []  # (file, start, end, others sending) per GET, in order
         self.throttle: float | None = None  # bytes per second per response (per connection)
+        self.link: float | None = None  # bytes per second for all responses together (one shared link)
+        self._link_free = 0.0  # monotonic time when the shared link can take the next block
         self.fault: Callable[[str, int, int], str | None] | None = None
         self.active = 0  # responses sending a body right now
         self.max_active = 0
@@ -133,6 +136,7 @@ class _Base:
             self.bytes_sent = 0
             self.sent_by_file.clear()
             self.ranges.clear()
+            self.gets.clear()
             self.max_active = 0
 
     def _count(self, key: str, record: list[object], n: int, download: int) -> None:
@@ -202,9 +206,18 @@ class _Base:
             self.active += 1
             self.max_active = max(self.max_active, self.active)
             self.ranges.append(record)  # type: ignore[arg-type]
+            self.gets.append((key, start, end, self.active - 1))
         try:
             while pos < (end if cut is None else cut):
-                n = min(BLOCK if self.throttle is None else 64 * 1024, (end if cut is None else cut) - pos)
+                slow = self.throttle is not None or self.link is not None
+                n = min(64 * 1024 if slow else BLOCK, (end if cut is None else cut) - pos)
+                if self.link:
+                    with self._lock:
+                        now = time.monotonic()
+                        at = max(now, self._link_free)
+                        self._link_free = at + n / self.link
+                    if at > now:
+                        time.sleep(at - now)
                 data = blob.read(pos, pos + n)
                 complete = start == 0 and pos + n == blob.size and cut is None
                 self._count(key, record, n, 1 if complete else 0)  # before the client can have them: no race

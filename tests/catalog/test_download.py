@@ -29,6 +29,7 @@ def small_pieces(monkeypatch: pytest.MonkeyPatch) -> int:
     monkeypatch.setattr(engine, "PIECE", 256 * KIB)
     monkeypatch.setattr(engine, "SPLIT_AT", 512 * KIB)
     monkeypatch.setattr(engine, "BACKOFF", 0.01)
+    monkeypatch.setattr(engine, "SUBREAD", 16 * KIB)  # the ramp measures in small steps too
     return 256 * KIB
 
 
@@ -61,6 +62,36 @@ def test_a_large_file_comes_in_ranges_over_several_connections(
     (record,) = catalog.layout.read_manifest(DatasetRef("web", "1")).files  # type: ignore[union-attr]
     assert record.sha256 == blob.sha256()
     assert not list(catalog.layout.data_dir(DatasetRef("web", "1")).glob(".*"))
+
+
+def test_connections_that_add_no_throughput_are_closed_again(
+    files: FileServer, small_pieces: int, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An origin behind one shared link (a LAN mirror): 6 connections carry no more than 2, so 2 remain."""
+    blob = Blob(size=24 * small_pieces, seed=111)
+    url = files.add("mirror/big.bin", blob)
+    files.link = 6_000_000  # bytes/s for all connections together
+    with caplog.at_level(logging.DEBUG, logger=engine.__name__):
+        got = engine.download(
+            engine.HttpOrigin(url), tmp_path / "big.bin", engine.Target("big.bin", blob.size), connections=6
+        )
+    assert got.sha256 == blob.sha256() and files.bytes_sent == blob.size
+    assert "6 connections add nothing over 2" in caplog.text
+    active = [a for key, _s, _e, a in files.gets if key == "mirror/big.bin"]
+    assert max(active) >= 4  # all 6 were tried (others sending when a GET began) ...
+    assert max(active[-6:]) <= 2  # ... and the last pieces came over the first 2 again
+
+
+def test_a_limit_per_connection_keeps_all_connections(files: FileServer, small_pieces: int, tmp_path: Path) -> None:
+    blob = Blob(size=24 * small_pieces, seed=112)
+    url = files.add("cdn/big.bin", blob)
+    files.throttle = 1_500_000  # per connection, like a CDN
+    got = engine.download(
+        engine.HttpOrigin(url), tmp_path / "big.bin", engine.Target("big.bin", blob.size), connections=6
+    )
+    assert got.sha256 == blob.sha256()
+    active = [a for key, _s, _e, a in files.gets if key == "cdn/big.bin"]
+    assert max(active[-8:-2]) >= 4  # still about 6 at once near the end
 
 
 def test_small_files_come_n_at_a_time(catalog: Catalog, files: FileServer) -> None:
