@@ -332,7 +332,8 @@ export interface IPullProgress {
 /** `GET store` (a list) and `GET store/entry?ref=`: `EntryStatus.to_json()`. */
 export interface IStoreEntry {
   ref: string;
-  kind: 'dataset' | 'model';
+  /** `hf-dataset`: a Hugging Face dataset repo (`hf:datasets/ORG/NAME`), mounted like any dataset. */
+  kind: StoreEntryKind;
   name: string;
   version: string;
   source: string;
@@ -348,9 +349,12 @@ export interface IStoreEntry {
   pulling: IPullProgress | null;
 }
 
+/** Kinds of catalog entries. */
+export type StoreEntryKind = 'dataset' | 'model' | 'hf-dataset';
+
 /** `POST store` answer: `Entry.to_json()`. */
 export interface ICatalogEntry {
-  kind: 'dataset' | 'model';
+  kind: StoreEntryKind;
   name: string;
   version: string;
   source: string;

@@ -99,12 +99,13 @@ function Palette(props: {
   prep: boolean;
   error: string | null;
 }): JSX.Element {
-  const datasets = props.entries.filter(e => e.kind === 'dataset');
+  // a Hub dataset repo is a dataset node like any other: it is mounted the same way
+  const datasets = props.entries.filter(e => e.kind === 'dataset' || e.kind === 'hf-dataset');
   const models = props.entries.filter(e => e.kind === 'model');
   const entry = (e: IStoreEntry): JSX.Element => (
     <PaletteItem
       key={e.ref}
-      item={{ kind: e.kind, label: e.ref, ref: e.ref }}
+      item={{ kind: e.kind === 'model' ? 'model' : 'dataset', label: e.ref, ref: e.ref }}
       detail={`${e.state}${e.path ? `: ${e.path}` : ''} — drop onto a training step to mount it`}
     />
   );

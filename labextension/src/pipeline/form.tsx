@@ -233,7 +233,8 @@ export function SideForm(props: {
   }
   const issues = props.issues.filter(i => i.node === selected.id);
   const change = (c: Change): void => props.onNode(selected.id, c);
-  const refs = props.entries.filter(e => e.kind === selected.kind).map(e => e.ref);
+  const nodeKind = (kind: IStoreEntry['kind']): string => (kind === 'hf-dataset' ? 'dataset' : kind);
+  const refs = props.entries.filter(e => nodeKind(e.kind) === selected.kind).map(e => e.ref);
   return (
     <div className="jp-SvPipeline-form" data-form={selected.id}>
       <h3>
