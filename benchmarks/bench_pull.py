@@ -10,11 +10,14 @@ with MB/s and the ratio to the best baseline of the row. Scenarios:
 3. ``--small`` small files (default 10,000 of 4 KiB) from a local folder (vs ``cp -r``) and over
    HTTP (vs ``aria2c -i list -j8``).
 
-Tools: ``curl`` (one connection), ``aria2c -x8 -s8 -k1M``, ``hf_transfer.download(max_files=8)``,
-``huggingface_hub.snapshot_download`` and ``starverse store pull`` (sha256 verified, fsync'ed,
-through the Hub cache layout). A tool that is not installed is printed as skipped. starverse
-and snapshot_download run in a fresh Python process each; the table shows the pull itself
-(timed inside the process, after imports) and, in brackets, the whole process.
+Tools: ``curl`` (one connection; also followed by ``sync --data``: the durable baseline, since
+the pull fsyncs and curl leaves the bytes in the page cache), ``aria2c -x8 -s8 -k1M``,
+``hf_transfer.download(max_files=8)``, ``huggingface_hub.snapshot_download`` and ``starverse
+store pull`` (sha256 verified, fsync'ed, through the Hub cache layout). Before the tables, the
+two ceilings of one verified, durable file on this machine are printed: sha256 on one core, and
+write + fdatasync. A tool that is not installed is printed as skipped. starverse and
+snapshot_download run in a fresh Python process each; the table shows the pull itself (timed
+inside the process, after imports) and, in brackets, the whole process.
 
 Usage: ``python benchmarks/bench_pull.py [--mb 1024] [--rate 25] [--runs 3] [--small 10000]``
 (``--quick``: 64 MiB, 1,000 small files, one run; ``--only hub|small|small-local|small-http``:
@@ -24,6 +27,7 @@ one part; the local small-file rows alternate ``cp -r`` and the pull run by run)
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -137,6 +141,12 @@ def tools_for_files(
             argv += ["-o", str(dest / f"f{i}"), u]
         return run_cmd(argv)
 
+    def curl_sync(dest: Path) -> tuple[float, float]:
+        """curl, then ``sync --data`` of what it wrote: the durable baseline (the pull fsyncs too)."""
+        pull, wall = curl(dest)
+        t, _ = run_cmd(["sync", "--data", *(str(dest / f"f{i}") for i in range(len(urls)))])
+        return pull + t, wall + t
+
     def aria2(dest: Path) -> tuple[float, float]:
         listing = dest / "input.txt"
         listing.write_text("".join(f"{u}\n  out=f{i}\n" for i, u in enumerate(urls)))
@@ -169,6 +179,7 @@ def tools_for_files(
 
     table: list[tuple[str, Callable[[Path], tuple[float, float]], str | None]] = [
         ("curl (1 conn/file)", curl, "curl"),
+        (DURABLE, curl_sync, "curl"),
         (f"aria2c -x{n} -s{n}", aria2, "aria2c"),
         (f"hf_transfer max_files={n}", hf_transfer, None),
         ("snapshot_download", snapshot, None),
@@ -193,11 +204,16 @@ def _importable(module: str) -> bool:
     return subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, check=False).returncode == 0
 
 
+DURABLE = "curl, then sync --data"
+
+
 def report(title: str, nbytes: int, rows: list[Row], ours_prefix: str = "starverse") -> None:
+    """One table; the ratio is to the fastest baseline, and for our row also to the durable one."""
     print(f"\n{title}  ({nbytes / MB:,.0f} MiB)")
     done = [r for r in rows if r.runs]
-    baselines = [r for r in done if not r.name.startswith(ours_prefix)]
+    baselines = [r for r in done if not r.name.startswith(ours_prefix) and r.name != DURABLE]
     best = min(baselines, key=lambda r: r.median) if baselines else None
+    durable = next((r for r in done if r.name == DURABLE), None)
     for r in rows:
         if r.skipped:
             print(f"  {r.name:34s}  skipped: {r.skipped}")
@@ -205,7 +221,34 @@ def report(title: str, nbytes: int, rows: list[Row], ours_prefix: str = "starver
         rate = nbytes / r.median / 1e6
         proc = f"  [process {r.median_process:6.2f} s]" if abs(r.median_process - r.median) > 0.05 else ""
         ratio = f"  x{best.median / r.median:4.2f} of {best.name}" if best is not None else ""
+        if durable is not None and r.name.startswith(ours_prefix):
+            ratio += f", x{durable.median / r.median:4.2f} of {DURABLE}"
         print(f"  {r.name:34s} {r.median:7.2f} s  {rate:8.1f} MB/s{ratio}{proc}")
+
+
+def ceilings(mb: int, tmp: Path) -> None:
+    """What bounds a verified, durable pull of one file on this machine, whatever the network.
+
+    sha256 runs on one core in file order; the fsync at the end waits for the disk.
+    """
+    block = os.urandom(MB)
+    h = hashlib.sha256()
+    t0 = time.perf_counter()
+    for _ in range(mb):
+        h.update(block)
+    hashed = mb * MB / (time.perf_counter() - t0) / 1e6
+    path = tmp / "durable.bin"
+    t0 = time.perf_counter()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        for _ in range(mb):
+            os.write(fd, block)
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+    durable = mb * MB / (time.perf_counter() - t0) / 1e6
+    path.unlink()
+    print(f"ceilings of one file here: sha256 {hashed:,.0f} MB/s (one core); write + fdatasync {durable:,.0f} MB/s")
 
 
 def bench_hub(args: argparse.Namespace, tmp: Path) -> None:
@@ -304,6 +347,8 @@ def main() -> None:
     print(f"bench_pull: {os.cpu_count()} CPUs, medians of {args.runs}; origin = loopback Python server (own process)")
     with tempfile.TemporaryDirectory(prefix="bench-pull-") as d:
         tmp = Path(d)
+        if args.only in (None, "hub"):
+            ceilings(args.mb, tmp)
         if args.only in (None, "hub"):
             bench_hub(args, tmp)
         if args.small and args.only in (None, "small", "small-local", "small-http"):
