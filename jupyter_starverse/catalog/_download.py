@@ -73,6 +73,8 @@ RAMP_FIRST = 2  # connections a ranged file starts with; then all, kept if they 
 RAMP_GAIN = 1.25
 RAMP_INTERVAL = 0.05  # seconds of transfer per measurement (longer when the first bytes were slow)
 SUBREAD = 256 * 1024  # bytes per read call: the ramp's measurements move in these steps
+FILES_AT_ONCE = 4  # large files of one pull fetched at once
+VERDICT_SECONDS = 30.0  # how long one file's ramp verdict holds for the other files of its host
 SYNC_SECONDS = 1.0  # and at least this often while pieces complete (what a resume can reuse)
 RETRIES = 6
 BACKOFF = 0.25  # seconds, doubled per try, at most BACKOFF_MAX
@@ -231,6 +233,7 @@ class HttpOrigin:
     def __init__(self, url: str, headers: dict[str, str] | None = None, *, timeout: float = TIMEOUT) -> None:
         self.label = url
         self.url = url
+        self.link = urlsplit(url).netloc  # what the files of one host share (the ramp's measurements)
         self.headers = dict(headers or {})
         self.timeout = timeout
         self._lock = threading.Lock()
@@ -330,6 +333,8 @@ class FsspecOrigin:
 
     def __init__(self, fs: Any, path: str, *, size: int | None, etag: str | None) -> None:
         self.fs, self.path, self.label = fs, path, path
+        protocol = getattr(fs, "protocol", "fsspec")
+        self.link = protocol if isinstance(protocol, str) else protocol[0]
         self._size, self._etag = size, etag
 
     def stream(self, start: int, end: int | None) -> Response:
@@ -417,15 +422,70 @@ class _Digests:
             h.update(data)
 
 
+class _Meter:
+    """Bytes from one origin host, over every file this process fetches from it at once.
+
+    Files of one pull (4 shards) share the link to their origin: the first file to ramp
+    measures the host's rate before and after its extra connections, when every connection
+    to the host carries bytes, and its verdict (more connections help or not) holds for the
+    files that ramp in the next :data:`VERDICT_SECONDS`.
+    """
+
+    def __init__(self) -> None:
+        self.stepping = threading.Lock()
+        self.verdict: tuple[float, bool] | None = None  # (when, extra connections helped)
+        self._lock = threading.Lock()
+        self._live: list[tuple[list[int], list[bool | None]]] = []
+        self._finished = 0
+
+    def register(self, n: int) -> tuple[list[int], list[bool | None]]:
+        """Byte counts and states (None: not started, False: waiting for its first bytes) of n workers."""
+        out: tuple[list[int], list[bool | None]] = ([0] * n, [None] * n)
+        with self._lock:
+            self._live.append(out)
+        return out
+
+    def release(self, counters: list[int]) -> None:
+        with self._lock:
+            self._live = [c for c in self._live if c[0] is not counters]
+            self._finished += sum(counters)
+
+    def total(self) -> int:
+        with self._lock:
+            return self._finished + sum(sum(c) for c, _ in self._live)
+
+    def flowing(self) -> bool:
+        """True when every started connection to the host has its first bytes."""
+        with self._lock:
+            return all(state is not False for _, states in self._live for state in states)
+
+    def fresh_verdict(self) -> bool | None:
+        if self.verdict is None or time.monotonic() - self.verdict[0] > VERDICT_SECONDS:
+            return None
+        return self.verdict[1]
+
+
+_METERS: dict[str, _Meter] = {}
+_METERS_LOCK = threading.Lock()
+
+
+def _meter(origin: Origin) -> _Meter:
+    key = getattr(origin, "link", origin.label)
+    with _METERS_LOCK:
+        return _METERS.setdefault(key, _Meter())
+
+
 class _Ranged:
     """Pieces of one file over several connections, hashed in order by one thread.
 
-    A file starts on :data:`RAMP_FIRST` connections; once their rate is measured, all
-    ``connections`` open, and if they do not add :data:`RAMP_GAIN` over the first ones, the
-    extra workers stop after their current piece. An origin that limits every connection (a
-    CDN) gets all of them; one that is already fast over two (a mirror on the LAN, loopback)
-    is not split further, where extra connections only take CPU that hashing and writing
-    need (on two cores, 8 connections to an unlimited origin pulled at 0.7x the rate of 2).
+    A file starts on :data:`RAMP_FIRST` connections; once the origin's rate is measured, all
+    ``connections`` open, and if they add less than ``RAMP_GAIN - 1`` of what the first ones
+    carried, the extra workers stop after their current piece. An origin that limits every
+    connection (a CDN) gets all of them; one that is already fast over two (a mirror on the
+    LAN, loopback) is not split further, where extra connections only take CPU that hashing
+    and writing need (on two cores, 8 connections to an unlimited origin pulled at 0.7x the
+    rate of 2). The rate measured is the host's (:class:`_Meter`), so files fetched at once
+    judge their extra connections by what they add to the whole pull.
     """
 
     def __init__(
@@ -450,8 +510,9 @@ class _Ranged:
         self.connections = max(1, min(connections, len(self.todo) or 1))
         self.window = 2 * self.connections + 2
         self.limit = min(RAMP_FIRST, self.connections)  # workers allowed to take pieces now
-        self._received = [0] * self.connections  # bytes per worker (the ramp's measurements)
-        self._flowing = [False] * self.connections  # worker k has received its first bytes
+        self._meter = _meter(origin)
+        # bytes per worker and whether it has its first bytes (the ramp's measurements)
+        self._received, self._flowing = self._meter.register(self.connections)
         self.ramp: list[tuple[int, float]] = []  # (connections, MB/s) per step: for logs and tests
         self.first = first
         self.cond = threading.Condition()
@@ -605,6 +666,7 @@ class _Ranged:
     # connections ----------------------------------------------------------------------------------
     def _open(self, threads: list[threading.Thread], first: int, last: int) -> None:
         for k in range(first, last):
+            self._flowing[k] = False
             t = threading.Thread(target=self._worker, args=(k,), name=f"starverse-get-{k}", daemon=True)
             threads.append(t)
             t.start()
@@ -613,43 +675,62 @@ class _Ranged:
         with self.cond:
             return self.error is None and bool(self.todo)
 
-    def _measure(self, k: int) -> float | None:
-        """Bytes/s of workers ``0..k-1`` once each has its first bytes (latency is not rate); None: done."""
+    def _measure(self, k: int) -> tuple[float, float] | None:
+        """Bytes/s of the host and of this file, once workers ``0..k-1`` have their first bytes; None: done."""
         started = time.monotonic()
-        while not all(self._flowing[:k]):
+        while not self._meter.flowing():  # latency is not rate
             if not self._busy() or time.monotonic() > started + TIMEOUT:
                 return None
             time.sleep(0.002)
-        t0, b0 = time.monotonic(), sum(self._received)
+        t0, b0, own0 = time.monotonic(), self._meter.total(), sum(self._received)
         # long enough for a new TCP connection to leave slow start on a distant origin, and for
-        # several sub-reads per connection (the count moves in SUBREAD steps)
+        # several sub-reads per connection (the counts move in SUBREAD steps)
         wait = max(RAMP_INTERVAL, min(1.0, 2 * (t0 - started)))
         while self._busy():
             self._stop.wait(0.01)
             elapsed = time.monotonic() - t0
-            if elapsed >= wait and (sum(self._received) - b0 >= 8 * SUBREAD * k or elapsed >= 1.0):
-                return (sum(self._received) - b0) / elapsed
+            own = sum(self._received) - own0
+            if elapsed >= wait and (own >= 8 * SUBREAD * k or elapsed >= 1.0):
+                return (self._meter.total() - b0) / elapsed, own / elapsed
         return None
 
     def _ramp(self, threads: list[threading.Thread]) -> None:
-        """From RAMP_FIRST connections to all; back again when all add less than RAMP_GAIN."""
-        first = self._measure(self.limit)
-        if first is None:
-            return
-        self.ramp.append((self.limit, first / 1e6))
-        k = self.limit
-        with self.cond:
-            self.limit = self.connections
-            self.cond.notify_all()
-        self._open(threads, k, self.connections)
-        rate = self._measure(self.connections)
-        if rate is None:
-            return
-        self.ramp.append((self.connections, rate / 1e6))
-        if rate < first * RAMP_GAIN:
+        """From RAMP_FIRST connections to all; back again when all add too little to the host's rate."""
+        while not self._meter.stepping.acquire(timeout=0.05):  # files of a pull step one at a time
+            if not self._busy():
+                return
+        try:
+            verdict = self._meter.fresh_verdict()
+            if verdict is not None:  # another file of this host just measured it
+                if verdict:
+                    with self.cond:
+                        k, self.limit = self.limit, self.connections
+                        self.cond.notify_all()
+                    self._open(threads, k, self.connections)
+                return
+            first = self._measure(self.limit)
+            if first is None:
+                return
+            self.ramp.append((self.limit, first[1] / 1e6))
+            k = self.limit
             with self.cond:
-                self.limit = k  # the extra workers stop after their current piece
-            log.debug("%s: %d connections add nothing over %d (%s)", self.origin.label, self.connections, k, self.ramp)
+                self.limit = self.connections
+                self.cond.notify_all()
+            self._open(threads, k, self.connections)
+            after = self._measure(self.connections)
+            if after is None:
+                return
+            self.ramp.append((self.connections, after[1] / 1e6))
+            helped = after[0] - first[0] >= (RAMP_GAIN - 1) * first[1]
+            self._meter.verdict = (time.monotonic(), helped)
+            if not helped:
+                with self.cond:
+                    self.limit = k  # the extra workers stop after their current piece
+                log.debug(
+                    "%s: %d connections add nothing over %d (%s)", self.origin.label, self.connections, k, self.ramp
+                )
+        finally:
+            self._meter.stepping.release()
 
     def _flusher(self) -> None:
         synced: set[int] = set()
@@ -688,6 +769,7 @@ class _Ranged:
             for t in threads:  # the list only grows in this thread
                 t.join()
         finally:
+            self._meter.release(self._received)
             self._stop.set()
             self._sync_wanted.set()
             flusher.join()
@@ -699,16 +781,14 @@ class _Ranged:
 
 
 def share_connections(connections: int, files: int) -> tuple[int, int]:
-    """``(files at once, connections per file)`` for ``files`` large files over ``connections``.
+    """``(files at once, connections per file)`` for ``files`` large files.
 
-    Files one after the other leave connections idle while each file's last pieces arrive
-    (and hash on one core); two or more connections per file, several files at once, keep
-    every connection busy and hash the files on several cores.
+    Up to :data:`FILES_AT_ONCE` files at once, each with ``connections`` (as ``aria2c -x N``
+    with ``-j``): files one after the other leave connections idle while each file's last
+    pieces arrive and hash on one core. Each file's ramp keeps its extra connections only
+    while they add to the host's rate, so a fast origin ends with 2 per file.
     """
-    if files <= 1 or connections < 4:
-        return 1, connections
-    at_once = min(files, connections // 2)
-    return at_once, connections // at_once
+    return max(1, min(files, FILES_AT_ONCE)), connections
 
 
 def download(
