@@ -15,7 +15,7 @@ extension starts from the same object and overrides fields from its traitlets.
 | STARVERSE_PRICES            | path of a price table (JSON) replacing the shipped|                                 |
 | STARVERSE_CURRENCY          | currency shown, overriding the price table's      |                                 |
 | STARVERSE_LOCK_TTL          | seconds a pull lease lives without renewal        | ``30``                          |
-| STARVERSE_PULL_CONNECTIONS  | connections per store pull (ranges, small files)  | ``8``                           |
+| STARVERSE_PULL_CONNECTIONS  | connections per large file; small files at once   | ``8``                           |
 | STARVERSE_NAMESPACE         | Kubernetes namespace                              | from kubeconfig / SA / default  |
 | STARVERSE_KUBE_CONTEXT      | kubeconfig context                                | current context                 |
 | STARVERSE_KUBE_KIND         | manifest kind: ``job``/``jobset``/``trainjob``/``pytorchjob`` | ``job``             |

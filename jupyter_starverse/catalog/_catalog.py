@@ -289,8 +289,9 @@ class Catalog:
     ) -> EntryStatus:
         """Fill the store from the source once; concurrent callers anywhere share one download.
 
-        ``connections`` (default ``STARVERSE_PULL_CONNECTIONS``) is how many connections one
-        pull opens: ranges of a large file, or small files at once. ``allow``/``ignore`` are
+        ``connections`` (default ``STARVERSE_PULL_CONNECTIONS``) is how many connections a
+        large file's ranges may take (up to 4 such files at once; connections that add no speed
+        close again), or how many small files come at once. ``allow``/``ignore`` are
         glob patterns choosing files of a Hugging Face repo (``hf:datasets/ORG/NAME`` or a
         model); pulling a cached repo with new patterns adds the files they select.
         """
@@ -397,7 +398,7 @@ class Catalog:
         def one_small(f: SourceFile, n: int) -> FileRecord:
             return one(f, n, sync=boot is None)  # with a boot id: one syncfs for the batch, below
 
-        # Large files several at once, sharing the connections (each fsync'ed); small
+        # Large files up to 4 at once, each with the connections that help (each fsync'ed); small
         # files N at a time, made durable together: a marker names this boot until the batch
         # is synced, so a pull after an OS crash does not trust small files renamed before it.
         big = [f for f in files if f.size is not None and f.size >= _download.SPLIT_AT]

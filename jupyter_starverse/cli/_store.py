@@ -138,7 +138,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="connections at once: ranges of a large file, or small files (default STARVERSE_PULL_CONNECTIONS, 8)",
+        help="connections per large file (up to 4 files at once), or small files at once"
+        " (default STARVERSE_PULL_CONNECTIONS, 8)",
     )
     p.add_argument(
         "--allow",
