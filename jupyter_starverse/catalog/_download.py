@@ -550,6 +550,9 @@ class _Ranged:
                 self._fetch(i, k)
         except BaseException as e:
             self._fail(e)
+        finally:
+            if self._flowing[k] is False:
+                self._flowing[k] = None  # ended before its first bytes: the ramp stops waiting for it
 
     def _fail(self, e: BaseException) -> None:
         with self.cond:

@@ -9,6 +9,7 @@ import json
 import logging
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,26 @@ def test_connections_that_add_no_throughput_are_closed_again(
     active = [a for key, _s, _e, a in files.gets if key == "mirror/big.bin"]
     assert max(active) >= 4  # all 6 were tried (others sending when a GET began) ...
     assert max(active[-6:]) <= 2  # ... and the last pieces came over the first 2 again
+
+
+def test_files_fetched_at_once_share_one_measurement_of_their_host(
+    files: FileServer, small_pieces: int, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """4 shards behind one shared link: the first file finds that more connections add nothing; the rest believe it."""
+    blobs = {f"shard-{i}.bin": Blob(size=12 * small_pieces, seed=120 + i) for i in range(4)}
+    urls = {name: files.add(f"mirror/{name}", blob) for name, blob in blobs.items()}
+    files.link = 12_000_000
+
+    def one(name: str) -> str:
+        target = engine.Target(name, blobs[name].size)
+        return engine.download(engine.HttpOrigin(urls[name]), tmp_path / name, target, connections=6).sha256
+
+    with caplog.at_level(logging.DEBUG, logger=engine.__name__), ThreadPoolExecutor(4) as pool:
+        digests = dict(zip(blobs, pool.map(one, blobs), strict=True))
+    assert digests == {name: blob.sha256() for name, blob in blobs.items()}
+    assert caplog.text.count("connections add nothing") == 1  # one file measured, for all four
+    # after the measurement, 4 files x 2 connections (+1 each for a response finishing)
+    assert max(a for *_, a in files.gets[-8:]) <= 11
 
 
 def test_a_limit_per_connection_keeps_all_connections(files: FileServer, small_pieces: int, tmp_path: Path) -> None:
