@@ -460,6 +460,19 @@ class Starverse:
             page, items=tuple(items), notes=tuple(dict.fromkeys(notes)), etag=page_etag(items, page.total)
         )
 
+    def keep_jobs(self) -> int:
+        """One look at every unfinished Kubernetes job; returns how many were looked at.
+
+        The Kubernetes backend relaunches a preempted group when the job is read, so a job
+        nobody lists, shows or follows would wait without pods. A JupyterLab server calls this
+        every ``StarverseApp.keep_jobs_every`` seconds. (Local jobs have their supervisor, and
+        a Slurm job's batch script requeues itself.)
+        """
+        if "kubernetes" not in self.job_backends():
+            return 0
+        page = self.job_page(backend=("kubernetes",))
+        return sum(1 for row in page.items if row.backend == "kubernetes")
+
     def cost_total(self, user: str | None = None) -> UserTotal:
         """What ``user`` spent on every backend: run folders of cluster jobs are metered first.
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Enum, Unicode
+from traitlets import Enum, Float, Unicode
 
 from .._settings import BACKENDS, Settings
 from ..client import Starverse
@@ -40,6 +40,12 @@ class StarverseApp(ExtensionApp):
         "", config=True, help="Currency shown, overriding the price table's. Default: $STARVERSE_CURRENCY."
     )
     namespace = Unicode("", config=True, help="Kubernetes namespace. Default: $STARVERSE_NAMESPACE.")
+    keep_jobs_every = Float(
+        30.0,
+        config=True,
+        help="Seconds between looks at unfinished Kubernetes jobs, which relaunch a preempted group"
+        " that nobody follows (0: off).",
+    )
 
     def settings_from_config(self) -> Settings:
         """Settings from the environment, overridden by every trait the operator set."""
@@ -65,10 +71,27 @@ class StarverseApp(ExtensionApp):
         self.log.info("jupyter_starverse: store=%s backend=%s", client.settings.store, client.settings.backend)
         self._idle_stop: asyncio.Event | None = None
         self._idle_task: asyncio.Future[None] | None = None
-        if client.settings.workspace_idle_minutes:
-            from tornado.ioloop import IOLoop
+        self._keep_stop = asyncio.Event()
+        self._keep_task: asyncio.Future[None] | None = None
+        from tornado.ioloop import IOLoop
 
+        if client.settings.workspace_idle_minutes:
             IOLoop.current().add_callback(self._watch_idle, client)
+        if self.keep_jobs_every > 0:
+            IOLoop.current().add_callback(self._start_keeping, client)
+
+    def _start_keeping(self, client: Starverse) -> None:
+        self._keep_task = asyncio.ensure_future(self._keep_jobs(client, self.keep_jobs_every))
+
+    async def _keep_jobs(self, client: Starverse, every: float) -> None:
+        """Look at unfinished Kubernetes jobs every ``every`` seconds (see ``Starverse.keep_jobs``)."""
+        while not self._keep_stop.is_set():
+            try:
+                await asyncio.to_thread(client.keep_jobs)
+            except Exception as e:  # a cluster that does not answer now may answer at the next look
+                self.log.debug("jupyter_starverse: the look at Kubernetes jobs failed: %s", e)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._keep_stop.wait(), timeout=every)
 
     def _kernels(self) -> dict[str, AsyncKernelManager]:
         if self.serverapp is None:
@@ -99,11 +122,14 @@ class StarverseApp(ExtensionApp):
         self.handlers.extend(make_handlers())
 
     async def stop_extension(self) -> None:
-        stop, task = getattr(self, "_idle_stop", None), getattr(self, "_idle_task", None)
-        if stop is not None and task is not None:
-            stop.set()
-            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(task, 5)
+        for stop, task in (
+            (getattr(self, "_idle_stop", None), getattr(self, "_idle_task", None)),
+            (getattr(self, "_keep_stop", None), getattr(self, "_keep_task", None)),
+        ):
+            if stop is not None and task is not None:
+                stop.set()
+                with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                    await asyncio.wait_for(task, 5)
         client = self.settings.get("starverse_client")
         close = getattr(client, "close", None)
         if callable(close):

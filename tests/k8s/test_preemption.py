@@ -19,6 +19,7 @@ pytest.importorskip("kubernetes")
 
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.backends.kubernetes import KubernetesBackend
+from jupyter_starverse.client import Starverse
 from jupyter_starverse.errors import ConflictError
 from jupyter_starverse.experiments import read_json
 from jupyter_starverse.jobmodel import Job, JobSpec, JobState
@@ -107,6 +108,21 @@ def test_preempt_drill_relaunches_the_whole_group(kube: KubeServer, settings: Se
     assert event["kind"] == "preempted" and event["action"] == "resumed" and event["attempt"] == 0
     assert "node 1" in event["cause"] and "SIGTERM" in event["cause"] and "exit 143" in event["cause"]
     assert backend.get(job.id).restarts == 1 and backend.list()[0].restarts == 1
+
+
+def test_a_preempted_job_nobody_follows_is_relaunched_by_the_keeper(kube: KubeServer, settings: Settings) -> None:
+    """What a JupyterLab server does every 30 s: one look at unfinished jobs relaunches the group."""
+    kube.set_plan(_plan(last_runs=3600))
+    client = Starverse(settings)
+    backend = client.backend("kubernetes")
+    job = backend.submit(_spec())
+    _running(backend, job.id)  # type: ignore[arg-type]
+    kube.evict(next(p for p in kube.objects("pods") if _node(p) == 1)["metadata"]["name"])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and sorted(_attempt(p) for p in kube.objects("pods")) != [1, 1]:
+        assert client.keep_jobs() >= 1  # the keeper's look, not a reader of this job
+        time.sleep(0.05)
+    assert sorted(_attempt(p) for p in kube.objects("pods")) == [1, 1]  # the whole group, attempt 1
 
 
 def test_eviction_is_a_preemption_not_a_failure(kube: KubeServer, settings: Settings) -> None:
