@@ -1,0 +1,64 @@
+"""A pipeline exported as sbatch scripts runs on the real test cluster: ``bash submit.sh`` submits
+each step, and the second starts only after the first succeeded (``--dependency=afterok``).
+
+It lives here, beside the session's one Slurm cluster (tests/slurm/conftest.py); the export's
+text is tested in tests/pipelines/test_export.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+from jupyter_starverse._settings import Settings
+from jupyter_starverse.backends.slurm import SlurmBackend
+from jupyter_starverse.client import Starverse
+from jupyter_starverse.pipelines import Pipeline
+from tests.pipelines.conftest import STEP, doc
+
+from ._cluster import SlurmCluster
+
+
+def _state(cluster: SlurmCluster, sid: str) -> str:
+    out = cluster.run("scontrol", "show", "job", sid, check=False).stdout
+    found = re.search(r"JobState=(\S+)", out)
+    return found.group(1) if found else "UNKNOWN"
+
+
+def test_exported_sbatch_runs_the_steps_in_order(
+    slurm: SlurmBackend, slurm_cluster: SlurmCluster, settings: Settings, tmp_path: Path
+) -> None:
+    folder = tmp_path / "project"
+    (folder / "steps").mkdir(parents=True)
+    for name in ("prep.py", "train.py"):
+        (folder / "steps" / name).write_text(STEP)
+    pipeline = Pipeline.from_json(doc(backend="slurm"))
+    out = Starverse(settings).pipelines.export(pipeline, "sbatch", base_dir=folder)
+    out.write(folder / "exported")
+
+    done = subprocess.run(
+        ["bash", str(folder / "exported" / "submit.sh")],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    found = re.findall(r"^(\w+): Slurm job (\d+) \(run folder (.+)\)$", done.stdout, re.M)
+    steps = {node: (sid, Path(run)) for node, sid, run in found}
+    assert set(steps) == {"prep", "train"}, done.stdout
+
+    deadline = time.monotonic() + 180
+    states: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        states = {node: _state(slurm_cluster, sid) for node, (sid, _run) in steps.items()}
+        if all(s in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL") for s in states.values()):
+            break
+        time.sleep(0.5)
+    assert states == {"prep": "COMPLETED", "train": "COMPLETED"}, (states, done.stdout)
+    began = {node: json.loads((run / "step-0.json").read_text())["start"] for node, (_sid, run) in steps.items()}
+    assert began["train"] >= began["prep"] + 0.5  # prep sleeps 0.5 s after it starts: train waited for it
