@@ -41,6 +41,7 @@ from ._types import Entry, EntryStatus, FileRecord, HoldInfo, PullProgress, Veri
 __all__ = ["Catalog", "check_pull_options"]
 
 _POLL = 0.1
+_REMOTE_BATCH = 64  # small files of a first pull from a remote source fetched as one staged batch from here
 _RUNNING = ("downloading", "verifying")
 # The folders every user writes; in group mode they are the group's, setgid, 2775 (docs/sharing.md).
 _SHARED = (
@@ -380,15 +381,16 @@ class Catalog:
         unsynced = self.layout.progress_path(key).with_suffix(".unsynced")
         self._distrust_unsynced(unsynced, data_dir, files)
         remove_old_parts(data_dir)
-        batch = is_local(fs) and not any(os.scandir(data_dir))  # a first pull of a folder
+        first = not any(os.scandir(data_dir))
+        batch = is_local(fs) and first  # a first pull of a folder
         present = 0 if batch else sum(f.size or 0 for f in files if self._present(safe_join(data_dir, f.rel), f))
         total = sum(f.size or 0 for f in files)
         if shutil.disk_usage(data_dir).free < total - present:
             raise store_full(data_dir, total - present)
         tracker.start(bytes_total=total, files_total=len(files), already=present)
         if batch:  # one batch, staged, synced once and renamed into place (see _localbatch)
-            records = copy_batch(files, data_dir, lease=lease, tracker=tracker, workers=min(connections, 2))
-            return Manifest(str(ref), tuple(records[f.rel] for f in files), time.time())
+            copied = copy_batch(files, data_dir, lease=lease, tracker=tracker, workers=min(connections, 2))
+            return Manifest(str(ref), tuple(copied[f.rel] for f in files), time.time())
         boot = _download.boot_id()
 
         def one(f: SourceFile, n: int, *, sync: bool = True) -> FileRecord:
@@ -402,9 +404,19 @@ class Catalog:
         # files N at a time, made durable together: a marker names this boot until the batch
         # is synced, so a pull after an OS crash does not trust small files renamed before it.
         big = [f for f in files if f.size is not None and f.size >= _download.SPLIT_AT]
+        small = [f for f in files if f.size is None or f.size < _download.SPLIT_AT]
+        records: dict[str, FileRecord] = {}
+        if first and len(small) >= _REMOTE_BATCH:
+            # A first pull of many small files: one staged batch, no lease, part file or sync per
+            # file (see _localbatch); the large files then come as below, each resumable.
+            def fetch_small(f: SourceFile, dest: Path) -> FileRecord:
+                return fetch_file(fs, f, dest, leases=(lease,), connections=1, sync=False)
+
+            records = copy_batch(small, data_dir, lease=lease, tracker=tracker, workers=connections,
+                                 copy_small=fetch_small)  # fmt: skip
+            small = []
         at_once, per_file = _download.share_connections(connections, len(big))
-        records = run_parallel(one, big, at_once, per_file=per_file)
-        small = [f for f in files if f.rel not in records]
+        records.update(run_parallel(one, big, at_once, per_file=per_file))
         if small and boot is not None:
             write_json_atomic(unsynced, {"boot": boot})
         records.update(run_parallel(one_small, small, connections))

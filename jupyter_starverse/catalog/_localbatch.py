@@ -12,6 +12,10 @@ folder source (nothing of the entry on disk yet) therefore goes here instead:
 - one ``syncfs`` for the whole batch, then one ``rename`` of the staging folder into place and
   an fsync of its parent: the entry's files become visible all at once, complete and durable.
 
+A first pull of another source (HTTP, s3, ...) stages its small files the same way, fetched by
+the download engine several at once, before its large files come one by one (each resumable
+under its own lease); only the way a file is read differs.
+
 A crash leaves only the staging folder, which the next pull removes and redoes. Lazy readers
 (``catalog.fs``) wait while a live batch runs instead of copying a file a second time
 (:meth:`Catalog.wait_for_batch`).
@@ -24,7 +28,7 @@ import hashlib
 import os
 import shutil
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from jupyter_starverse.errors import IntegrityError, NotFoundError
@@ -127,8 +131,14 @@ def copy_batch(
     lease: Lease,
     tracker: ProgressTracker | None = None,
     workers: int = 2,
+    copy_small: Callable[[SourceFile, Path], FileRecord] | None = None,
 ) -> dict[str, FileRecord]:
-    """Copy ``files`` into a fresh ``data_dir`` (absent or empty) as one batch; see the module doc."""
+    """Copy ``files`` into a fresh ``data_dir`` (absent or empty) as one batch; see the module doc.
+
+    ``copy_small(src, dest)`` fetches one small file of another source (HTTP, s3, ...) into the
+    staging folder (verified, read-only); without it files are read from a local folder.
+    """
+    fetch_small = copy_small or _copy_small
     staging = staging_dir(data_dir)
     if staging.exists():  # left by a crashed batch: never trusted, redone
         make_writable(staging)
@@ -150,7 +160,7 @@ def copy_batch(
                     return
                 if lease.lost.is_set():
                     raise LeaseLostError(str(data_dir))
-                rec = _copy_small(f, staging / f.rel)
+                rec = fetch_small(f, staging / f.rel)
                 records[f.rel] = rec
                 nbytes += rec.size
                 nfiles += 1

@@ -351,6 +351,8 @@ class FileServer(_Base):
         path = unquote(urlsplit(h.path).path).lstrip("/")
         if path in self.files:
             blob = self.files[path]
+            if self.on_get is not None and not head:
+                self.on_get(path)
             etag = hashlib.sha1(f"{path}:{blob.size}:{blob.seed}".encode()).hexdigest()
             return self.send_blob(h, path, blob, {"ETag": f'"{etag}"'}, head=head)
         prefix = path.rstrip("/") + "/" if path else ""

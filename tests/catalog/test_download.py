@@ -31,6 +31,7 @@ def small_pieces(monkeypatch: pytest.MonkeyPatch) -> int:
     monkeypatch.setattr(engine, "SPLIT_AT", 512 * KIB)
     monkeypatch.setattr(engine, "BACKOFF", 0.01)
     monkeypatch.setattr(engine, "SUBREAD", 16 * KIB)  # the ramp measures in small steps too
+    monkeypatch.setattr(engine, "_METERS", {})  # no verdict of an earlier test's origin on a reused port
     return 256 * KIB
 
 
@@ -123,6 +124,37 @@ def test_small_files_come_n_at_a_time(catalog: Catalog, files: FileServer) -> No
     assert 6 <= files.max_active <= 7
     root = catalog.mount("web")
     assert {rel: sha(root / rel) for rel in blobs} == {rel: b.sha256() for rel, b in blobs.items()}
+
+
+def test_a_first_pull_of_many_small_files_over_http_is_one_staged_batch(
+    catalog: Catalog, files: FileServer, small_pieces: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No lease per small file; they appear in the entry all at once; a large one still comes in ranges."""
+    blobs = {f"shard-{i // 40}/f{i:03d}.txt": Blob(size=3_000 + i, seed=400 + i) for i in range(80)}
+    blobs["big.bin"] = Blob(size=4 * small_pieces, seed=499)
+    add_http_dataset(catalog, files, blobs)
+    data_dir = catalog.layout.data_dir(DatasetRef("web", "1"))
+    seen_early: list[str] = []
+
+    def on_get(path: str) -> None:  # while the small files come, nothing of the entry is visible yet
+        if path.endswith(".txt") and data_dir.exists():
+            seen_early.extend(p.name for p in data_dir.rglob("*.txt"))
+
+    files.on_get = on_get
+    leases: list[str] = []
+    file_lease_path = catalog.layout.file_lease_path
+    monkeypatch.setattr(
+        catalog.layout, "file_lease_path", lambda key, rel: leases.append(rel) or file_lease_path(key, rel)
+    )
+    status = catalog.pull("web", connections=4)
+    assert status.state == "cached" and status.files == 81
+    assert seen_early == []  # published together, after one sync
+    assert leases == ["big.bin"]  # only the large file has a lease of its own (it is resumable)
+    assert files.bytes_sent == sum(b.size for b in blobs.values())  # every byte once
+    root = catalog.mount("web")
+    assert {rel: sha(root / rel) for rel in blobs} == {rel: b.sha256() for rel, b in blobs.items()}
+    assert catalog.verify(status.ref).ok
+    assert not list(data_dir.parent.glob(".*.staging"))
 
 
 def test_resets_and_503s_are_retried_per_range_and_resume_inside_the_range(
