@@ -188,14 +188,19 @@ class _Renewer:
         self._due: dict[int, tuple[float, Lease]] = {}
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._wakes_at = 0.0  # when the thread wakes next (it sleeps at most a second)
 
     def add(self, lease: Lease) -> None:
         with self._cond:
-            self._due[id(lease)] = (time.monotonic() + lease.ttl / 3, lease)
+            due = time.monotonic() + lease.ttl / 3
+            self._due[id(lease)] = (due, lease)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="starverse-lease-renewer", daemon=True)
                 self._thread.start()
-            # no notify: the thread wakes at least every second, well before a new lease falls due
+            elif due < self._wakes_at:
+                # a lease with a TTL under 3 s falls due before the thread would wake; with the usual
+                # TTL (30 s) it never does, so 10,000 small files' leases wake the thread not once each
+                self._cond.notify()
 
     def remove(self, lease: Lease) -> None:
         with self._cond:
@@ -208,7 +213,9 @@ class _Renewer:
                 due = [lease for at, lease in self._due.values() if at <= now]
                 if not due:
                     nearest = min((at for at, _ in self._due.values()), default=now + 1.0)
-                    self._cond.wait(min(1.0, max(0.01, nearest - now)))
+                    wait = min(1.0, max(0.01, nearest - now))
+                    self._wakes_at = now + wait
+                    self._cond.wait(wait)
                     continue
                 for lease in due:
                     self._due[id(lease)] = (now + lease.ttl / 3, lease)

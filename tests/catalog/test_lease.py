@@ -41,6 +41,20 @@ def test_renewing_keeps_the_lease_alive(tmp_path: Path) -> None:
     assert a.held
 
 
+def test_a_short_lease_is_renewed_in_time_while_the_renewer_sleeps(tmp_path: Path) -> None:
+    """The shared renewer sleeps up to a second; a lease with a 0.3 s TTL added meanwhile wakes it."""
+    warm = Lease(tmp_path / "warm.lease", ttl=30)
+    assert warm.try_acquire()
+    with warm.renewing():
+        time.sleep(0.05)  # the renewer thread runs and sleeps towards a due time 10 s away
+    a, b = Lease(tmp_path / "x.lease", ttl=0.3), Lease(tmp_path / "x.lease", ttl=0.3)
+    assert a.try_acquire()
+    with a.renewing():
+        time.sleep(0.8)
+        assert not b.try_acquire()
+    warm.release()
+
+
 def test_lease_of_a_dead_process_on_this_host_is_stale_at_once(tmp_path: Path) -> None:
     path = tmp_path / "x.lease"
     code = (
