@@ -338,6 +338,10 @@ class SlurmBackend(RunFolderBackend):
             started, hosts, restarts = info.started, info.nodes, info.restarts
             if state is JobState.PENDING and restarts:
                 state = JobState.RESUMING  # requeued: waits for nodes, then resumes from the checkpoint
+            elif state is JobState.RUNNING and restarts and int(read_restarts(run).get("attempt") or 0) < restarts:
+                # requeued, and Slurm counts the new attempt while the old one is still completing or
+                # before the new batch script has begun: resuming, not running (no flicker after preempted)
+                state = JobState.RESUMING
             stopping = _stopping(run, restarts) if state is JobState.RUNNING else None
             if stopping is not None:  # ranks got SIGTERM: they checkpoint, then the attempt ends
                 state = JobState.PREEMPTED
