@@ -30,6 +30,7 @@ extension starts from the same object and overrides fields from its traitlets.
 | STARVERSE_STORE_CLAIM       | PVC of the store in job pods (read-only there)    | ``starverse-store``             |
 | STARVERSE_EXPERIMENTS_CLAIM | PVC of the experiments root in job pods           | ``starverse-experiments``       |
 | STARVERSE_SHARED_GROUP      | group (name or gid) sharing the store (docs/sharing.md) | none: single user         |
+| STARVERSE_ADMIN_GROUP       | group whose members may act on others' jobs/entries | none: owners and root only  |
 | STARVERSE_POD_UID           | uid of job pods (non-root, owns the shared volumes)| ``1000``                        |
 | STARVERSE_POD_GID           | primary gid of job pods                           | ``1000``                        |
 | STARVERSE_POD_FS_GROUP      | fsGroup of job pods (``none``: do not set)        | the gid                         |
@@ -367,6 +368,7 @@ class Settings:
     store_claim: str | None = None
     experiments_claim: str | None = None
     shared_group: str | None = None
+    admin_group: str | None = None
     pod_uid: int = 1000
     pod_gid: int = 1000
     pod_fs_group: int | None = 1000
@@ -427,6 +429,7 @@ class Settings:
             store_claim=_optional(env, "STARVERSE_STORE_CLAIM"),
             experiments_claim=_optional(env, "STARVERSE_EXPERIMENTS_CLAIM"),
             shared_group=_group(env, "STARVERSE_SHARED_GROUP"),
+            admin_group=_group(env, "STARVERSE_ADMIN_GROUP"),
             pod_uid=_id(env, "STARVERSE_POD_UID", 1000) or 1000,
             pod_gid=gid,
             pod_fs_group=_id(env, "STARVERSE_POD_FS_GROUP", gid, allow_none=True),
@@ -500,6 +503,7 @@ class Settings:
             "STARVERSE_STORE_CLAIM": self.store_claim,
             "STARVERSE_EXPERIMENTS_CLAIM": self.experiments_claim,
             "STARVERSE_SHARED_GROUP": self.shared_group,
+            "STARVERSE_ADMIN_GROUP": self.admin_group,
             "STARVERSE_SERVICE_ACCOUNT": self.service_account,
             "STARVERSE_PRIORITY_CLASS": self.priority_class,
             "STARVERSE_SHM_SIZE": self.shm_size,

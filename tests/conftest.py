@@ -15,6 +15,7 @@ import pytest
 
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.client import Starverse
+from tests._users import shared_tmp  # noqa: F401 (a fixture for every test package)
 
 pytest_plugins = ("pytest_jupyter.jupyter_server",)
 

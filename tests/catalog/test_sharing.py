@@ -10,14 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 import subprocess
-import sys
-import tempfile
-import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,14 +22,8 @@ from jupyter_starverse.catalog import Catalog, DatasetRef
 from jupyter_starverse.cli import main
 from jupyter_starverse.errors import ConflictError, PermissionDeniedError
 from jupyter_starverse.experiments import RunPaths, write_json
-
-ROOT = Path(__file__).resolve().parents[2]
-ALICE, BOB, TEAM = 60001, 60002, 60100  # uids and a gid that need no passwd/group entry
-
-as_root = pytest.mark.skipif(
-    not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("setpriv") is None,
-    reason="multi-user test: needs root and setpriv to run processes as two other uids",
-)
+from tests._users import ALICE, BOB, TEAM, as_root, as_user, cli_as
+from tests._users import shared_env as _env
 
 
 def _folder(root: Path, files: dict[str, bytes]) -> Path:
@@ -42,54 +31,6 @@ def _folder(root: Path, files: dict[str, bytes]) -> Path:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(data)
     return root
-
-
-@pytest.fixture
-def shared_tmp() -> Iterator[Path]:
-    """A folder every uid can reach (pytest's tmp_path is 0700 root)."""
-    base = Path(tempfile.mkdtemp(prefix="sv-share-", dir="/tmp"))
-    base.chmod(0o777)
-    yield base
-    for dirpath, dirs, _files in os.walk(base):
-        for d in dirs:
-            (Path(dirpath) / d).chmod(0o755)
-    shutil.rmtree(base, ignore_errors=True)
-
-
-def as_user(uid: int, groups: list[int], code: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    """Run Python ``code`` as ``uid`` (supplementary ``groups``) with the project importable."""
-    group_args = [f"--groups={','.join(map(str, groups))}"] if groups else ["--clear-groups"]
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("STARVERSE_", "HF_"))}
-    full_env.update(env)
-    full_env.update(
-        {"HOME": str(cwd), "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1", "STARVERSE_USER": f"u{uid}"}
-    )
-    return subprocess.run(
-        ["setpriv", f"--reuid={uid}", f"--regid={uid}", *group_args, sys.executable, "-c", textwrap.dedent(code)],
-        env=full_env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
-def _env(base: Path, **extra: str) -> dict[str, str]:
-    return {
-        "STARVERSE_HOME": str(base / "home"),
-        "STARVERSE_STORE": str(base / "store"),
-        "STARVERSE_EXPERIMENTS": str(base / "experiments"),
-        "STARVERSE_LOCK_TTL": "5",
-        **extra,
-    }
-
-
-_CLI = "import sys; from jupyter_starverse.cli import main; sys.exit(main(sys.argv[1:]))"
-
-
-def cli_as(uid: int, groups: list[int], env: dict[str, str], cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    code = f"import sys; sys.argv = ['starverse', *{list(argv)!r}]\n{_CLI}"
-    return as_user(uid, groups, code, env, cwd)
 
 
 def _age_usage_stamps(store: Path) -> None:
