@@ -6,7 +6,13 @@ from __future__ import annotations
 from jupyter_starverse._settings import DEFAULT_IMAGE
 from jupyter_starverse.errors import BadInputError
 
-__all__ = ["BOOT", "check_image", "check_warmup_source", "image_is_known_bad"]
+__all__ = ["BOOT", "MIN_TORCH", "check_image", "check_warmup_source", "image_is_known_bad"]
+
+#: The oldest torch the runtime and the templates run on: FSDP2's ``fully_shard`` is public in
+#: ``torch.distributed.fsdp`` from 2.6 (``runtime.wrap`` for fsdp, the tp template). The image
+#: (docs/image/Dockerfile) installs the ``train`` extra's pin, which tests/k8s/test_image.py
+#: checks against this.
+MIN_TORCH = (2, 6)
 
 _IMAGE_FIX = (
     f"build the image from docs/image/Dockerfile (CUDA torch + `pip install jupyter_starverse`) and push it "
@@ -15,7 +21,8 @@ _IMAGE_FIX = (
 )
 
 #: Run by ``python -c BOOT MODULES MODULE ARGS...``: checks that MODULES (comma separated) are
-#: importable, else prints the fix and exits 2 (a usage error: the Job fails at once, no retries),
+#: importable, and that a job of the runtime (MODULES has torch and jupyter_starverse) has a torch of
+#: at least MIN_TORCH, else prints the fix and exits 2 (a usage error: the Job fails at once, no retries),
 #: then runs MODULE as ``__main__`` with ARGS. No shell, and no user text in the program: user
 #: arguments stay separate argv entries. torchrun ends with 1 both when it got SIGTERM and when its
 #: ranks stopped after a preemption (they exit 143 once every rank checkpointed): either way the
@@ -28,6 +35,16 @@ BOOT = (
     "        'fix: use an image built from docs/image/Dockerfile (CUDA torch + pip install jupyter_starverse); '\n"
     "        'set it with --image, STARVERSE_IMAGE or the pool table image (docs/kubernetes.md).\\n')\n"
     "    sys.exit(2)\n"
+    "if {'torch', 'jupyter_starverse'} <= set(sys.argv[1].split(',')):  # the runtime's jobs (not --command)\n"
+    "    import torch\n"
+    "    parts = (torch.__version__.split('+')[0].split('.') + ['0', '0'])[:2]\n"
+    "    have = tuple(int(''.join(c for c in p if c.isdigit()) or 0) for p in parts)\n"
+    f"    if have < {MIN_TORCH!r}:\n"
+    "        sys.stderr.write('starverse: this image has torch ' + torch.__version__ + ', too old for the job: '\n"
+    f"            'the runtime needs torch >= {'.'.join(map(str, MIN_TORCH))} (FSDP2 fully_shard).\\n'\n"
+    "            'fix: use an image built from docs/image/Dockerfile (it installs the torch of the train extra); '\n"
+    "            'set it with --image, STARVERSE_IMAGE or the pool table image (docs/kubernetes.md).\\n')\n"
+    "        sys.exit(2)\n"
     "sys.argv = sys.argv[2:]\n"
     "try:\n"
     "    runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)\n"
