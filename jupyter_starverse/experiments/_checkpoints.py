@@ -1,46 +1,68 @@
-"""Checkpoints of an experiment and the plan to resume from them.
+"""Checkpoints of an experiment, whether they can be trusted and are healthy, and the plan to resume.
 
 A checkpoint is a folder ``<run>/checkpoints/step-<8 digits>/`` written with
 ``torch.distributed.checkpoint`` by every rank, plus ``meta.json`` written by rank 0.
 After the folder got its final name, rank 0 records it in the run's own checkpoint record
-``<run>/checkpoints/index.json`` (step, world size, time, job id and the SHA-256 of the DCP
-``.metadata`` pickle), written atomically.
+``<run>/checkpoints/index.json``: step, world size, time, job id, health, the name and size of
+every file and the SHA-256 of the DCP ``.metadata`` pickle, and an HMAC-SHA256 over all of it
+(and the experiment and run names) keyed by the run's secret.
 
-The experiments folder may be shared, so what other users put there is untrusted input:
-loading a DCP checkpoint unpickles its ``.metadata``. A checkpoint is *trusted* (listed,
-resumed from) only when
+**Provenance.** Every run has a secret, ``<run>/.secret`` (64 hex digits, created by the
+run's first checkpoint, ``O_EXCL``; mode 0600, 0640 in a group-shared run folder). The
+experiments folder may be shared, and loading a DCP checkpoint unpickles its ``.metadata``,
+so a checkpoint is *trusted* (listed, resumed from) only when
 
-* its run folder (and ``spec.json`` there) belongs to this user (effective uid);
-* its ``checkpoints`` folder, the record, the checkpoint folder and every file in it belong
-  to this user, are not symbolic links and are not writable by group or others;
-* the run's record lists it, and its ``.metadata`` still has the recorded SHA-256.
+* its run's secret can be read by this process and was written by this user (or, in a
+  group-shared run folder, by a member of the folder's group whom the file is shared with),
+  is not a symbolic link and nobody else may write it;
+* the run's record lists it with an HMAC that this secret reproduces: an entry edited after
+  writing, copied from another run or experiment, or written without a secret is refused;
+* the checkpoint folder and every file in it belong to the uid that wrote the secret, are
+  not symbolic links, are writable by nobody else, are exactly the recorded files with the
+  recorded sizes, and the ``.metadata`` has the recorded SHA-256.
 
-Everything else is reported as an :class:`IgnoredCheckpoint` with the reason, never read
-beyond ``stat``. Checkpoints are ranked by what the records say (time, then step), never by
-anything inside a checkpoint folder. The checks open each folder once and ``fstat`` what
-they opened, so a folder renamed while it is checked cannot slip in; a loader keeps the
-verified folder open (:func:`open_trusted_checkpoint`) and reads it through that handle.
+Trust does not depend on the umask (the writer sets every mode itself) nor on the reader's
+uid alone: under one shared uid (pods, containers as root) a checkpoint of another run or an
+edited record is still refused. Anyone who can read a run's secret can sign for that run, so
+the secret is as private as the run folder's group allows.
+
+**Health.** A checkpoint written while the loss was not finite (the runtime's NaN guard), or
+whose weights or optimizer state are not finite, is recorded *unhealthy* with the problem:
+it is never resumed from, and retention (``keep``) keeps the newest ``keep`` healthy ones
+(and at most ``keep`` unhealthy ones besides, for a post-mortem), so the newest healthy
+checkpoint is never deleted by a diverged run.
+
+Everything refused is reported as an :class:`IgnoredCheckpoint` with the reason, never read
+beyond ``stat`` and the metadata digest. Checkpoints are ranked by what the records say (time,
+then step), never by anything inside a checkpoint folder. The checks open each folder once
+and ``fstat`` what they opened, so a folder renamed while it is checked cannot slip in; a
+loader keeps the verified folder open (:func:`open_trusted_checkpoint`) and reads through it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
 import re
+import secrets
 import stat
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jupyter_starverse.errors import NotFoundError, PermissionDeniedError
+from jupyter_starverse._volume import in_group, write_atomic
+from jupyter_starverse.errors import ConflictError, NotFoundError, PermissionDeniedError
 
-from ._layout import ExperimentPaths, RunPaths, write_json
+from ._layout import ExperimentPaths, RunPaths
 
 __all__ = [
     "CHECKPOINT_INDEX",
+    "RUN_SECRET",
     "Checkpoint",
     "CheckpointScan",
     "IgnoredCheckpoint",
@@ -51,6 +73,7 @@ __all__ = [
     "open_trusted_checkpoint",
     "plan_resume",
     "record_checkpoint",
+    "run_secret",
     "scan_checkpoints",
     "verify_checkpoint",
 ]
@@ -58,7 +81,13 @@ __all__ = [
 CHECKPOINT_INDEX = "index.json"
 """The run's own record of the checkpoints it wrote, inside its ``checkpoints`` folder."""
 
+RUN_SECRET = ".secret"  # noqa: S105 (a file name, not a password)
+"""The run's private key for the HMAC of its checkpoint records, in the run folder."""
+
+_INDEX_VERSION = 2
+_MAX_INDEX_BYTES = 16 << 20
 _STEP_DIR = re.compile(r"^step-(\d{8,})$")
+_SECRET_TEXT = re.compile(r"^[0-9a-f]{64}$")
 _METADATA = ".metadata"  # the DCP metadata: a pickle, unpickled by every load
 _SHARED_WRITE = stat.S_IWGRP | stat.S_IWOTH
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -72,13 +101,15 @@ def checkpoint_name(step: int) -> str:
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A trusted checkpoint: the step it was taken after and the world size that wrote it."""
+    """A trusted checkpoint: the step it was taken after, the world size that wrote it, its health."""
 
     step: int
     path: Path
     world_size: int
     time: float
     job_id: str | None = None
+    healthy: bool = True
+    problem: str | None = None  # why it is unhealthy (a non-finite loss, weights or optimizer state)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -87,6 +118,8 @@ class Checkpoint:
             "world_size": self.world_size,
             "time": self.time,
             "job_id": self.job_id,
+            "healthy": self.healthy,
+            "problem": self.problem,
         }
 
 
@@ -107,17 +140,26 @@ class IgnoredCheckpoint:
 
 @dataclass(frozen=True)
 class CheckpointScan:
-    """Trusted checkpoints (oldest first, by their runs' records) and the folders ignored."""
+    """Trusted healthy checkpoints (oldest first, by their runs' records) and the folders ignored.
+
+    ``ignored`` holds the untrusted folders and the trusted but unhealthy checkpoints (the
+    reason starts with ``unhealthy:``); ``unhealthy`` holds the latter as checkpoints too.
+    """
 
     trusted: tuple[Checkpoint, ...] = ()
     ignored: tuple[IgnoredCheckpoint, ...] = ()
+    unhealthy: tuple[Checkpoint, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"trusted": [c.to_json() for c in self.trusted], "ignored": [i.to_json() for i in self.ignored]}
+        return {
+            "trusted": [c.to_json() for c in self.trusted],
+            "ignored": [i.to_json() for i in self.ignored],
+            "unhealthy": [c.to_json() for c in self.unhealthy],
+        }
 
 
 class _Untrusted(Exception):
-    """Why a folder or file fails the ownership checks."""
+    """Why a folder, a file or a record fails the checks."""
 
 
 @dataclass(frozen=True)
@@ -128,8 +170,11 @@ class _Record:
     time: float
     job_id: str | None
     metadata_sha256: str
+    files: tuple[tuple[str, int], ...]
+    healthy: bool = True
+    problem: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def body(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "step": self.step,
@@ -137,63 +182,127 @@ class _Record:
             "time": self.time,
             "job_id": self.job_id,
             "metadata_sha256": self.metadata_sha256,
+            "files": {name: size for name, size in self.files},
+            "healthy": self.healthy,
+            "problem": self.problem,
         }
 
+    def signed(self, key: bytes, binding: str) -> dict[str, Any]:
+        return {**self.body(), "hmac": _mac(key, binding, self.body())}
+
     @classmethod
-    def from_json(cls, data: Any) -> _Record | None:
+    def from_json(cls, data: Any) -> _Record:
+        """The record of one index entry; ``_Untrusted`` when it is not one."""
         try:
             name = str(data["name"])
-            if not _STEP_DIR.match(name):
-                return None
             job_id = data.get("job_id")
-            return cls(
+            files = data["files"]
+            problem = data.get("problem")
+            rec = cls(
                 name,
                 int(data["step"]),
-                int(data.get("world_size", 0)),
-                float(data.get("time", 0.0)),
+                int(data["world_size"]),
+                float(data["time"]),
                 str(job_id) if job_id is not None else None,
                 str(data["metadata_sha256"]),
+                tuple(sorted((str(k), int(v)) for k, v in files.items())),
+                bool(data["healthy"]),
+                str(problem) if problem is not None else None,
             )
         except (KeyError, TypeError, ValueError, AttributeError):
-            return None
+            raise _Untrusted(
+                f"its entry in {CHECKPOINT_INDEX} is incomplete (written before records were signed?)"
+            ) from None
+        if not _STEP_DIR.match(name):
+            raise _Untrusted(f"its entry in {CHECKPOINT_INDEX} names no checkpoint folder")
+        return rec
 
 
-def _check(info: os.stat_result, what: str, *, folder: bool, private: bool = True) -> None:
-    uid = os.geteuid()
+def _mac(key: bytes, binding: str, body: dict[str, Any]) -> str:
+    message = json.dumps({"bind": binding, **body}, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hmac.new(key, message.encode(), hashlib.sha256).hexdigest()
+
+
+def _binding(root: Path) -> str:
+    """What an HMAC binds a record to: the experiment and run names of the ``checkpoints`` folder ``root``."""
+    run = Path(root).absolute().parent
+    return f"{run.parent.parent.name}/{run.name}"
+
+
+def _verified(entry: Any, key: bytes, binding: str) -> _Record:
+    """The record of ``entry`` when its HMAC is the one ``key`` gives; ``_Untrusted`` saying why not."""
+    rec = _Record.from_json(entry)
+    given = entry.get("hmac") if isinstance(entry, dict) else None
+    if not isinstance(given, str) or not given:
+        raise _Untrusted(f"its entry in {CHECKPOINT_INDEX} has no HMAC (not written by a run of this version)")
+    if not hmac.compare_digest(given, _mac(key, binding, rec.body())):
+        raise _Untrusted(
+            f"its entry in {CHECKPOINT_INDEX} does not match its run's HMAC "
+            "(edited after writing, or copied from another run or experiment)"
+        )
+    return rec
+
+
+# ------------------------------------------------------------------------------ modes and owners
+def _group_mode(run_info: os.stat_result) -> bool:
+    """A group-shared run folder: setgid, or open to its group and closed to others."""
+    mode = run_info.st_mode
+    return bool(mode & stat.S_ISGID) or (mode & 0o050 == 0o050 and not mode & 0o005)
+
+
+def _modes(run_info: os.stat_result) -> tuple[int, int]:
+    """(folder, file) modes of a checkpoint: never more open than the run folder, never writable by others."""
+    if _group_mode(run_info):
+        return 0o2750, 0o640
+    if run_info.st_mode & 0o005 == 0o005:
+        return 0o755, 0o644
+    return 0o700, 0o600
+
+
+def _check(info: os.stat_result, what: str, *, folder: bool, owner: int | None = None) -> None:
+    """``what`` is a real folder (file), belongs to ``owner`` (when given) and nobody else may write it."""
     if stat.S_ISLNK(info.st_mode):
         raise _Untrusted(f"{what} is a symbolic link")
     if folder and not stat.S_ISDIR(info.st_mode):
         raise _Untrusted(f"{what} is not a folder")
     if not folder and not stat.S_ISREG(info.st_mode):
         raise _Untrusted(f"{what} is not a regular file")
-    if info.st_uid != uid:
-        raise _Untrusted(f"{what} belongs to uid {info.st_uid}, not to this user (uid {uid})")
-    if private and info.st_mode & _SHARED_WRITE:
+    if owner is None:
+        return
+    if info.st_uid != owner:
+        raise _Untrusted(f"{what} belongs to uid {info.st_uid}, not to the uid that wrote its run (uid {owner})")
+    if info.st_mode & _SHARED_WRITE:
         raise _Untrusted(f"{what} is writable by group or others (mode {stat.S_IMODE(info.st_mode):o})")
 
 
-def _open(name: str | Path, what: str, *, dir_fd: int | None = None, folder: bool, private: bool = True) -> int:
+def _open(
+    name: str | Path, what: str, *, dir_fd: int | None = None, folder: bool, owner: int | None = None
+) -> tuple[int, os.stat_result]:
     """Open without following a final symbolic link and check what was opened."""
     try:
         fd = os.open(name, _DIR_FLAGS if folder else _FILE_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
         raise
-    except OSError as err:  # ELOOP: a symbolic link; ENOTDIR: not a folder
+    except OSError as err:  # ELOOP: a symbolic link; ENOTDIR: not a folder; EACCES
         with suppress(OSError):
-            _check(os.stat(name, dir_fd=dir_fd, follow_symlinks=False), what, folder=folder, private=private)
-        raise _Untrusted(f"{what} cannot be opened safely ({err.strerror})") from None
+            _check(os.stat(name, dir_fd=dir_fd, follow_symlinks=False), what, folder=folder, owner=owner)
+        raise _Untrusted(f"{what} cannot be opened ({err.strerror})") from None
     try:
-        _check(os.fstat(fd), what, folder=folder, private=private)
+        info = os.fstat(fd)
+        _check(info, what, folder=folder, owner=owner)
     except BaseException:
         os.close(fd)
         raise
-    return fd
+    return fd, info
 
 
-def _read_all(fd: int) -> bytes:
-    chunks = []
+def _read_all(fd: int, limit: int | None = None) -> bytes:
+    chunks, size = [], 0
     while chunk := os.read(fd, 1 << 20):
         chunks.append(chunk)
+        size += len(chunk)
+        if limit is not None and size > limit:
+            raise _Untrusted(f"the checkpoint record {CHECKPOINT_INDEX} is larger than {limit} bytes")
     return b"".join(chunks)
 
 
@@ -204,34 +313,125 @@ def _sha256(fd: int) -> str:
     return digest.hexdigest()
 
 
-def _open_root(root: Path) -> tuple[int, dict[str, _Record]]:
-    """Check the run folder of ``root`` and ``root`` itself; return ``root``'s fd and its record."""
-    run_fd = _open(root.parent, "the run folder", folder=True, private=False)
+# ------------------------------------------------------------------------------------- secrets
+def _secret_problem(info: os.stat_result, run_info: os.stat_result) -> str | None:
+    """Why the secret file ``info`` of the run folder ``run_info`` cannot vouch for it (None: it can)."""
+    if not stat.S_ISREG(info.st_mode):
+        return "its run's secret is not a regular file"
+    mode = stat.S_IMODE(info.st_mode)
+    group = _group_mode(run_info)
+    if mode & (0o037 if group else 0o077):
+        return f"its run's secret is open to others (mode {mode:o})"
+    if info.st_uid == os.geteuid():
+        return None
+    if group and info.st_gid == run_info.st_gid and mode & stat.S_IRGRP and in_group(info.st_gid):
+        return None  # a member of the run folder's group, sharing it with the group
+    return f"its run's secret belongs to uid {info.st_uid}, not to this user (uid {os.geteuid()})"
+
+
+def _read_secret(run_fd: int, run_info: os.stat_result) -> tuple[bytes, int]:
+    """The run's key and the uid that wrote it (its checkpoints must belong to that uid)."""
     try:
-        with suppress(FileNotFoundError):
-            _check(
-                os.stat("spec.json", dir_fd=run_fd, follow_symlinks=False),
-                "the run's spec.json",
-                folder=False,
-                private=False,
-            )
-        root_fd = _open(root.name, "the run's checkpoints folder", dir_fd=run_fd, folder=True)
+        fd = os.open(RUN_SECRET, _FILE_FLAGS, dir_fd=run_fd)
+    except FileNotFoundError:
+        raise _Untrusted(f"its run has no secret ({RUN_SECRET}): its records cannot be verified") from None
+    except PermissionError:
+        raise _Untrusted("its run's secret cannot be read by this user (another user's run)") from None
+    except OSError as err:
+        raise _Untrusted(f"its run's secret cannot be opened safely ({err.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        problem = _secret_problem(info, run_info)
+        if problem:
+            raise _Untrusted(problem)
+        text = os.read(fd, 256).decode("ascii", "replace").strip()
+    finally:
+        os.close(fd)
+    if not _SECRET_TEXT.match(text):
+        raise _Untrusted("its run's secret is not one this project writes")
+    return bytes.fromhex(text), info.st_uid
+
+
+def run_secret(run_dir: Path) -> bytes:
+    """The checkpoint key of the run folder ``run_dir``, created by its first writer.
+
+    Created ``O_EXCL`` (a temp file linked into place, so a reader never sees half of it) with
+    mode 0600 (0640 in a group-shared run folder) whatever the umask. A secret another uid put
+    in our run folder is replaced: only what this user wrote signs this run's checkpoints.
+    """
+    run_fd = os.open(run_dir, _DIR_FLAGS)
+    try:
+        run_info = os.fstat(run_fd)
+        mode = 0o640 if _group_mode(run_info) else 0o600
+        for _ in range(5):
+            with suppress(_Untrusted):
+                key, writer = _read_secret(run_fd, run_info)
+                if writer == os.geteuid():
+                    return key
+            try:
+                info = os.stat(RUN_SECRET, dir_fd=run_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                info = None
+            if info is not None:
+                ours = info.st_uid == os.geteuid() and stat.S_ISREG(info.st_mode)
+                if ours and info.st_size and stat.S_IMODE(info.st_mode) != mode:
+                    os.chmod(RUN_SECRET, mode, dir_fd=run_fd)  # ours, with the mode of an older version
+                    continue
+                with suppress(OSError):  # planted by another uid, a link, empty or garbled: never ours
+                    os.unlink(RUN_SECRET, dir_fd=run_fd)
+            fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=f"{RUN_SECRET}.", suffix=".tmp")
+            try:
+                os.fchmod(fd, mode)
+                os.write(fd, (secrets.token_hex(32) + "\n").encode())
+                os.fsync(fd)
+                os.close(fd)
+                with suppress(FileExistsError):  # another writer won: read theirs
+                    os.link(Path(tmp).name, RUN_SECRET, src_dir_fd=run_fd, dst_dir_fd=run_fd, follow_symlinks=False)
+            finally:
+                with suppress(OSError):
+                    os.unlink(Path(tmp).name, dir_fd=run_fd)
+        raise PermissionDeniedError(
+            f"cannot create the checkpoint secret of run {run_dir}",
+            hint=f"remove {Path(run_dir) / RUN_SECRET} (it is not yours) and save again",
+        )
+    finally:
+        os.close(run_fd)
+
+
+# ------------------------------------------------------------------------------- reading a run
+@dataclass
+class _Root:
+    """An opened ``checkpoints`` folder: its fd, the writer's uid, its verified records, and refusals."""
+
+    fd: int
+    writer: int
+    records: dict[str, _Record]
+    refused: dict[str, str]
+
+
+def _open_root(root: Path) -> _Root:
+    """Check the run of the ``checkpoints`` folder ``root`` and read its verified records."""
+    run_fd, run_info = _open(root.parent, "the run folder", folder=True)
+    try:
+        key, writer = _read_secret(run_fd, run_info)
+        root_fd, _ = _open(root.name, "the run's checkpoints folder", dir_fd=run_fd, folder=True)
     finally:
         os.close(run_fd)
     try:
-        return root_fd, _read_records(root_fd)
+        records, refused = _read_records(root_fd, key, _binding(root))
     except BaseException:
         os.close(root_fd)
         raise
+    return _Root(root_fd, writer, records, refused)
 
 
-def _read_records(root_fd: int) -> dict[str, _Record]:
+def _index_entries(root_fd: int) -> list[Any]:
     try:
-        fd = _open(CHECKPOINT_INDEX, f"the checkpoint record {CHECKPOINT_INDEX}", dir_fd=root_fd, folder=False)
+        fd, _ = _open(CHECKPOINT_INDEX, f"the checkpoint record {CHECKPOINT_INDEX}", dir_fd=root_fd, folder=False)
     except FileNotFoundError:
-        return {}
+        return []
     try:
-        raw = _read_all(fd)
+        raw = _read_all(fd, _MAX_INDEX_BYTES)
     finally:
         os.close(fd)
     try:
@@ -239,26 +439,54 @@ def _read_records(root_fd: int) -> dict[str, _Record]:
     except ValueError:
         raise _Untrusted(f"the checkpoint record {CHECKPOINT_INDEX} is not valid JSON") from None
     entries = data.get("checkpoints") if isinstance(data, dict) else None
-    records = [_Record.from_json(e) for e in entries] if isinstance(entries, list) else []
-    return {r.name: r for r in records if r is not None}
+    return entries if isinstance(entries, list) else []
 
 
-def _open_step(root_fd: int, rec: _Record) -> int:
-    """Open and check the checkpoint folder ``rec.name``: every file ours, metadata as recorded."""
-    fd = _open(rec.name, "the checkpoint folder", dir_fd=root_fd, folder=True)
-    try:
-        for entry in os.listdir(fd):  # noqa: PTH208 (a folder fd: what was checked, not a path)
-            _check(os.stat(entry, dir_fd=fd, follow_symlinks=False), f"its file {entry}", folder=False)
+def _read_records(root_fd: int, key: bytes, binding: str) -> tuple[dict[str, _Record], dict[str, str]]:
+    """Records whose HMAC ``key`` reproduces (by folder name), and why the other named entries are refused."""
+    records: dict[str, _Record] = {}
+    refused: dict[str, str] = {}
+    for entry in _index_entries(root_fd):
+        name = entry.get("name") if isinstance(entry, dict) else None
         try:
-            meta_fd = _open(_METADATA, f"its {_METADATA}", dir_fd=fd, folder=False)
+            rec = _verified(entry, key, binding)
+        except _Untrusted as err:
+            if isinstance(name, str) and _STEP_DIR.match(name):
+                records.pop(name, None)
+                refused[name] = str(err)
+            continue
+        refused.pop(rec.name, None)
+        records.pop(rec.name, None)
+        records[rec.name] = rec
+    return records, refused
+
+
+def _open_step(root: _Root, rec: _Record) -> int:
+    """Open and check the checkpoint folder ``rec.name``: the writer's files, as recorded."""
+    fd, _ = _open(rec.name, "the checkpoint folder", dir_fd=root.fd, folder=True, owner=root.writer)
+    try:
+        try:
+            meta_fd, _ = _open(_METADATA, f"its {_METADATA}", dir_fd=fd, folder=False, owner=root.writer)
         except FileNotFoundError:
             raise _Untrusted(f"it has no {_METADATA}") from None
         try:
             digest = _sha256(meta_fd)
         finally:
             os.close(meta_fd)
-        if digest != rec.metadata_sha256:
+        if not hmac.compare_digest(digest, rec.metadata_sha256):
             raise _Untrusted(f"its {_METADATA} is not the one the run recorded")
+        recorded = dict(rec.files)
+        present = set(os.listdir(fd))  # noqa: PTH208 (a folder fd: what was checked, not a path)
+        extra = sorted(present - set(recorded))
+        if extra:
+            raise _Untrusted(f"it holds a file its record does not list ({', '.join(extra)})")
+        for name, size in sorted(recorded.items()):
+            if name not in present:
+                raise _Untrusted(f"its file {name} is missing")
+            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            _check(info, f"its file {name}", folder=False, owner=root.writer)
+            if info.st_size != size:
+                raise _Untrusted(f"its file {name} is {info.st_size} bytes, the run recorded {size}")
     except BaseException:
         os.close(fd)
         raise
@@ -270,7 +498,18 @@ def _step_of(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _scan_root(root: Path, trusted: list[tuple[float, int, int, Checkpoint]], ignored: list[IgnoredCheckpoint]) -> None:
+def _checkpoint(rec: _Record, path: Path) -> Checkpoint:
+    return Checkpoint(rec.step, path, rec.world_size, rec.time, rec.job_id, rec.healthy, rec.problem)
+
+
+def _unhealthy_reason(rec: _Record) -> str:
+    return f"unhealthy: {rec.problem or 'written after the training diverged'}"
+
+
+_Ranked = tuple[float, int, int, Checkpoint]
+
+
+def _scan_root(root: Path, good: list[_Ranked], sick: list[_Ranked], ignored: list[IgnoredCheckpoint]) -> None:
     try:
         names = sorted(p.name for p in root.iterdir() if _STEP_DIR.match(p.name))
     except OSError:
@@ -278,29 +517,33 @@ def _scan_root(root: Path, trusted: list[tuple[float, int, int, Checkpoint]], ig
     if not names:
         return
     try:
-        root_fd, records = _open_root(root)
+        opened = _open_root(root)
     except (_Untrusted, FileNotFoundError) as err:
         why = str(err) if isinstance(err, _Untrusted) else "its run folder is gone"
         ignored.extend(IgnoredCheckpoint(root / n, _step_of(n), why) for n in names)
         return
     try:
-        order = {name: i for i, name in enumerate(records)}
+        order = {name: i for i, name in enumerate(opened.records)}
         for name in names:
-            rec = records.get(name)
+            rec = opened.records.get(name)
             if rec is None:
-                why = f"not in its run's checkpoint record {CHECKPOINT_INDEX}"
+                why = opened.refused.get(name, f"not in its run's checkpoint record {CHECKPOINT_INDEX}")
                 ignored.append(IgnoredCheckpoint(root / name, _step_of(name), why))
                 continue
             try:
-                os.close(_open_step(root_fd, rec))
+                os.close(_open_step(opened, rec))
             except (_Untrusted, FileNotFoundError) as err:
                 why = str(err) if isinstance(err, _Untrusted) else "it is gone"
                 ignored.append(IgnoredCheckpoint(root / name, rec.step, why))
                 continue
-            ckpt = Checkpoint(rec.step, root / name, rec.world_size, rec.time, rec.job_id)
-            trusted.append((rec.time, rec.step, order[name], ckpt))
+            ranked = (rec.time, rec.step, order[name], _checkpoint(rec, root / name))
+            if rec.healthy:
+                good.append(ranked)
+            else:
+                sick.append(ranked)
+                ignored.append(IgnoredCheckpoint(root / name, rec.step, _unhealthy_reason(rec)))
     finally:
-        os.close(root_fd)
+        os.close(opened.fd)
 
 
 def _roots(path: Path | ExperimentPaths | RunPaths) -> list[Path]:
@@ -312,22 +555,24 @@ def _roots(path: Path | ExperimentPaths | RunPaths) -> list[Path]:
 
 
 def scan_checkpoints(path: Path | ExperimentPaths | RunPaths) -> CheckpointScan:
-    """Trusted checkpoints of a run folder or of every run of an experiment, and the ignored folders."""
-    trusted: list[tuple[float, int, int, Checkpoint]] = []
+    """Trusted healthy checkpoints of a run folder or of every run of an experiment, and the rest."""
+    good: list[_Ranked] = []
+    sick: list[_Ranked] = []
     ignored: list[IgnoredCheckpoint] = []
     for root in _roots(path):
-        _scan_root(root, trusted, ignored)
-    trusted.sort(key=lambda t: t[:3])
-    return CheckpointScan(tuple(t[3] for t in trusted), tuple(ignored))
+        _scan_root(root, good, sick, ignored)
+    good.sort(key=lambda t: t[:3])
+    sick.sort(key=lambda t: t[:3])
+    return CheckpointScan(tuple(t[3] for t in good), tuple(ignored), tuple(t[3] for t in sick))
 
 
 def list_checkpoints(path: Path | ExperimentPaths | RunPaths) -> list[Checkpoint]:
-    """Trusted checkpoints of a run folder, or of every run of an experiment; oldest first."""
+    """Trusted healthy checkpoints of a run folder, or of every run of an experiment; oldest first."""
     return list(scan_checkpoints(path).trusted)
 
 
 def latest_checkpoint(path: Path | ExperimentPaths | RunPaths) -> Checkpoint | None:
-    """The newest trusted checkpoint of a run folder or of any run of an experiment."""
+    """The newest trusted healthy checkpoint of a run folder or of any run of an experiment."""
     found = scan_checkpoints(path).trusted
     return found[-1] if found else None
 
@@ -339,87 +584,136 @@ def open_trusted_checkpoint(path: Path) -> Iterator[tuple[Checkpoint, Path]]:
     Yields the checkpoint and a path to read it through: on Linux ``/proc/self/fd/N`` of
     the verified folder, so renaming folders after the check cannot swap what is read.
     ``PermissionDeniedError`` (naming the folder and why) when it is not trusted,
-    ``NotFoundError`` when it is gone. Nothing inside it is read but the ``.metadata`` bytes.
+    ``ConflictError`` when it is unhealthy, ``NotFoundError`` when it is gone. Nothing inside
+    it is read but the ``.metadata`` bytes.
     """
     path = Path(path)
     hint = "resume only from checkpoints your own runs wrote (launch without --resume to start afresh)"
+    gone = NotFoundError(f"checkpoint {path} is incomplete or gone", hint="launch without resume")
     try:
-        root_fd, records = _open_root(path.parent)
+        opened = _open_root(path.parent)
     except FileNotFoundError:
-        raise NotFoundError(f"checkpoint {path} is incomplete or gone", hint="launch without resume") from None
+        raise gone from None
     except _Untrusted as err:
         raise PermissionDeniedError(f"refusing to load checkpoint {path}: {err}", hint=hint) from None
     try:
-        rec = records.get(path.name)
+        rec = opened.records.get(path.name)
         if rec is None:
             if not (path.parent / path.name).exists():
-                raise NotFoundError(f"checkpoint {path} is incomplete or gone", hint="launch without resume")
-            raise PermissionDeniedError(
-                f"refusing to load checkpoint {path}: not in its run's checkpoint record {CHECKPOINT_INDEX}", hint=hint
-            )
+                raise gone
+            why = opened.refused.get(path.name, f"not in its run's checkpoint record {CHECKPOINT_INDEX}")
+            raise PermissionDeniedError(f"refusing to load checkpoint {path}: {why}", hint=hint)
         try:
-            fd = _open_step(root_fd, rec)
+            fd = _open_step(opened, rec)
         except FileNotFoundError:
-            raise NotFoundError(f"checkpoint {path} is incomplete or gone", hint="launch without resume") from None
+            raise gone from None
         except _Untrusted as err:
             raise PermissionDeniedError(f"refusing to load checkpoint {path}: {err}", hint=hint) from None
     finally:
-        os.close(root_fd)
+        os.close(opened.fd)
     try:
+        if not rec.healthy:
+            raise ConflictError(
+                f"refusing to resume from checkpoint {path}: {_unhealthy_reason(rec)}",
+                hint="resume from an earlier, healthy checkpoint (--resume picks the newest healthy one)",
+            )
         through = Path(f"/proc/self/fd/{fd}")
-        yield (
-            Checkpoint(rec.step, path, rec.world_size, rec.time, rec.job_id),
-            through if through.is_dir() else path,
-        )
+        yield _checkpoint(rec, path), (through if through.is_dir() else path)
     finally:
         os.close(fd)
 
 
 def verify_checkpoint(path: Path) -> Checkpoint:
-    """The checkpoint at ``path`` if it is trusted, else ``PermissionDeniedError`` naming it."""
+    """The checkpoint at ``path`` if it is trusted and healthy, else the error saying why not."""
     with open_trusted_checkpoint(path) as (ckpt, _):
         return ckpt
 
 
+# ------------------------------------------------------------------------------- writing a record
+def _retained(records: list[_Record], keep: int) -> tuple[list[_Record], list[_Record]]:
+    """(kept, dropped): the newest ``keep`` healthy records and at most ``keep`` unhealthy ones besides."""
+    if keep <= 0:
+        return records, []
+    healthy = [r for r in records if r.healthy][-keep:]
+    sick = [r for r in records if not r.healthy][-keep:]
+    keep_names = {r.name for r in healthy} | {r.name for r in sick}
+    return [r for r in records if r.name in keep_names], [r for r in records if r.name not in keep_names]
+
+
 def record_checkpoint(
-    step_dir: Path, *, step: int, world_size: int, time: float, job_id: str | None = None, keep: int = 0
+    step_dir: Path,
+    *,
+    step: int,
+    world_size: int,
+    time: float,
+    job_id: str | None = None,
+    keep: int = 0,
+    healthy: bool = True,
+    problem: str | None = None,
 ) -> list[Path]:
     """Add the complete checkpoint ``step_dir`` to its run's record; rank 0 only.
 
-    Makes the checkpoint folder and its files writable only by this user, then rewrites
-    ``index.json`` atomically. With ``keep > 0`` only the newest ``keep`` records stay;
-    returns the folders of the records dropped (the caller removes them).
+    Gives the checkpoint folder and its files modes only this user may write (whatever the
+    umask), records every file's size and the metadata digest, signs the entry with the run's
+    secret and rewrites ``index.json`` atomically (mode set explicitly). ``healthy=False``
+    (with the ``problem``) marks a checkpoint no resume picks. With ``keep > 0`` the newest
+    ``keep`` healthy records stay (and at most ``keep`` unhealthy ones); returns the folders of
+    the records dropped (the caller removes them).
     """
+    step_dir = Path(step_dir).absolute()
     root = step_dir.parent
-    for p in [*step_dir.iterdir(), step_dir, root]:
+    key = run_secret(root.parent)
+    folder_mode, file_mode = _modes(root.parent.stat())
+    me = os.geteuid()
+    files: list[tuple[str, int]] = []
+    for p in sorted(step_dir.iterdir()):
+        info = p.lstat()
+        if info.st_uid == me and stat.S_ISREG(info.st_mode):
+            p.chmod(file_mode)
+        files.append((p.name, info.st_size))
+    for folder in (step_dir, root):
         with suppress(OSError):  # a folder not ours stays as it is: resume will then ignore it
-            info = p.lstat()
-            if info.st_uid == os.geteuid() and not stat.S_ISLNK(info.st_mode):
-                p.chmod(stat.S_IMODE(info.st_mode) & ~_SHARED_WRITE)
+            info = folder.lstat()
+            if info.st_uid == me and stat.S_ISDIR(info.st_mode):
+                folder.chmod(folder_mode)
     fd = os.open(step_dir / _METADATA, _FILE_FLAGS)
     try:
         digest = _sha256(fd)
     finally:
         os.close(fd)
+    binding = _binding(root)
     try:
         root_fd = os.open(root, _DIR_FLAGS)
     except OSError:
         previous: dict[str, _Record] = {}
     else:
         try:
-            previous = _read_records(root_fd)
+            previous = _read_records(root_fd, key, binding)[0]  # entries not signed by this run are dropped
         except _Untrusted:
-            previous = {}  # a record that is not ours is replaced, never extended
+            previous = {}
         finally:
             os.close(root_fd)
     records = [r for r in previous.values() if r.name != step_dir.name and (root / r.name).is_dir()]
-    records.append(_Record(step_dir.name, int(step), int(world_size), float(time), job_id, digest))
-    dropped = records[:-keep] if keep > 0 else []
-    kept = records[-keep:] if keep > 0 else records
-    write_json(root / CHECKPOINT_INDEX, {"version": 1, "checkpoints": [r.to_json() for r in kept]})
+    records.append(
+        _Record(
+            step_dir.name,
+            int(step),
+            int(world_size),
+            float(time),
+            job_id,
+            digest,
+            tuple(files),
+            bool(healthy),
+            None if healthy else (problem or "written after the training diverged"),
+        )
+    )
+    kept, dropped = _retained(records, keep)
+    data = {"version": _INDEX_VERSION, "checkpoints": [r.signed(key, binding) for r in kept]}
+    write_atomic(root / CHECKPOINT_INDEX, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode(), file_mode)
     return [root / r.name for r in dropped]
 
 
+# ---------------------------------------------------------------------------------- resume plans
 @dataclass(frozen=True)
 class ResumePlan:
     """What a resumed run will do: start after ``checkpoint.step`` with a new world size."""
@@ -455,13 +749,13 @@ class ResumePlan:
             return ""
         shown = "; ".join(str(i) for i in self.ignored[:5])
         more = f"; and {len(self.ignored) - 5} more" if len(self.ignored) > 5 else ""
-        return f"; ignored {len(self.ignored)} untrusted checkpoint(s): {shown}{more}"
+        return f"; ignored {len(self.ignored)} untrusted or unhealthy checkpoint(s): {shown}{more}"
 
     def __str__(self) -> str:  # one line: previews print it as a comment
         if self.checkpoint is None:
             return (
-                f"resume {self.experiment}: no checkpoint yet, starts at step 0 with world size {self.new_world_size}"
-                + self._ignored_text()
+                f"resume {self.experiment}: no healthy checkpoint yet, starts at step 0 with world size "
+                f"{self.new_world_size}" + self._ignored_text()
             )
         change = (
             f"{self.old_world_size} -> {self.new_world_size}" if self.reshard else f"{self.new_world_size} (unchanged)"
@@ -473,7 +767,7 @@ class ResumePlan:
 
 
 def plan_resume(exp_dir: Path | ExperimentPaths, *, new_world_size: int) -> ResumePlan:
-    """The resume plan for an experiment folder and the world size of the next run."""
+    """The resume plan for an experiment folder and the world size of the next run (healthy checkpoints only)."""
     exp = exp_dir if isinstance(exp_dir, ExperimentPaths) else ExperimentPaths(Path(exp_dir))
     scan = scan_checkpoints(exp)
     ckpt = scan.trusted[-1] if scan.trusted else None

@@ -5,9 +5,16 @@ rank 0 adds ``meta.json``, renames the folder to ``step-N`` and records it in th
 checkpoint record (``checkpoints/index.json``), so a half-written checkpoint is never picked
 up. Older checkpoints beyond ``keep`` are removed.
 
-Loading unpickles the DCP ``.metadata``, so only checkpoints this user's runs recorded are
-loaded (see ``jupyter_starverse.experiments._checkpoints``): a folder another user planted
-in a shared experiments folder is skipped, and named in the job log.
+Every checkpoint carries its health: one saved while the last logged loss was not finite (the
+NaN guard of ``log_metrics``) or whose weights or optimizer state hold a NaN or an infinity
+(one ``isfinite`` per tensor on every rank, one all-reduce) is recorded unhealthy, is never
+resumed from and does not count toward ``keep``, so a diverged run never deletes the newest
+healthy checkpoint.
+
+Loading unpickles the DCP ``.metadata``, so only checkpoints recorded and signed by a run whose
+secret this process can read are loaded (see ``jupyter_starverse.experiments._checkpoints``):
+a folder another user or another run planted in a shared experiments folder, or an edited
+record, is skipped and named in the job log. Nothing else is unpickled: no ``torch.load``.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import shutil
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +38,11 @@ from jupyter_starverse.experiments import (
     write_json,
 )
 
-from ._dist import barrier, init
+from ._dist import _dist_ready, barrier, init
 from ._env import job_env
+from ._guards import loss_problem
 
-__all__ = ["find_resume_checkpoint", "load_latest", "save_checkpoint"]
+__all__ = ["checkpoint_problem", "find_resume_checkpoint", "load_latest", "save_checkpoint"]
 
 
 def _distributed() -> bool:
@@ -53,8 +62,62 @@ def _state(model: Any, optimizer: Any) -> tuple[dict[str, Any], Any]:
     return state, optims
 
 
+def _tensors(value: Any) -> Iterator[Any]:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _tensors(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _tensors(v)
+
+
+def _finite(state: dict[str, Any]) -> bool:
+    """Whether every floating-point tensor of this rank's part of ``state`` is finite (one sync)."""
+    import torch
+
+    by_device: dict[Any, list[Any]] = {}
+    for t in _tensors(state):
+        local = t.to_local() if hasattr(t, "to_local") else t  # a DTensor: this rank's shard
+        if local.is_floating_point() or local.is_complex():
+            by_device.setdefault(local.device, []).append(torch.isfinite(local).all())
+    return all(bool(torch.stack(flags).all().item()) for flags in by_device.values())
+
+
+def checkpoint_problem(state: dict[str, Any]) -> str | None:
+    """Why a checkpoint of ``state`` saved now is unhealthy, the same on every rank (None: healthy).
+
+    Collective: the loss guard's view and the weights check of every rank are all-reduced.
+    """
+    import torch
+
+    loss = loss_problem()
+    weights_ok = _finite(state)
+    if _dist_ready():
+        import torch.distributed as dist
+
+        flags = torch.tensor([0 if loss is None else 1, 0 if weights_ok else 1], device=init().device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        loss_bad, weights_bad = bool(flags[0].item()), bool(flags[1].item())
+    else:
+        loss_bad, weights_bad = loss is not None, not weights_ok
+    problems = []
+    if loss_bad:
+        problems.append(loss or "a rank logged a loss that was not finite")
+    if weights_bad:
+        problems.append("the weights or the optimizer state hold NaN or infinite values")
+    return "; ".join(problems) or None
+
+
 def save_checkpoint(step: int, *, model: Any, optimizer: Any = None, keep: int = 2, **extra: Any) -> Path:
-    """Save model (and optimizer) after ``step``; collective: call it on every rank."""
+    """Save model (and optimizer) after ``step``; collective: call it on every rank.
+
+    The checkpoint is recorded unhealthy when the loss was not finite or the state is not
+    (:func:`checkpoint_problem`); ``keep`` counts healthy checkpoints only.
+    """
     from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
     env = job_env()
@@ -67,6 +130,7 @@ def save_checkpoint(step: int, *, model: Any, optimizer: Any = None, keep: int =
         root.mkdir(parents=True, exist_ok=True)
     barrier()
     state, _ = _state(model, optimizer)
+    problem = checkpoint_problem(state)
     with warnings.catch_warnings():
         # outside a process group DCP warns that it saves in a single process: that is the intent
         warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
@@ -74,15 +138,32 @@ def save_checkpoint(step: int, *, model: Any, optimizer: Any = None, keep: int =
     barrier()
     if ctx.rank == 0:
         now = time.time()
-        meta = {"step": int(step), "world_size": ctx.world_size, "time": now, "job_id": env.job_id, **extra}
+        meta = {
+            "step": int(step),
+            "world_size": ctx.world_size,
+            "time": now,
+            "job_id": env.job_id,
+            "healthy": problem is None,
+            "problem": problem,
+            **extra,
+        }
         write_json(tmp / "meta.json", meta)
         shutil.rmtree(final, ignore_errors=True)
         tmp.replace(final)
         dropped = record_checkpoint(
-            final, step=int(step), world_size=ctx.world_size, time=now, job_id=env.job_id, keep=max(keep, 0)
+            final,
+            step=int(step),
+            world_size=ctx.world_size,
+            time=now,
+            job_id=env.job_id,
+            keep=max(keep, 0),
+            healthy=problem is None,
+            problem=problem,
         )
         for old in dropped:
             shutil.rmtree(old, ignore_errors=True)
+        if problem is not None:
+            print(f"checkpoint {final.name} is unhealthy ({problem}): no resume will start from it", flush=True)
     barrier()
     return final
 
@@ -90,8 +171,9 @@ def save_checkpoint(step: int, *, model: Any, optimizer: Any = None, keep: int =
 def find_resume_checkpoint() -> Checkpoint | None:
     """This run's newest checkpoint (after a worker or node restart), else the one to resume from.
 
-    Only checkpoints this user's runs recorded count; ``STARVERSE_RESUME_FROM`` naming any
-    other folder raises ``PermissionDeniedError`` (and ``NotFoundError`` when it is gone).
+    Only healthy checkpoints signed by a run whose secret this process can read count;
+    ``STARVERSE_RESUME_FROM`` naming any other folder raises ``PermissionDeniedError``
+    (``ConflictError`` for an unhealthy one, ``NotFoundError`` when it is gone).
     """
     env = job_env()
     if env.checkpoint_dir is not None:

@@ -2,12 +2,14 @@
 
 - :class:`LossGuard`: a loss that is NaN or infinite for ``STARVERSE_NAN_STEPS`` logged steps in
   a row (default 3, ``0``: off) stops the job with :class:`NonFiniteLossError`, which names the
-  steps; nothing after a diverged step is worth paying for. ``log_metrics`` feeds it.
+  steps and the last healthy checkpoint to resume from; nothing after a diverged step is worth
+  paying for. ``log_metrics`` feeds it, and a checkpoint saved while the last logged loss is not
+  finite is recorded unhealthy (:func:`loss_problem`), so no resume picks it.
 - :class:`IdleTracker`: GPUs below a utilisation threshold for N minutes -> ``warn`` (at N minus
   the warning lead), then ``stop``. Used by the local supervisor for a job's GPUs and by the
   workspace's idle switch (``modes``); the utilisation comes from :func:`gpu_utilisation`.
 
-Pure and cheap: no thread, no import of torch.
+Cheap: no thread, no import of torch.
 """
 
 from __future__ import annotations
@@ -20,12 +22,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from jupyter_starverse.experiments import latest_checkpoint
+
+from ._env import job_env
+
 __all__ = [
     "IdleTracker",
     "LossGuard",
     "NonFiniteLossError",
     "check_loss",
     "gpu_utilisation",
+    "loss_problem",
+    "resume_advice",
 ]
 
 #: below this percentage of utilisation a GPU counts as idle
@@ -33,17 +41,22 @@ IDLE_BELOW_PERCENT = 5.0
 
 
 class NonFiniteLossError(RuntimeError):
-    """The loss was NaN or infinite for too many steps in a row: the job stops (the last finite
-    checkpoint is the one to resume from, with a lower learning rate or cleaner data)."""
+    """The loss was NaN or infinite for too many steps in a row: the job stops. The message names
+    the last healthy checkpoint (step and path) and the command that resumes from it."""
 
 
 class LossGuard:
-    """Counts logged steps in a row whose loss (any value named ``loss`` or ``*_loss``) is not finite."""
+    """Counts logged steps in a row whose loss (any value named ``loss`` or ``*_loss``) is not finite.
+
+    It keeps count even when stopping is off (``limit`` 0): a checkpoint saved while the loss
+    is not finite is recorded unhealthy (:meth:`problem`), whatever the limit.
+    """
 
     def __init__(self, limit: int) -> None:
         self.limit = max(0, int(limit))
         self.first: int | None = None  # first step of the current non-finite run
         self.count = 0
+        self.bad = ""  # the non-finite values of the last step that had one
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> LossGuard:
@@ -55,34 +68,72 @@ class LossGuard:
 
     def observe(self, step: int, values: Mapping[str, float]) -> None:
         """Raise :class:`NonFiniteLossError` once ``limit`` logged steps in a row had a bad loss."""
-        if not self.limit:
-            return
         losses = {k: v for k, v in values.items() if k == "loss" or k.endswith("_loss")}
-        bad = {k: v for k, v in losses.items() if not math.isfinite(v)}
         if not losses:
             return
+        bad = {k: v for k, v in losses.items() if not math.isfinite(v)}
         if not bad:
-            self.first, self.count = None, 0
+            self.first, self.count, self.bad = None, 0, ""
             return
         self.first = step if self.first is None else self.first
         self.count += 1
-        if self.count >= self.limit:
-            what = ", ".join(f"{k}={v}" for k, v in sorted(bad.items()))
+        self.bad = ", ".join(f"{k}={v}" for k, v in sorted(bad.items()))
+        if self.limit and self.count >= self.limit:
             raise NonFiniteLossError(
-                f"the loss was not finite ({what}) for {self.count} logged steps in a row "
+                f"the loss was not finite ({self.bad}) for {self.count} logged steps in a row "
                 f"(steps {self.first} to {step}): stopping the job (STARVERSE_NAN_STEPS={self.limit}); "
-                "resume from the last checkpoint with a lower learning rate, or check the data"
+                "resume from the last healthy checkpoint with a lower learning rate, or check the data"
             )
+
+    def problem(self) -> str | None:
+        """Why a checkpoint taken now is unhealthy (the last logged loss was not finite), else None."""
+        if self.first is None:
+            return None
+        return f"the loss was not finite ({self.bad}) since step {self.first}"
 
 
 _LOSS: list[LossGuard] = []
 
 
-def check_loss(step: int, values: Mapping[str, float]) -> None:
-    """The process's :class:`LossGuard` (from the job environment) observes one logged step."""
+def _guard() -> LossGuard:
     if not _LOSS:
         _LOSS.append(LossGuard.from_env())
-    _LOSS[0].observe(step, values)
+    return _LOSS[0]
+
+
+def check_loss(step: int, values: Mapping[str, float]) -> None:
+    """The process's :class:`LossGuard` (from the job environment) observes one logged step.
+
+    The error it raises names the newest healthy checkpoint a ``--resume`` would start from.
+    """
+    try:
+        _guard().observe(step, values)
+    except NonFiniteLossError as err:
+        raise NonFiniteLossError(f"{err}; {resume_advice()}") from None
+
+
+def loss_problem() -> str | None:
+    """Why a checkpoint saved now is unhealthy because of the logged loss (None: the loss is finite)."""
+    return _guard().problem()
+
+
+def resume_advice() -> str:
+    """The newest healthy checkpoint of this job's experiment and the command that resumes from it."""
+    env = job_env()
+    if env.run_dir is None:
+        return "no run folder: nothing was checkpointed"
+    exp = env.run_dir.parent.parent if env.run_dir.parent.name == "runs" else env.run_dir
+    try:
+        ckpt = latest_checkpoint(exp)
+    except OSError:
+        ckpt = None
+    if ckpt is None:
+        return f"experiment {exp.name} has no healthy checkpoint yet: launch it again without --resume"
+    return (
+        f"the last healthy checkpoint is step {ckpt.step} ({ckpt.path}): "
+        f"`starverse launch SCRIPT --experiment {exp.name} --resume` with this job's other options "
+        "resumes from it (--dry-run shows the resume plan first)"
+    )
 
 
 @dataclass

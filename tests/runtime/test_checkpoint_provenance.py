@@ -1,4 +1,4 @@
-"""Resume loads only checkpoints this user's runs recorded: planted DCP folders are never unpickled.
+"""Resume loads only checkpoints signed by a run whose secret we can read: planted DCP folders are never unpickled.
 
 Loading a torch distributed checkpoint unpickles its ``.metadata``; in a shared experiments
 folder anybody can create ``runs/<x>/checkpoints/step-99999999``. These tests plant such a
@@ -7,7 +7,6 @@ folder whose ``.metadata`` would create a marker file when unpickled.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pickle
@@ -24,6 +23,7 @@ from jupyter_starverse.experiments import (
     checkpoint_name,
     list_checkpoints,
     plan_resume,
+    record_checkpoint,
     write_json,
 )
 from jupyter_starverse.runtime import _dist
@@ -82,16 +82,8 @@ def _plant(exp: ExperimentPaths, marker: Path, *, run: str = "planted", forge_re
     payload = pickle.dumps(_Payload(marker))
     (d / ".metadata").write_bytes(payload)
     (d / "meta.json").write_text(json.dumps({"step": 99999999, "world_size": 1, "time": 4e12, "job_id": run}))
-    if forge_record:
-        entry = {
-            "name": d.name,
-            "step": 99999999,
-            "world_size": 1,
-            "time": 4e12,
-            "job_id": run,
-            "metadata_sha256": hashlib.sha256(payload).hexdigest(),
-        }
-        write_json(d.parent / CHECKPOINT_INDEX, {"version": 1, "checkpoints": [entry]})
+    if forge_record:  # signed with a secret of the planter's own, through the project's own code
+        record_checkpoint(d, step=99999999, world_size=1, time=4e12, job_id=run)
     return d
 
 
@@ -122,7 +114,7 @@ def test_planted_checkpoint_is_ignored_and_never_unpickled(
     assert plan.checkpoint is not None and plan.checkpoint.step == 9
     assert plan.checkpoint.path == exp.run("own").checkpoints / checkpoint_name(9)
     assert [(i.path, i.step) for i in plan.ignored] == [(planted, 99999999)]
-    assert "not in its run's checkpoint record" in plan.ignored[0].reason
+    assert "its run has no secret" in plan.ignored[0].reason
     assert str(planted) in str(plan) and plan.to_json()["ignored"][0]["path"] == str(planted)
 
     start, chosen = _resume_new_run(exp, monkeypatch)
@@ -180,7 +172,7 @@ def test_checkpoint_owned_by_another_uid_is_ignored_even_with_a_forged_record(
     plan = plan_resume(exp, new_world_size=1)
     assert plan.checkpoint is not None and plan.checkpoint.step == 9
     assert [i.path for i in plan.ignored] == [planted]
-    assert f"belongs to uid {OTHER_UID}" in plan.ignored[0].reason
+    assert f"its run's secret belongs to uid {OTHER_UID}" in plan.ignored[0].reason
     start, _ = _resume_new_run(exp, monkeypatch)
     assert start == 10 and f"ignored checkpoint {planted}" in capsys.readouterr().out
     assert not marker.exists()
