@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_starverse._settings import Settings
-from jupyter_starverse.errors import BadInputError, ConflictError, InvalidNameError, NotFoundError, StoreError
+from jupyter_starverse._volume import Owner, check_owned, current_owner, group_id, inside, may_act, remove_under
+from jupyter_starverse.errors import (
+    BadInputError,
+    ConflictError,
+    InvalidNameError,
+    NotFoundError,
+    PermissionDeniedError,
+    StoreError,
+)
 
 from . import _download
 from ._fetch import (
@@ -34,7 +42,7 @@ from ._lease import Lease
 from ._localbatch import copy_batch, staging_dir
 from ._models import import_model_folder, pull_model, sha256_file, write_ref
 from ._names import DEFAULT_VERSION, DatasetRef, ModelRef, Ref, check_name, parse_hf, parse_ref, safe_join
-from ._perms import make_dirs, prepare_shared, resolve_group, translate_permissions
+from ._perms import make_dirs, prepare_shared, resolve_group, tighten, translate_permissions
 from ._progress import ProgressCallback, ProgressTracker, read_progress, write_json_atomic
 from ._types import Entry, EntryStatus, FileRecord, HoldInfo, PullProgress, VerifyReport
 
@@ -43,7 +51,8 @@ __all__ = ["Catalog", "check_pull_options"]
 _POLL = 0.1
 _REMOTE_BATCH = 64  # small files of a first pull from a remote source fetched as one staged batch from here
 _RUNNING = ("downloading", "verifying")
-# The folders every user writes; in group mode they are the group's, setgid, 2775 (docs/sharing.md).
+# The folders every user adds entries to; in group mode they are the group's, setgid and sticky
+# (3775: nobody renames or removes another's entry). An entry's own folder is its owner's (2750).
 _SHARED = (
     "catalog",
     "catalog/datasets",
@@ -51,6 +60,7 @@ _SHARED = (
     "data",
     "hf",
     "hf/hub",
+    "hf/hub/.locks",
     ".leases",
     ".leases/files",
     ".progress",
@@ -78,11 +88,65 @@ class Catalog:
         self._prepared = False
 
     def _prepare(self) -> None:
-        """Group mode (``settings.shared_group``): the store's folders belong to the group, setgid 2775."""
+        """Group mode (``settings.shared_group``): the store's folders belong to the group, 3775."""
         if self._prepared or not self.settings.shared_group:
             return
         prepare_shared(self.root, resolve_group(self.settings.shared_group), _SHARED)
         self._prepared = True
+
+    # -- owners ------------------------------------------------------------------------
+    @property
+    def _admin_gid(self) -> int | None:
+        return group_id(self.settings.admin_group)
+
+    def _check_owner(self, ref: Ref, action: str) -> Owner:
+        """The owner of ``ref``; PermissionDeniedError (403) unless we may ``action`` it (owner, root, admin)."""
+        owner = self.layout.entry_owner(ref)  # refuses a record that is a link
+        if not may_act(owner.uid, self._admin_gid):
+            raise PermissionDeniedError(
+                f"cannot {action} {ref}: it belongs to {owner.name} (uid {owner.uid}), not to you",
+                hint=f"only its owner or a member of STARVERSE_ADMIN_GROUP may; ask {owner.name}, "
+                "or use your own entry (`starverse store add NEWNAME SOURCE`)",
+            )
+        check_owned(self.layout.record_path(ref), action, self._admin_gid)
+        return owner
+
+    def _claim_name(self, ref: Ref) -> None:
+        """Take ``ref``'s name (its records' folder) or check that it is ours: a name belongs to its creator.
+
+        Another user's ``store add NAME`` (a new version of it too) is refused, so an unpinned
+        ``mount NAME`` of the first user never resolves to another's data.
+        """
+        owner = self.layout.name_owner(ref)
+        if owner is None:
+            make_dirs(self.layout.name_folder(ref))
+            owner = self.layout.name_owner(ref)  # a racing creator may have won: theirs then
+        assert owner is not None
+        if not may_act(owner.uid, self._admin_gid):
+            what = f"the name {ref.name!r}" if isinstance(ref, DatasetRef) else f"{ref.name} in this store"
+            raise PermissionDeniedError(
+                f"{what} belongs to {owner.name} (uid {owner.uid}): you cannot add a version of it",
+                hint=f"pick another name for yours, e.g. {ref.name}-{current_owner().name.replace(' ', '')}"
+                if isinstance(ref, DatasetRef)
+                else f"ask {owner.name} to pull it, or an admin (STARVERSE_ADMIN_GROUP)",
+            )
+        tighten(self.layout.name_folder(ref))
+
+    def _check_data_folder(self, ref: DatasetRef, owner: Owner) -> None:
+        """``data/NAME/`` must be the entry owner's (or root's): nobody else's folder is filled."""
+        folder = self.layout.data_dir(ref).parent
+        inside(self.root, folder)
+        try:
+            st = os.lstat(folder)
+        except FileNotFoundError:
+            return
+        if st.st_uid not in (owner.uid, 0):
+            other = Owner.of_uid(st.st_uid)
+            raise PermissionDeniedError(
+                f"cannot pull {ref}: {folder} belongs to {other.name} (uid {other.uid}), not to {owner.name}",
+                hint=f"someone else made the data folder of {ref.name!r}: {other.name} or an admin should remove it",
+            )
+        tighten(folder)
 
     # -- paths and environment ---------------------------------------------------
     @property
@@ -120,7 +184,8 @@ class Catalog:
         if not fs.exists(root):
             raise NotFoundError(f"source {source!r} does not exist", hint="check the path or URL")
         ref = DatasetRef(name, version)
-        entry = Entry("dataset", name, version, source, str(ref), description, license)
+        self._claim_name(ref)
+        entry = Entry("dataset", name, version, source, str(ref), description, license, owner=current_owner())
         old = self.layout.create_entry(ref, entry)  # atomic: of racing adds exactly one writes
         if old is None:
             return entry
@@ -148,8 +213,8 @@ class Catalog:
         for ref in self.layout.all_refs():
             try:
                 out.append(self._status(ref))
-            except (StoreError, NotFoundError) as e:  # corrupt, or removed while we listed
-                if isinstance(e, StoreError):
+            except (StoreError, NotFoundError, PermissionDeniedError) as e:  # corrupt, removed, unreadable
+                if not isinstance(e, NotFoundError):
                     log.warning("skipping %s in the listing: %s", ref, e)
         return out
 
@@ -228,8 +293,12 @@ class Catalog:
         """The failed ``verify`` report recorded for this publication of ``ref``, if any."""
         path = self.layout.verify_path(self.layout.key(ref))
         try:
+            st = os.lstat(path)
+            if not os.path.isfile(path) or st.st_uid not in (self.layout.entry_owner(ref).uid, 0):  # noqa: PTH113
+                log.warning("ignoring verify record %s: not written by the owner of %s", path, ref)
+                return None
             report = VerifyReport.from_json(json.loads(path.read_text()))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotFoundError):
             return None
         except (OSError, ValueError, TypeError, KeyError) as e:
             log.warning("ignoring unreadable verify record %s: %s", path, e)
@@ -255,16 +324,28 @@ class Catalog:
                     hint=f"repair it with `starverse store pull {resolved}`",
                 )
         if isinstance(resolved, DatasetRef) and self.layout.manifest_path(resolved).exists():
+            self._refuse_foreign(resolved, None)  # a few lstat calls: the manifest is not read
             self.layout.touch(self.layout.key(resolved))
-            return self.layout.data_dir(resolved)  # no need to read the manifest
+            return self.layout.data_dir(resolved)
         manifest = self.layout.read_manifest(resolved)
         if manifest is None:
             raise ConflictError(
                 f"{resolved} is not pulled yet",
                 hint=f"run `starverse store pull {resolved}` first, or read it lazily with catalog.fs(name)",
             )
+        self._refuse_foreign(resolved, manifest)
         self.layout.touch(self.layout.key(resolved))
         return self._path(resolved, manifest)
+
+    def _refuse_foreign(self, ref: Ref, manifest: Manifest | None) -> None:
+        """ConflictError when the manifest or the folders a mount hands out are not the entry owner's."""
+        foreign = self.layout.foreign(ref, manifest)
+        if foreign:
+            owner = self.layout.entry_owner(ref)
+            raise ConflictError(
+                f"{ref} is corrupt: owner changed: {', '.join(foreign)} not {owner.name}'s",
+                hint=f"do not use it; {owner.name} or an admin should `starverse store rm {ref}` and pull it again",
+            )
 
     def fs(self, ref: str) -> Any:
         """An fsspec filesystem over a dataset that fills the store's shared cache on first read."""
@@ -313,6 +394,8 @@ class Catalog:
         resolved = self.layout.resolve(parsed)
         assert isinstance(resolved, DatasetRef)
         entry = self.layout.read_entry(resolved)
+        if self.layout.read_manifest(resolved) is None:  # only the owner fills an entry
+            self._check_data_folder(resolved, self._check_owner(resolved, "pull"))
         self._repair(resolved)
         tracker = self._tracker(resolved, progress)
         self._single_flight(resolved, tracker, lambda lease: self._pull_dataset(resolved, entry, tracker, lease, n))
@@ -513,8 +596,11 @@ class Catalog:
         patterns: tuple[tuple[str, ...], tuple[str, ...]],
     ) -> EntryStatus:
         if self.layout.read_manifest(ref) is None and not self.layout.record_path(ref).exists():
-            entry = Entry(ref.kind, ref.name, ref.revision, f"hf:{ref.name}", str(ref))
+            self._claim_name(ref)
+            entry = Entry(ref.kind, ref.name, ref.revision, f"hf:{ref.name}", str(ref), owner=current_owner())
             self.layout.write_entry(ref, entry)
+        if self.layout.read_manifest(ref) is None or patterns != ((), ()):
+            self._check_owner(ref, "pull")
         tracker = self._tracker(ref, progress)
         allow, ignore = patterns
         extended = False
@@ -563,7 +649,11 @@ class Catalog:
             raise ConflictError(
                 f"{ref} is already in the store", hint=f"`starverse store rm {ref}` first to replace it"
             )
-        entry = Entry(ref.kind, ref.name, ref.revision, str(source), str(ref))
+        if self.layout.record_path(ref).exists():
+            self._check_owner(ref, "import over")
+        else:
+            self._claim_name(ref)
+        entry = Entry(ref.kind, ref.name, ref.revision, str(source), str(ref), owner=current_owner())
         tracker = self._tracker(ref, progress)
 
         def work(lease: Lease) -> Manifest:
@@ -578,10 +668,13 @@ class Catalog:
     # -- verify ------------------------------------------------------------------------------
     @translate_permissions("verify a store entry")
     def verify(self, ref: str) -> VerifyReport:
-        """Check every file of a cached entry against the size and sha256 recorded at pull time.
+        """Check every file of a cached entry against the size and sha256 recorded at pull time,
+        and its owner: the manifest, the folders and the files must belong to the entry's owner.
 
-        Reports changed (``tampered``), ``missing`` and ``extra`` files. A mismatch is recorded
-        on the store: the entry's state becomes ``corrupt`` (for every user) until a pull repairs it.
+        Reports changed (``tampered``), ``missing`` and ``extra`` files, and what another user
+        owns (``owner_changed``: "corrupt: owner changed"). A mismatch found by the owner (or
+        root) is recorded on the store: the entry's state becomes ``corrupt`` (for every user)
+        until a pull repairs it; another user's verify reports it to them only.
         """
         resolved = self.layout.resolve(parse_ref(ref))
         self._prepare()
@@ -591,16 +684,28 @@ class Catalog:
                 f"{resolved} is not pulled, there is nothing to verify",
                 hint=f"run `starverse store pull {resolved}` first",
             )
+        owner = self.layout.entry_owner(resolved)
+        trusted = (owner.uid, 0)
         top = self._path(resolved, manifest)
         expected = {f.path: f for f in manifest.files}
         seen: set[str] = set()
         tampered: list[str] = []
         extra: list[str] = []
+        foreign = self.layout.foreign(resolved, manifest)
         unhashed = 0
-        for dirpath, _dirs, names in os.walk(top):
-            for name in names:
+        try:
+            inside(self.root, top)
+            walk = list(os.walk(top))  # os.walk never descends into a link
+        except PermissionDeniedError:
+            walk = []  # the folder is a link: foreign() named it, every file counts as missing
+        for dirpath, dirs, names in walk:
+            for name in (*dirs, *names):
                 full = Path(dirpath) / name
                 rel = full.relative_to(top).as_posix()
+                if not self._owned(full, trusted):
+                    foreign.append(rel + ("/" if name in dirs else ""))
+                if name in dirs and not full.is_symlink():
+                    continue
                 record = expected.get(rel)
                 if record is None:
                     extra.append(rel)
@@ -619,16 +724,29 @@ class Catalog:
             tuple(missing),
             tuple(sorted(extra)),
             unhashed,
+            owner_changed=tuple(foreign),
+            owner=owner.name,
         )
-        marker = self.layout.verify_path(self.layout.key(resolved))
-        try:
-            if report.ok:
-                marker.unlink(missing_ok=True)
-            else:
-                write_json_atomic(marker, report.to_json())
-        except PermissionError as e:
-            log.warning("cannot record the result of verifying %s: %s", resolved, e)
+        if os.geteuid() in trusted:  # only the owner's (or root's) finding changes the entry for all
+            marker = self.layout.verify_path(self.layout.key(resolved))
+            try:
+                if report.ok:
+                    remove_under(self.root, marker)
+                else:
+                    write_json_atomic(marker, report.to_json())
+            except (PermissionError, PermissionDeniedError) as e:
+                log.warning("cannot record the result of verifying %s: %s", resolved, e)
         return report
+
+    @staticmethod
+    def _owned(path: Path, trusted: tuple[int, int]) -> bool:
+        """``path`` (and, for a model snapshot's link, its blob) belongs to a trusted uid."""
+        try:
+            if os.lstat(path).st_uid not in trusted:
+                return False
+            return not path.is_symlink() or path.stat().st_uid in trusted
+        except OSError:
+            return True  # gone or dangling: counted as missing or tampered instead
 
     @staticmethod
     def _matches(path: Path, record: FileRecord) -> bool:
@@ -641,27 +759,31 @@ class Catalog:
         return record.sha256 is None or sha256_file(path) == record.sha256
 
     def _repair(self, ref: Ref) -> None:
-        """Before a pull: drop what ``verify`` found wrong, so the pull fetches it again."""
+        """Before a pull: drop what ``verify`` found wrong, so the pull fetches it again (owner only)."""
         manifest = self.layout.read_manifest(ref)
         report = self._corrupt(ref, manifest)
         if manifest is None or report is None:
             return
+        self._check_owner(ref, "repair")
         lease = Lease(self.layout.lease_path(self.layout.lease_key(ref)), ttl=self.settings.lock_ttl)
         self._acquire(lease, ref)
         try:
             top = self._path(ref, manifest)
-            self.layout.manifest_path(ref).unlink(missing_ok=True)
+            inside(self.root, top)
+            remove_under(self.root, self.layout.manifest_path(ref))
             self.layout.unpublish(ref, manifest)
+            hub = self.hf_cache_dir.resolve()
             for rel in (*report.tampered, *report.extra):
                 path = safe_join(top, rel)
+                inside(self.root, path.parent)
                 real = path.resolve() if path.is_symlink() else None
-                if real is not None and real.is_relative_to(self.hf_cache_dir):
+                if real is not None and isinstance(ref, ModelRef) and real.is_relative_to(hub):
                     real.unlink(missing_ok=True)  # a changed blob: the pull downloads it again
-                    if isinstance(ref, ModelRef) and rel in report.extra:
+                    if rel in report.extra:
                         path.unlink(missing_ok=True)
                 else:
-                    path.unlink(missing_ok=True)
-            self.layout.verify_path(self.layout.key(ref)).unlink(missing_ok=True)
+                    remove_under(self.root, path)  # a link is unlinked, never followed
+            remove_under(self.root, self.layout.verify_path(self.layout.key(ref)))
         finally:
             lease.release()
 
@@ -678,7 +800,7 @@ class Catalog:
         self._prepare()
         if self.layout.read_manifest(resolved) is None:
             raise ConflictError(f"{resolved} is not pulled yet", hint=f"run `starverse store pull {resolved}` first")
-        hold = new_hold(self.layout.holds_dir(self.layout.key(resolved)), str(resolved), holder, pid)
+        hold = new_hold(self.layout.holds_dir(self.layout.key(resolved)), str(resolved), holder, pid, root=self.root)
         hold.write()
         if not self.layout.manifest_path(resolved).exists():  # removed while we wrote: see _holds
             hold.release()
@@ -691,13 +813,18 @@ class Catalog:
     def holders(self, ref: str) -> list[HoldInfo]:
         """The live holds of ``ref`` (jobs reading it)."""
         resolved = self.layout.resolve(parse_ref(ref))
-        return live_holds(self.layout.holds_dir(self.layout.key(resolved)))
+        return self._live_holds(resolved)
+
+    def _live_holds(self, ref: Ref) -> list[HoldInfo]:
+        return live_holds(self.layout.holds_dir(self.layout.key(ref)), root=self.root)
 
     # -- removal ---------------------------------------------------------------------------
     @translate_permissions("remove a store entry")
     def rm(self, name: str, *, force: bool = False) -> list[str]:
         """Remove an entry (all versions of a dataset given without ``@version``) and its bytes.
 
+        Only its owner (or root, or a member of ``STARVERSE_ADMIN_GROUP``) may: that is checked
+        for every version before anything is deleted, and so is every path (no link followed).
         Refuses (ConflictError naming the holders) while a live job holds it, unless ``force``.
         """
         parsed = parse_ref(name)
@@ -708,6 +835,10 @@ class Catalog:
                 self.layout.resolve(parsed)  # raises NotFoundError with a hint
         else:
             refs = [self.layout.resolve(parsed)]
+        for ref in refs:
+            self._check_owner(ref, "remove")
+        for ref in refs:
+            self.layout.data_paths(ref, self.layout.read_manifest(ref))  # a link in place of a folder: refused
         if not force:
             for ref in refs:
                 self._check_unheld(ref, "remove")
@@ -719,8 +850,10 @@ class Catalog:
     def evict(self, *, max_bytes: int, force: bool = False) -> list[EntryStatus]:
         """Drop least recently used entries' bytes until the store holds at most ``max_bytes``.
 
+        Only entries the caller may change (their own; all for root or an admin) are evicted.
         Entries held by live jobs are skipped (unless ``force``); when the budget cannot be met
-        without them, a ConflictError names them after the others were evicted.
+        without them, a ConflictError names them after the others were evicted (a
+        PermissionDeniedError when what is left belongs to others).
         """
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
             raise BadInputError(f"max_bytes must be a whole number >= 0, got {max_bytes!r}", field="max_bytes")
@@ -728,13 +861,18 @@ class Catalog:
         total = sum(s.size for s in entries)
         evicted = []
         held: dict[str, list[HoldInfo]] = {}
+        refused: dict[str, str] = {}
         for status in sorted(entries, key=lambda s: s.last_used or 0.0):
             if total <= max_bytes:
                 break
             if status.pulling is not None:
                 continue
             ref = parse_ref(status.ref)
-            holds = [] if force else live_holds(self.layout.holds_dir(self.layout.key(ref)))
+            owner = status.entry.owner
+            if owner is not None and not may_act(owner.uid, self._admin_gid):
+                refused[status.ref] = f"it belongs to {owner.name}"
+                continue
+            holds = [] if force else self._live_holds(ref)
             if holds:
                 held[status.ref] = holds
                 continue
@@ -743,18 +881,30 @@ class Catalog:
             except _HeldError as e:
                 held[status.ref] = e.holds
                 continue
+            except PermissionDeniedError as e:
+                log.warning("not evicting %s: %s", status.ref, e)
+                refused[status.ref] = str(e)
+                continue
             total -= status.size
             evicted.append(status)
-        if total > max_bytes and held:
+        if total > max_bytes and (held or refused):
             done = ", ".join(s.ref for s in evicted) or "nothing"
-            raise ConflictError(
-                f"cannot evict down to {max_bytes} bytes: {_held_text(held)} (evicted {done})",
-                hint="wait for those jobs to end, or `starverse store evict --force` to evict under them",
+            others = "; ".join(f"{r}: {why}" for r, why in refused.items())
+            if held:
+                raise ConflictError(
+                    f"cannot evict down to {max_bytes} bytes: {_held_text(held)}"
+                    + (f"; not evicted: {others}" if others else "")
+                    + f" (evicted {done})",
+                    hint="wait for those jobs to end, or `starverse store evict --force` to evict under them",
+                )
+            raise PermissionDeniedError(
+                f"cannot evict down to {max_bytes} bytes: not evicted: {others} (evicted {done})",
+                hint="only an entry's owner (or a member of STARVERSE_ADMIN_GROUP) may evict it; ask them",
             )
         return evicted
 
     def _check_unheld(self, ref: Ref, verb: str) -> None:
-        holds = live_holds(self.layout.holds_dir(self.layout.key(ref)))
+        holds = self._live_holds(ref)
         if holds:
             raise _HeldError(ref, holds, verb)
 
@@ -768,13 +918,15 @@ class Catalog:
             time.sleep(_POLL)
 
     def _drop(self, ref: Ref, *, keep_record: bool, force: bool = False) -> None:
+        self._check_owner(ref, "remove")
         lease = Lease(self.layout.lease_path(self.layout.lease_key(ref)), ttl=self.settings.lock_ttl)
         self._acquire(lease, ref)
         try:
             if not force:
                 self._check_unheld(ref, "remove")
             manifest = self.layout.read_manifest(ref)
-            self.layout.manifest_path(ref).unlink(missing_ok=True)  # nobody can take a new hold from here on
+            self.layout.data_paths(ref, manifest)  # refuses a link before anything is deleted
+            remove_under(self.root, self.layout.manifest_path(ref))  # nobody can take a new hold from here on
             if not force and manifest is not None:
                 try:
                     self._check_unheld(ref, "remove")  # a hold taken between the check and the unlink
@@ -785,11 +937,22 @@ class Catalog:
             if not keep_record:
                 self.layout.remove_record(ref)
             if force:
-                with contextlib.suppress(OSError):
-                    for p in self.layout.holds_dir(self.layout.key(ref)).glob("*.json"):
-                        p.unlink(missing_ok=True)
+                self._drop_holds(ref)
         finally:
             lease.release()
+
+    def _drop_holds(self, ref: Ref) -> None:
+        """``--force``: the holds' files go too (those we may remove; never through a link)."""
+        folder = self.layout.holds_dir(self.layout.key(ref))
+        try:
+            inside(self.root, folder)
+            paths = list(folder.glob("*.json"))
+        except (OSError, PermissionDeniedError) as e:
+            log.warning("leaving the holds of %s: %s", ref, e)
+            return
+        for p in paths:
+            with contextlib.suppress(OSError, PermissionDeniedError):
+                remove_under(self.root, p)
 
 
 def check_connections(n: object) -> int:

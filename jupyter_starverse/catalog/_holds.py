@@ -9,6 +9,10 @@ Ordering against removal (no lock needed): a hold writes its file, then checks t
 entry is still published; removal checks for holds, removes the manifest, checks again and
 puts the manifest back when a hold appeared in between. Either the remover sees the hold,
 or the holder sees the manifest gone.
+
+``.holds/<key>/`` is a folder every user writes (sticky in group mode: nobody removes
+another's hold); nothing in it is followed: with the store ``root``, a link in place of the
+folder is refused and the hold file is created ``O_EXCL | O_NOFOLLOW`` (``_volume``).
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ from pathlib import Path
 from types import TracebackType
 
 from jupyter_starverse._procs import pid_alive
+from jupyter_starverse._volume import inside, open_under, remove_under
+from jupyter_starverse.errors import PermissionDeniedError
 
-from ._perms import make_dirs
+from ._perms import file_mode, make_dirs
 from ._types import HoldInfo
 
 __all__ = ["Hold", "live_holds"]
@@ -38,22 +44,28 @@ _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 class Hold:
     """One usage lease; a context manager. ``release()`` is idempotent."""
 
-    def __init__(self, folder: Path, info: HoldInfo) -> None:
+    def __init__(self, folder: Path, info: HoldInfo, *, root: Path | None = None) -> None:
         self.info = info
+        self.root = root if root is not None else folder.parent
         stem = _SAFE.sub("_", info.holder)[:80] or "holder"
         self.path = folder / f"{stem}.{uuid.uuid4().hex}.json"
 
     def write(self) -> None:
-        make_dirs(self.path.parent)
+        inside(self.root, self.path)
+        make_dirs(self.path.parent, shared=True)
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         try:
-            tmp.write_text(json.dumps(self.info.to_json()))
+            fd = open_under(self.root, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                os.fchmod(f.fileno(), file_mode(self.path.parent))
+                f.write(json.dumps(self.info.to_json()))
             tmp.replace(self.path)
         finally:
             tmp.unlink(missing_ok=True)
 
     def release(self) -> None:
-        self.path.unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            remove_under(self.root, self.path)
 
     def __enter__(self) -> Hold:
         return self
@@ -64,14 +76,16 @@ class Hold:
         self.release()
 
 
-def new_hold(folder: Path, ref: str, holder: str, pid: int | None) -> Hold:
+def new_hold(folder: Path, ref: str, holder: str, pid: int | None, *, root: Path | None = None) -> Hold:
     info = HoldInfo(ref, holder, socket.gethostname(), os.getpid() if pid is None else pid, os.geteuid(), time.time())
-    return Hold(folder, info)
+    return Hold(folder, info, root=root)
 
 
-def _read(path: Path) -> HoldInfo | None:
+def _read(path: Path, root: Path) -> HoldInfo | None:
     try:
-        data = json.loads(path.read_text())
+        fd = open_under(root, path)  # a hold that is a link is not followed
+        with os.fdopen(fd, "rb") as f:
+            data = json.loads(f.read(1 << 20))
         return HoldInfo(
             str(data["ref"]),
             str(data["holder"]),
@@ -82,26 +96,32 @@ def _read(path: Path) -> HoldInfo | None:
         )
     except FileNotFoundError:
         return None
-    except (ValueError, KeyError, TypeError, OSError) as e:
+    except (ValueError, KeyError, TypeError, OSError, PermissionDeniedError) as e:
         log.warning("ignoring unreadable hold %s: %s", path, e)
         return None
 
 
-def live_holds(folder: Path) -> list[HoldInfo]:
-    """Holds in ``folder`` whose holders still run; dead ones are removed (best effort)."""
+def live_holds(folder: Path, *, root: Path | None = None) -> list[HoldInfo]:
+    """Holds in ``folder`` whose holders still run; dead ones are removed (best effort, ours only).
+
+    With the store ``root``, a link in place of ``folder`` is refused (PermissionDeniedError):
+    the holds are never read, nor removed, through it.
+    """
     out = []
+    root = root if root is not None else folder.parent
+    inside(root, folder)
     try:
         paths = sorted(folder.glob("*.json"))
     except OSError:
         return []
     here = socket.gethostname()
     for p in paths:
-        info = _read(p)
+        info = _read(p, root)
         if info is None:
             continue
         if info.host == here and not pid_alive(info.pid):
-            with contextlib.suppress(OSError):
-                p.unlink(missing_ok=True)
+            with contextlib.suppress(OSError, PermissionDeniedError):
+                remove_under(root, p)
             continue
         out.append(info)
     return out

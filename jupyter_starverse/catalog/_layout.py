@@ -10,11 +10,19 @@
       data/NAME/VERSION/...                         dataset files (read-only, mount path)
       hf/hub/                                       HF_HUB_CACHE (huggingface_hub layout)
       .leases/  .progress/  .usage/                 single-flight, live progress, last use
+
+Every entry has an owner: the uid of its record file (``lstat``, never what the record says).
+Only the owner, root or an admin changes it (:func:`jupyter_starverse._volume.may_act`);
+a name belongs to whoever made ``catalog/datasets/NAME/``. Nothing here follows a link out
+of the store: records are read with ``openat(O_NOFOLLOW)`` (:func:`_volume.open_under`) and
+removed with :func:`_volume.remove_under`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import errno
 import hashlib
 import json
 import logging
@@ -27,10 +35,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jupyter_starverse.errors import BadInputError, InvalidNameError, NotFoundError, StoreError
+from jupyter_starverse._volume import Owner, inside, open_under, remove_under
+from jupyter_starverse.errors import BadInputError, InvalidNameError, NotFoundError, PermissionDeniedError, StoreError
 
 from ._names import DatasetRef, ModelRef, Ref, check_name, parse_hf
-from ._perms import make_dirs, make_read_only, make_writable, rmtree
+from ._perms import denied, file_mode, make_dirs, make_read_only, make_writable
 from ._progress import write_json_atomic
 from ._types import Entry, FileRecord
 
@@ -62,6 +71,7 @@ class Manifest:
     files: tuple[FileRecord, ...]
     completed_at: float
     commit: str | None = None
+    owner: Owner | None = None  # the entry's owner when it was published (checked by verify and mount)
 
     @property
     def size(self) -> int:
@@ -72,6 +82,7 @@ class Manifest:
             "ref": self.ref,
             "commit": self.commit,
             "completed_at": self.completed_at,
+            "owner": self.owner.to_json() if self.owner is not None else None,
             "files": [f.to_json() for f in self.files],
         }
 
@@ -97,20 +108,22 @@ class Manifest:
             or isinstance(completed, bool)
         ):
             raise ValueError("no ref or completion time")
-        return cls(str(data["ref"]), tuple(files), float(completed), commit)
+        owner = data.get("owner")
+        if owner is not None and not (isinstance(owner, dict) and _is_int(owner.get("uid"))):
+            raise ValueError(f"bad owner {owner!r}")
+        by = Owner(int(owner["uid"]), str(owner.get("name") or f"uid {owner['uid']}")) if owner else None
+        return cls(str(data["ref"]), tuple(files), float(completed), commit, by)
 
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (ValueError, OSError):  # half-written, binary junk, or a folder where a file should be
-        return None
+_CORRUPT = object()  # a record that is there but is no JSON (half-written, binary junk, a folder)
+
+
+def _owner(st: os.stat_result) -> Owner:
+    return Owner.of_uid(st.st_uid)
 
 
 def _entry_from(data: Any, ref: Ref) -> Entry:
@@ -131,11 +144,6 @@ def _entry_from(data: Any, ref: Ref) -> Entry:
     if (entry.kind, entry.name, entry.version) != expected:
         raise ValueError(f"it describes {entry.kind} {entry.name}@{entry.version}, not {ref}")
     return entry
-
-
-def _writable_rmtree(path: Path) -> None:
-    # Published folders are read-only (0555): perms.rmtree gives them their write bit back first.
-    rmtree(path)
 
 
 class Layout:
@@ -198,10 +206,59 @@ class Layout:
     def snapshot_dir(self, ref: ModelRef, commit: str) -> Path:
         return self.hf_cache / ref.folder / "snapshots" / commit
 
+    def name_folder(self, ref: Ref) -> Path:
+        """The folder of a name's records: whoever made it owns the name."""
+        return self.record_path(ref).parent
+
+    def name_owner(self, ref: Ref) -> Owner | None:
+        """Who owns ``ref``'s name (its records' folder); None when nobody has taken it yet."""
+        folder = self.name_folder(ref)
+        inside(self.root, folder.parent)
+        try:
+            st = os.lstat(folder)
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISDIR(st.st_mode):
+            raise PermissionDeniedError(
+                f"{folder} is not a folder (a link or a file took the place of the name {ref.name!r})",
+                hint="the store's admin should remove it; pick another name meanwhile",
+            )
+        return _owner(st)
+
+    def _load(self, path: Path, action: str) -> Any:
+        """The JSON at ``path``, read without following a link: None when absent, ``_CORRUPT`` when no JSON.
+
+        A file we may not read is a :class:`PermissionDeniedError` with the sharing hint (never
+        "corrupt"); a link at any level is refused the same way.
+        """
+        try:
+            fd = open_under(self.root, path)
+        except FileNotFoundError:
+            return None
+        except PermissionError as e:
+            raise denied(e, action) from e
+        except OSError as e:
+            if e.errno in (errno.EACCES, errno.EPERM):
+                raise denied(e, action) from e
+            return _CORRUPT
+        try:
+            with os.fdopen(fd, "rb") as f:
+                return json.loads(f.read(64 << 20))
+        except PermissionError as e:
+            raise denied(e, action) from e
+        except (ValueError, OSError):  # half-written, binary junk, or a folder where a file should be
+            return _CORRUPT
+
     def resolve(self, ref: Ref) -> Ref:
-        """Give a dataset ref without version its newest version; NotFoundError if unknown."""
+        """Give a dataset ref without version its newest version; NotFoundError if unknown.
+
+        Only versions whose record belongs to the name's owner (or root) count: another user's
+        record planted in an old, group-writable folder never becomes what the name means.
+        """
         if isinstance(ref, ModelRef) or ref.version is not None:
-            if not self.record_path(ref).exists():
+            path = self.record_path(ref)
+            inside(self.root, path)
+            if not os.path.lexists(path):
                 hint = "run `starverse store ls` to see entries" + (
                     f", or `starverse store pull {ref}`" if isinstance(ref, ModelRef) else ""
                 )
@@ -209,19 +266,32 @@ class Layout:
             return ref
         newest: tuple[float, str] | None = None
         corrupt: str | None = None
+        refused: PermissionDeniedError | None = None
         folder = self.dataset_folder(ref.name)
-        if folder.is_dir():
+        owner = self.name_owner(ref)
+        if owner is not None:
             for p in folder.glob("*.json"):
                 if p.name.endswith(".manifest.json") or p.name.startswith("."):
                     continue
-                data = _read_json(p)
+                st = os.lstat(p)
+                if stat.S_ISLNK(st.st_mode) or st.st_uid not in (owner.uid, 0):
+                    log.warning("ignoring %s: uid %d wrote it, not %s who owns %r", p, st.st_uid, owner, ref.name)
+                    continue
+                version = p.name[: -len(".json")]
+                try:
+                    data = self._load(p, "read the catalog")
+                except PermissionDeniedError as e:
+                    refused = e
+                    continue
                 added = data.get("added_at", 0) if isinstance(data, dict) else None
                 if not isinstance(added, int | float) or isinstance(added, bool):
                     with contextlib.suppress(InvalidNameError):  # read_entry will name what is wrong
-                        corrupt = check_name(p.name[: -len(".json")], what="version")
+                        corrupt = check_name(version, what="version")
                     continue
                 if newest is None or added > newest[0]:
-                    newest = (float(added), p.name[: -len(".json")])
+                    newest = (float(added), version)
+        if newest is None and refused is not None:
+            raise refused
         if newest is None and corrupt is not None:
             return DatasetRef(ref.name, corrupt)
         if newest is None:
@@ -231,22 +301,46 @@ class Layout:
             )
         return DatasetRef(ref.name, newest[1])
 
-    def read_entry(self, ref: Ref) -> Entry:
-        """The record of ``ref``: NotFoundError when absent, StoreError when corrupt or foreign."""
+    def entry_owner(self, ref: Ref) -> Owner:
+        """The owner of ``ref``: its record file's uid (NotFoundError when there is none)."""
         path = self.record_path(ref)
-        data = _read_json(path)
-        if data is None and not path.exists():
+        inside(self.root, path.parent)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            hint = "run `starverse store ls` to see entries"
+            raise NotFoundError(f"{ref} is not in the catalog", hint=hint) from None
+        if stat.S_ISLNK(st.st_mode):
+            raise PermissionDeniedError(
+                f"the catalog record of {ref} ({path}) is a link; refusing to follow it",
+                hint="someone replaced the record with a link: its owner or the store's admin should remove it",
+            )
+        return _owner(st)
+
+    def read_entry(self, ref: Ref) -> Entry:
+        """The record of ``ref``: NotFoundError when absent, StoreError when corrupt or foreign,
+        PermissionDeniedError when we may not read it (another user's umask) or it is a link."""
+        path = self.record_path(ref)
+        owner = self.entry_owner(ref)
+        data = self._load(path, f"read the catalog record of {ref}")
+        if data is None:
             raise NotFoundError(f"{ref} is not in the catalog", hint="run `starverse store ls` to see entries")
         try:
-            return _entry_from(data, ref)
+            if data is _CORRUPT:
+                raise ValueError("not JSON")
+            entry = _entry_from(data, ref)
         except ValueError as e:
             raise StoreError(
                 f"the catalog record of {ref} ({path}) is corrupt: {e}",
-                hint=f"remove it with `starverse store rm {ref}` and add it again",
+                hint=f"its owner ({owner}) can remove it with `starverse store rm {ref}` and add it again",
             ) from e
+        return dataclasses.replace(entry, owner=owner)
 
     def write_entry(self, ref: Ref, entry: Entry) -> None:
-        write_json_atomic(self.record_path(ref), entry.to_json())
+        path = self.record_path(ref)
+        make_dirs(path.parent)
+        inside(self.root, path)
+        write_json_atomic(path, entry.to_json())
 
     def create_entry(self, ref: Ref, entry: Entry) -> Entry | None:
         """Write the record of ``ref`` only if there is none (atomic across processes and NFS).
@@ -255,9 +349,12 @@ class Layout:
         """
         path = self.record_path(ref)
         make_dirs(path.parent)
+        inside(self.root, path)
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
         try:
-            with open(tmp, "w") as f:
+            fd = open_under(self.root, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                os.fchmod(f.fileno(), file_mode(path.parent))
                 json.dump(entry.to_json(), f)
                 f.flush()
                 os.fsync(f.fileno())
@@ -275,12 +372,22 @@ class Layout:
         return self.read_entry(ref)
 
     def read_manifest(self, ref: Ref) -> Manifest | None:
-        """The manifest of ``ref``; None when absent, or corrupt or foreign (logged; a pull rewrites it)."""
+        """The manifest of ``ref``; None when absent, or corrupt or foreign (logged; a pull rewrites it).
+
+        A manifest we may not read is a PermissionDeniedError (another user's umask), not "missing".
+        """
         path = self.manifest_path(ref)
-        data = _read_json(path)
+        try:
+            data = self._load(path, f"read the manifest of {ref}")
+        except PermissionDeniedError:
+            if path.is_symlink():
+                log.warning("ignoring manifest %s of %s: it is a link", path, ref)
+                return None
+            raise
         if data is None:
-            if path.exists():
-                log.warning("ignoring unreadable manifest %s of %s", path, ref)
+            return None
+        if data is _CORRUPT:
+            log.warning("ignoring unreadable manifest %s of %s", path, ref)
             return None
         try:
             manifest = Manifest.from_json(data)
@@ -293,7 +400,9 @@ class Layout:
         return manifest
 
     def write_manifest(self, ref: Ref, manifest: Manifest) -> None:
-        write_json_atomic(self.manifest_path(ref), manifest.to_json())
+        path = self.manifest_path(ref)
+        inside(self.root, path)
+        write_json_atomic(path, manifest.to_json())
 
     def mount_dir(self, ref: Ref, manifest: Manifest) -> Path:
         """The folder a job reads: the data folder, or the model's snapshot at the manifest's commit."""
@@ -301,30 +410,68 @@ class Layout:
             return self.data_dir(ref)
         return self.snapshot_dir(ref, str(manifest.commit))
 
+    def foreign(self, ref: Ref, manifest: Manifest | None) -> list[str]:
+        """What of a published entry is not its owner's (a few ``lstat`` calls, no file read).
+
+        The manifest file, the owner it records (when ``manifest`` is given), and the folders a
+        mount hands out must all belong to the entry's owner (or root): anything else means
+        someone swapped them. A model's snapshot folder needs ``manifest`` (its commit).
+        """
+        owner = self.entry_owner(ref)
+        trusted = (owner.uid, 0)
+        out = []
+        if manifest is not None and manifest.owner is not None and manifest.owner.uid != owner.uid:
+            out.append(f"manifest (records {manifest.owner.name}, uid {manifest.owner.uid})")
+        checks = [("manifest", self.manifest_path(ref))]
+        if isinstance(ref, DatasetRef):
+            top = self.data_dir(ref)
+            checks += [(f"data/{ref.name}", top.parent), (f"data/{ref.name}/{ref.version}", top)]
+        elif manifest is not None:
+            checks += [("snapshot", self.mount_dir(ref, manifest))]
+        for label, path in checks:
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                out.append(f"{label} (a link)")
+            elif st.st_uid not in trusted:
+                out.append(f"{label} (owned by {Owner.of_uid(st.st_uid)}, not {owner})")
+        return out
+
     def publish(self, ref: Ref, manifest: Manifest) -> None:
-        """Make the entry read-only for everyone (files 0444, folders 0555), then write its manifest."""
+        """Make the entry read-only for everyone (files 0444, folders 0555), then write its manifest
+        (recording the entry's owner, checked by ``verify`` and ``mount``)."""
         top = self.mount_dir(ref, manifest)
+        inside(self.root, top)
         make_read_only(top)
         if isinstance(ref, ModelRef):
+            hub = self.hf_cache.resolve()
             for f in manifest.files:  # the blobs behind the snapshot's links
                 real = (top / f.path).resolve()
                 with contextlib.suppress(OSError):
-                    if real.is_file() and stat.S_IMODE(real.stat().st_mode) != 0o444:
+                    if real.is_relative_to(hub) and real.is_file() and stat.S_IMODE(real.stat().st_mode) != 0o444:
                         real.chmod(0o444)
-        self.verify_path(self.key(ref)).unlink(missing_ok=True)
-        self.write_manifest(ref, manifest)
+        with contextlib.suppress(OSError):
+            self.verify_path(self.key(ref)).unlink(missing_ok=True)
+        self.write_manifest(ref, dataclasses.replace(manifest, owner=self.entry_owner(ref)))
 
     def unpublish(self, ref: Ref, manifest: Manifest | None) -> None:
-        """Folders of an entry writable again (before a repair); no-op for what is not ours."""
+        """Folders of an entry writable again by their owner (before a repair); no-op for what is not ours."""
         if isinstance(ref, DatasetRef):
+            inside(self.root, self.data_dir(ref))
             make_writable(self.data_dir(ref))
         elif manifest is not None and manifest.commit:
+            inside(self.root, self.snapshot_dir(ref, manifest.commit))
             make_writable(self.snapshot_dir(ref, manifest.commit))
 
     def all_refs(self) -> list[Ref]:
         """Every entry whose record file is where its name says; anything else is logged and skipped."""
         out: list[Ref] = []
         for p in sorted((self.root / "catalog" / "datasets").glob("*/*.json")):
+            if p.parent.is_symlink():
+                log.warning("ignoring %s in the catalog: it is a link", p.parent)
+                continue
             if not p.name.endswith(".manifest.json") and not p.name.startswith("."):
                 try:
                     out.append(
@@ -333,8 +480,15 @@ class Layout:
                 except InvalidNameError:
                     log.warning("ignoring foreign file %s in the catalog", p)
         for p in sorted((self.root / "catalog" / "models").glob("*/*.json")):
+            if p.parent.is_symlink() or p.is_symlink():
+                log.warning("ignoring %s in the catalog: it is a link", p)
+                continue
             if not p.name.endswith(".manifest.json") and not p.name.startswith("."):
-                data = _read_json(p)
+                try:
+                    data = self._load(p, "list the catalog")
+                except PermissionDeniedError as e:
+                    log.warning("skipping %s in the listing: %s", p, e)
+                    continue
                 name, version = (data.get("name"), data.get("version")) if isinstance(data, dict) else (None, None)
                 try:
                     ref = parse_hf(f"hf:{name}@{version}")
@@ -350,65 +504,93 @@ class Layout:
     def touch(self, key: str) -> None:
         """Record a use; at most one write a minute per entry (a stat is cheaper on NFS).
 
-        The stamp may belong to another user (utime is refused then): we replace it by our
-        own through a rename, and when even that is refused the use is simply not recorded;
-        a usage stamp never blocks a mount.
+        The stamp is never followed: a link planted in its place is left alone (the use is not
+        recorded). A stamp of another user's is bumped when the group may write it (``0660``
+        in group mode), else the use is simply not recorded; a usage stamp never blocks a mount.
         """
         path = self.usage_path(key)
         try:
-            if time.time() - path.stat().st_mtime < 60:
-                return
-            os.utime(path)
-        except FileNotFoundError:
+            inside(self.root, path)
             try:
+                st = os.lstat(path)
+            except FileNotFoundError:
                 make_dirs(path.parent)
-                path.touch()
-            except PermissionError as e:
-                log.debug("cannot record the use of %s: %s", key, e)
-        except PermissionError:
-            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-            try:
-                tmp.touch()
-                tmp.replace(path)
-            except OSError as e:
-                log.debug("cannot record the use of %s: %s", key, e)
-            finally:
-                with contextlib.suppress(OSError):
-                    tmp.unlink(missing_ok=True)
+                with contextlib.suppress(FileExistsError):
+                    fd = open_under(self.root, path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                    try:
+                        os.fchmod(fd, file_mode(path.parent, group_writable=True))
+                    finally:
+                        os.close(fd)
+                return
+            if not stat.S_ISREG(st.st_mode):
+                log.warning("not recording the use of %s: %s is not a plain file", key, path)
+                return
+            if time.time() - st.st_mtime < 60:
+                return
+            os.utime(path, follow_symlinks=False)
+        except (PermissionError, PermissionDeniedError) as e:
+            log.debug("cannot record the use of %s: %s", key, e)
 
     def last_used(self, key: str) -> float | None:
         try:
-            return self.usage_path(key).stat().st_mtime
+            return os.lstat(self.usage_path(key)).st_mtime
         except FileNotFoundError:
             return None
 
-    def remove_data(self, ref: Ref, manifest: Manifest | None) -> None:
-        """Drop an entry's bytes; the manifest goes first so nobody sees it as cached."""
-        self.manifest_path(ref).unlink(missing_ok=True)
+    def data_paths(self, ref: Ref, manifest: Manifest | None) -> list[Path]:
+        """The folders :meth:`remove_data` deletes, each checked: no link at any level below the root."""
         if isinstance(ref, DatasetRef):
             data = self.data_dir(ref)
-            _writable_rmtree(data)
-            _writable_rmtree(data.with_name(f".{data.name}.staging"))  # left by a batch pull that crashed
+            paths = [data, data.with_name(f".{data.name}.staging")]  # staging: left by a batch pull that crashed
+        else:
+            paths = [self.hf_cache / ref.folder / "blobs"]
+            if manifest is not None and manifest.commit:
+                paths.append(self.snapshot_dir(ref, manifest.commit))
+        for p in paths:
+            inside(self.root, p)
+        return paths
+
+    def remove_data(self, ref: Ref, manifest: Manifest | None) -> None:
+        """Drop an entry's bytes; the manifest goes first so nobody sees it as cached.
+
+        Nothing is followed: a link in place of a folder is refused (:func:`_volume.inside`),
+        a link met inside is unlinked, never its target."""
+        paths = self.data_paths(ref, manifest)
+        remove_under(self.root, self.manifest_path(ref))
+        if isinstance(ref, DatasetRef):
+            for p in paths:
+                remove_under(self.root, p)
             return
-        storage = self.hf_cache / ref.folder
-        if manifest is not None and manifest.commit:
-            _writable_rmtree(self.snapshot_dir(ref, manifest.commit))
-        used = {p.readlink().name for p in (storage / "snapshots").rglob("*") if p.is_symlink()}
-        for blob in (storage / "blobs").glob("*") if (storage / "blobs").is_dir() else []:
-            if blob.name not in used:
-                blob.unlink(missing_ok=True)
+        blobs = paths[0]
+        for p in paths[1:]:
+            remove_under(self.root, p)
+        snapshots = self.hf_cache / ref.folder / "snapshots"
+        inside(self.root, snapshots)
+        used = set()
+        for dirpath, _dirs, names in os.walk(snapshots):
+            for n in names:
+                link = Path(dirpath) / n
+                if link.is_symlink():
+                    used.add(link.readlink().name)
+        if blobs.is_dir() and not blobs.is_symlink():
+            for blob in blobs.iterdir():
+                if blob.name not in used:
+                    remove_under(self.root, blob)
 
     def remove_record(self, ref: Ref) -> None:
-        self.record_path(ref).unlink(missing_ok=True)
-        self.usage_path(self.key(ref)).unlink(missing_ok=True)
-        self.progress_path(self.key(ref)).unlink(missing_ok=True)
-        self.verify_path(self.key(ref)).unlink(missing_ok=True)
+        """The record, then the entry's stamps; a stamp of another user's (sticky folder) stays."""
+        remove_under(self.root, self.record_path(ref))
+        for p in (self.usage_path(self.key(ref)), self.progress_path(self.key(ref)), self.verify_path(self.key(ref))):
+            try:
+                remove_under(self.root, p)
+            except (PermissionError, PermissionDeniedError) as e:
+                log.debug("leaving %s: %s", p, e)
 
 
 def dir_bytes(path: Path) -> tuple[int, int]:
     """(bytes, files) under ``path`` without following links; (0, 0) when absent."""
     total = count = 0
-    if not path.exists():
+    if not path.is_dir() or path.is_symlink():  # a link in place of an entry's folder is not counted
         return 0, 0
     for dirpath, _dirs, files in os.walk(path):
         for f in files:

@@ -2,12 +2,14 @@
 
 The store is one folder that every user's processes write. Two rules make that work:
 
-* **Group mode.** With ``STARVERSE_SHARED_GROUP`` set, the store root and its top folders
-  are owned by that group and setgid (``2775``). Every folder created below a setgid folder
-  (by :func:`make_dirs`) is made ``2775`` too, so the group (inherited by the kernel through
-  the setgid bit) can add entries, take leases and write progress. Files stay ``0644``/``0664``.
+* **Group mode.** With ``STARVERSE_SHARED_GROUP`` set, the store root and the folders in
+  which users create entries are owned by that group, setgid and sticky (``3775``): every
+  member may add an entry there, nobody may rename or remove another's. The folder of one
+  entry (``data/NAME/``, ``catalog/datasets/NAME/``, made by :func:`make_dirs`) belongs to
+  its creator alone: ``2750`` (the group reads, nobody else). Files are ``0640``.
+* **Without group mode** folders are ``0755`` and files ``0644``, whatever the umask.
 * **Published entries are read-only for everyone.** Files ``0444`` and folders ``0555``
-  (:func:`make_read_only`); removal makes folders writable again first (:func:`rmtree`).
+  (:func:`make_read_only`); removal makes folders writable again first.
 
 Without group mode, what another user's umask made private is refused with a
 :class:`PermissionDeniedError` that names the setting (:func:`denied`), never a raw
@@ -32,7 +34,10 @@ from jupyter_starverse.errors import BadInputError, PermissionDeniedError
 
 __all__ = [
     "DIR_MODE",
+    "ENTRY_DIR_MODE",
     "denied",
+    "file_mode",
+    "group_mode",
     "make_dirs",
     "make_read_only",
     "make_writable",
@@ -44,7 +49,11 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DIR_MODE = 0o2775  # group-shared folder: setgid, group-writable
+DIR_MODE = 0o3775  # a folder every member adds entries to: setgid, group-writable, sticky
+ENTRY_DIR_MODE = 0o2750  # the folder of one entry in group mode: its owner writes, the group reads
+_PUBLIC_DIR = 0o755
+_PUBLIC_FILE = 0o644
+_GROUP_FILE = 0o640
 _READ_ONLY_DIR = 0o555
 _READ_ONLY_FILE = 0o444
 HINT = (
@@ -101,18 +110,29 @@ def translate_permissions(action: str) -> Callable[[F], F]:
     return wrap
 
 
-def _is_shared(folder: Path) -> bool:
+def group_mode(folder: Path) -> bool:
+    """True when ``folder`` is in a group-shared store (setgid: the group mode's mark)."""
     try:
-        return bool(folder.stat().st_mode & stat.S_ISGID)
+        return bool(Path(folder).stat().st_mode & stat.S_ISGID)
     except OSError:
         return False
 
 
-def make_dirs(path: Path) -> None:
-    """``mkdir -p path``; each folder created inside a setgid (group-shared) folder becomes 2775.
+def file_mode(folder: Path, *, group_writable: bool = False) -> int:
+    """The mode of a record written in ``folder``: ``0640`` in group mode (``0660`` with
+    ``group_writable``), else ``0644``; never the umask's."""
+    if group_mode(folder):
+        return 0o660 if group_writable else _GROUP_FILE
+    return _PUBLIC_FILE
 
-    The umask would otherwise drop the group's write bit (0755 under umask 022), and the
-    next user could not add a file beside ours.
+
+def make_dirs(path: Path, *, shared: bool = False) -> None:
+    """``mkdir -p path`` with the modes of docs/sharing.md, whatever the umask.
+
+    Below a setgid (group-shared) folder a new folder is ``2750``: it belongs to the entry of
+    its creator, who alone writes in it. ``shared`` folders, where every member adds files
+    (a hold folder), are ``3775`` (sticky: nobody removes another's file). Without group
+    mode every folder is ``0755``.
     """
     missing: list[Path] = []
     p = path
@@ -123,24 +143,33 @@ def make_dirs(path: Path) -> None:
         p = p.parent
     for folder in reversed(missing):
         try:
-            folder.mkdir()
+            folder.mkdir(mode=0o700)
         except FileExistsError:
             if not folder.is_dir():
                 raise
             continue  # someone else made it at the same moment: theirs, with their mode
-        if _is_shared(folder.parent):
-            with contextlib.suppress(OSError):
-                folder.chmod(DIR_MODE)
+        mode = (DIR_MODE if shared else ENTRY_DIR_MODE) if group_mode(folder.parent) else _PUBLIC_DIR
+        with contextlib.suppress(OSError):
+            folder.chmod(mode)
+
+
+def tighten(folder: Path) -> None:
+    """An entry folder an older release made group-writable (``2775``) becomes ``2750`` (ours only)."""
+    with contextlib.suppress(OSError):
+        st = os.lstat(folder)
+        mine = stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+        if mine and st.st_mode & stat.S_ISGID and st.st_mode & stat.S_IWGRP:
+            folder.chmod(ENTRY_DIR_MODE)
 
 
 def prepare_shared(root: Path, gid: int, subfolders: tuple[str, ...]) -> None:
-    """Make ``root`` and its ``subfolders`` group ``gid``, setgid, group-writable (where we may).
+    """Make ``root`` and its ``subfolders`` group ``gid``, setgid, group-writable and sticky (``3775``).
 
     Folders that belong to someone else are left as they are (only their owner can change
     them); a folder we cannot give to the group is a PermissionDeniedError with a hint.
     """
     for folder in (root, *(root / s for s in subfolders)):
-        make_dirs(folder)
+        make_dirs(folder, shared=True)
         st = folder.stat()
         if st.st_uid != os.geteuid() and os.geteuid() != 0:
             continue
@@ -206,7 +235,7 @@ def make_writable(top: Path) -> None:
         try:
             st = folder.stat()
             mode = stat.S_IMODE(st.st_mode)
-            want = mode | stat.S_IWUSR | ((stat.S_IWGRP | stat.S_ISGID) if mode & stat.S_ISGID else 0)
+            want = mode | stat.S_IWUSR  # the owner only: a folder being repaired is never the group's to write
             if want != mode and (st.st_uid == os.geteuid() or os.geteuid() == 0):
                 folder.chmod(want)
         except OSError as e:

@@ -10,13 +10,14 @@ import contextlib
 import json
 import logging
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ._perms import make_dirs
+from ._perms import file_mode, make_dirs
 from ._types import PullProgress
 
 __all__ = ["ProgressCallback", "ProgressTracker", "read_progress", "tqdm_callback", "write_json_atomic"]
@@ -25,15 +26,20 @@ ProgressCallback = Callable[[PullProgress], None]
 log = logging.getLogger(__name__)
 
 
-def write_json_atomic(path: Path, data: Any, *, durable: bool = True) -> None:
+def write_json_atomic(path: Path, data: Any, *, durable: bool = True, mode: int | None = None) -> None:
     """Write JSON to ``path`` via a temp file and rename (readers never see half a file).
 
-    ``durable=False`` skips the fsync: for progress, which is worthless after a crash.
+    The file gets ``mode`` (default: ``0644``, ``0640`` in a group-shared store) whatever the
+    umask. The temp file is created ``O_EXCL`` with a random name (``mkstemp``), so a link
+    planted in the folder is never written through. ``durable=False`` skips the fsync: for
+    progress, which is worthless after a crash.
     """
     make_dirs(path.parent)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = Path(name)
     try:
-        with open(tmp, "w") as f:
+        with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), file_mode(path.parent) if mode is None else mode)
             f.write(json.dumps(data))  # one string: json.dump writes many small pieces
             if durable:
                 f.flush()

@@ -9,6 +9,7 @@ from typing import Any
 
 from .._format import format_bytes as _format_bytes
 from .._format import format_count, html_pre, html_table, pretty_text, state_badge
+from .._volume import Owner
 
 __all__ = [
     "STATES",
@@ -58,7 +59,8 @@ class Entry:
     """What the catalog knows about an entry before any byte is pulled.
 
     ``ref`` is the string every front door accepts: ``name@version`` for datasets,
-    ``hf:ORG/REPO@REV`` for models.
+    ``hf:ORG/REPO@REV`` for models. ``owner`` is who created it: read from the record file
+    itself (its uid), never taken from what the record says.
     """
 
     kind: str
@@ -69,22 +71,30 @@ class Entry:
     description: str | None = None
     license: str | None = None
     added_at: float = field(default_factory=time.time)
+    owner: Owner | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out["owner"] = self.owner.to_json() if self.owner is not None else None
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Entry:
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        fields = {k: data[k] for k in cls.__dataclass_fields__ if k in data and k != "owner"}
+        owner = data.get("owner")
+        if isinstance(owner, dict) and isinstance(owner.get("uid"), int) and isinstance(owner.get("name"), str):
+            fields["owner"] = Owner(owner["uid"], owner["name"])
+        return cls(**fields)
 
     def __str__(self) -> str:
-        return f"{self.ref}  ({self.kind}, source {self.source})"
+        by = f", owner {self.owner}" if self.owner is not None else ""
+        return f"{self.ref}  ({self.kind}, source {self.source}{by})"
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         pretty_text(p, str(self))
 
     def _repr_html_(self) -> str:
-        rows = [("ref", self.ref), ("kind", self.kind), ("source", self.source)]
+        rows = [("ref", self.ref), ("kind", self.kind), ("source", self.source), ("owner", str(self.owner or "-"))]
         rows += [(k, v) for k, v in (("description", self.description), ("license", self.license)) if v]
         return html_table(("", ""), rows)
 
@@ -118,6 +128,7 @@ class EntryStatus:
             "name": self.entry.name,
             "version": self.entry.version,
             "source": self.entry.source,
+            "owner": self.entry.owner.to_json() if self.entry.owner is not None else None,
             "description": self.entry.description,
             "license": self.entry.license,
             "state": self.state,
@@ -134,7 +145,7 @@ class EntryStatus:
         size = format_bytes(self.size)
         line = (
             f"{self.entry.ref}: {self.state}, {size} in {format_count(self.files)} files, "
-            f"last used {_ago(self.last_used)}"
+            f"last used {_ago(self.last_used)}, owner {self.entry.owner or '-'}"
         )
         if self.path:
             line += f"\n  path: {self.path}"
@@ -149,6 +160,7 @@ class EntryStatus:
             ("state", state_badge(self.state)),
             ("size", escape(f"{format_bytes(self.size)} in {format_count(self.files)} files")),
             ("last used", escape(_ago(self.last_used))),
+            ("owner", escape(str(self.entry.owner or "-"))),
         ]
         if self.path:
             rows.append(("path", escape(self.path)))
@@ -167,10 +179,12 @@ class StoreListing:
     def __str__(self) -> str:
         if not self.entries:
             return "The store is empty. Add a dataset with `starverse store add NAME SOURCE` or pull hf:ORG/REPO."
-        rows = [("REF", "KIND", "STATE", "SIZE", "FILES", "LAST USE")]
+        rows = [("REF", "KIND", "OWNER", "STATE", "SIZE", "FILES", "LAST USE")]
         for e in self.entries:
             state = e.state if e.pulling is None else f"{e.state} (pulling {e.pulling.percent:.0f}%)"
-            rows.append((e.ref, e.entry.kind, state, format_bytes(e.size), format_count(e.files), _ago(e.last_used)))
+            owner = str(e.entry.owner or "-")
+            rows.append((e.ref, e.entry.kind, owner, state, format_bytes(e.size), format_count(e.files),
+                         _ago(e.last_used)))  # fmt: skip
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
@@ -183,9 +197,10 @@ class StoreListing:
         rows = []
         for e in self.entries:
             badge = state_badge(e.state) + (f" pulling {e.pulling.percent:.0f}%" if e.pulling is not None else "")
-            rows.append((escape(e.ref), escape(e.entry.kind), badge, format_bytes(e.size), format_count(e.files),
-                         escape(_ago(e.last_used))))  # fmt: skip
-        return html_table(("ref", "kind", "state", "size", "files", "last use"), rows, raw_columns=(0, 1, 2, 3, 4, 5))
+            rows.append((escape(e.ref), escape(e.entry.kind), escape(str(e.entry.owner or "-")), badge,
+                         format_bytes(e.size), format_count(e.files), escape(_ago(e.last_used))))  # fmt: skip
+        return html_table(("ref", "kind", "owner", "state", "size", "files", "last use"), rows,
+                          raw_columns=(0, 1, 2, 3, 4, 5, 6))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -246,10 +261,12 @@ class VerifyReport:
     extra: tuple[str, ...] = ()
     unhashed: int = 0
     verified_at: float = field(default_factory=time.time)
+    owner_changed: tuple[str, ...] = ()  # the manifest, the folder or files not owned by the entry's owner
+    owner: str | None = None  # the entry's owner, for the report
 
     @property
     def ok(self) -> bool:
-        return not (self.tampered or self.missing or self.extra)
+        return not (self.tampered or self.missing or self.extra or self.owner_changed)
 
     @property
     def state(self) -> str:
@@ -258,6 +275,7 @@ class VerifyReport:
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["tampered"], out["missing"], out["extra"] = list(self.tampered), list(self.missing), list(self.extra)
+        out["owner_changed"] = list(self.owner_changed)
         out["ok"] = self.ok
         out["state"] = self.state
         return out
@@ -265,13 +283,16 @@ class VerifyReport:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> VerifyReport:
         """Parse a stored report; ``ValueError``/``TypeError``/``KeyError`` when malformed."""
-        lists = {k: tuple(str(p) for p in data.get(k) or ()) for k in ("tampered", "missing", "extra")}
+        keys = ("tampered", "missing", "extra", "owner_changed")
+        lists = {k: tuple(str(p) for p in data.get(k) or ()) for k in keys}
+        owner = data.get("owner")
         return cls(
             str(data["ref"]),
             str(data["path"]),
             int(data["checked"]),
             unhashed=int(data.get("unhashed", 0)),
             verified_at=float(data.get("verified_at", 0.0)),
+            owner=owner if isinstance(owner, str) else None,
             **lists,
         )
 
@@ -280,7 +301,11 @@ class VerifyReport:
             note = f" ({self.unhashed} without a recorded sha256: size only)" if self.unhashed else ""
             return f"{self.ref}: ok, {self.checked} files match their recorded size and sha256{note}"
         lines = [f"{self.ref}: CORRUPT ({self.path})"]
-        for what, paths in (("tampered", self.tampered), ("missing", self.missing), ("extra", self.extra)):
+        if self.owner_changed:
+            lines[0] = f"{self.ref}: CORRUPT: owner changed ({self.path}; the entry belongs to {self.owner})"
+        groups = (("owner changed", self.owner_changed), ("tampered", self.tampered), ("missing", self.missing),
+                  ("extra", self.extra))  # fmt: skip
+        for what, paths in groups:
             lines.extend(f"  {what}: {p}" for p in paths[:20])
             if len(paths) > 20:
                 lines.append(f"  ... and {len(paths) - 20} more {what}")

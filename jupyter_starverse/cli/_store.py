@@ -7,18 +7,21 @@
 | store pull REF [--connections N] [--allow G] [--ignore G] | EntryStatus (progress on stderr or a widget) |
 | store mount REF [--json] / mount REF         | pathlib.Path                    |
 | store status REF [--json]                    | EntryStatus                     |
-| store verify REF [--json]                    | VerifyReport (exit 0 either way)|
+| store verify REF [--json]                    | VerifyReport (exit 4 when corrupt)|
 | store import-model PATH --as ORG/REPO        | Entry                           |
 | store rm REF [--force]                       | removed refs                    |
 | store evict --max-bytes N [--force]          | evicted entries                 |
 
 ``rm``/``evict`` refuse (ConflictError, HTTP 409) while a running job holds an entry;
-``--force`` removes it under the job.
+``--force`` removes it under the job. Only an entry's owner (or root, or a member of
+``STARVERSE_ADMIN_GROUP``) may remove, evict, repair or add a version of it
+(PermissionDeniedError, exit 6); ``ls``/``status`` show the owner.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +29,7 @@ from typing import Any
 
 from jupyter_starverse.catalog import Entry, EntryStatus, PullProgress, StoreListing, VerifyReport
 from jupyter_starverse.client import Starverse
-from jupyter_starverse.errors import BadInputError
+from jupyter_starverse.errors import BadInputError, ConflictError
 
 from ._common import Presenter, add_json_flag
 
@@ -89,7 +92,21 @@ def _import(client: Starverse, args: argparse.Namespace) -> Entry:
 
 
 def _verify(client: Starverse, args: argparse.Namespace) -> VerifyReport:
-    return client.catalog.verify(args.ref)
+    report = client.catalog.verify(args.ref)
+    if report.ok or args.notebook:
+        return report
+    # A script checks the exit status: print the report, then fail (exit 4, as for a conflict).
+    print(json.dumps(report.to_json(), indent=2) if args.json else str(report), flush=True)
+    what = "owner changed" if report.owner_changed else "files changed"
+    raise ConflictError(
+        f"{report.ref} is corrupt ({what})",
+        hint=f"its owner repairs it with `starverse store pull {report.ref}`"
+        + (
+            "; files another user owns need its owner or an admin to `store rm` it first"
+            if report.owner_changed
+            else ""
+        ),
+    )
 
 
 def _rm(client: Starverse, args: argparse.Namespace) -> list[str]:

@@ -53,8 +53,9 @@ def test_group_mode_second_user_adds_pulls_and_mounts(shared_tmp: Path) -> None:
     store = shared_tmp / "store"
     for folder in (store, store / "catalog" / "datasets", store / ".leases", store / ".usage"):
         st = folder.stat()
-        assert st.st_gid == TEAM and stat.S_IMODE(st.st_mode) == 0o2775, (folder, oct(st.st_mode))
-    assert stat.S_IMODE((store / "catalog" / "datasets" / "toy").stat().st_mode) == 0o2775  # made below: inherited
+        assert st.st_gid == TEAM and stat.S_IMODE(st.st_mode) == 0o3775, (folder, oct(st.st_mode))  # sticky
+    for folder in (store / "catalog" / "datasets" / "toy", store / "data" / "toy"):  # an entry's: its owner's only
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o2750, (folder, oct(folder.stat().st_mode))
     _age_usage_stamps(store)  # Alice's stamp is old: Bob's mount must not try to utime it and crash
 
     second = cli_as(BOB, [TEAM], env, shared_tmp, "store", "add", "other", str(src))
