@@ -22,7 +22,7 @@ from ._format import highlight_html, html_pre, html_table, pretty_text
 from ._settings import Settings
 from ._version import __version__
 from .errors import BackendUnavailableError, NotFoundError, StarverseError
-from .jobmodel import LaunchBackend
+from .jobmodel import LaunchBackend, secret_env_warnings
 
 if TYPE_CHECKING:
     from .catalog import Catalog
@@ -52,6 +52,7 @@ class LaunchPreview:
     resume: ResumePlan | None
     cost: Preview | str | None = None  # per-hour price, estimate and cap, shown before launch
     recipe: RecipePlan | None = None  # a recipe job's batch plan (and what a resume recomputes)
+    warnings: tuple[str, ...] = ()  # e.g. an --env value that looks like a secret (use --secret)
 
     def to_json(self) -> dict[str, Any]:
         cost = self.cost if self.cost is None or isinstance(self.cost, str) else self.cost.to_json()
@@ -61,12 +62,13 @@ class LaunchPreview:
             "resume": self.resume.to_json() if self.resume else None,
             "cost": cost,
             "recipe": self.recipe.to_json() if self.recipe else None,
+            "warnings": list(self.warnings),
         }
 
     @property
     def notes(self) -> tuple[str, ...]:
         """What goes with the plan but is not part of it: the price and the resume plan."""
-        out: list[str] = []
+        out: list[str] = [f"warning: {w}" for w in self.warnings]
         if self.cost is not None:
             out += [f"cost: {line.strip()}" for line in str(self.cost).splitlines() if line.strip()]
         if self.resume:
@@ -326,13 +328,15 @@ class Starverse:
         """What launching ``spec`` would start (``yaml``/``json``), its resume plan and its price; starts nothing."""
         from .experiments import ExperimentPaths, plan_resume
 
+        warnings = secret_env_warnings(spec.env)  # the user's own env, before the mode adds its variables
         spec = self.prepare(spec)
         resume = None
         if spec.resume:
             exp = ExperimentPaths.of(self.settings.experiments, spec.experiment_name)
             resume = plan_resume(exp.root, new_world_size=spec.world_size)
         rendered = self._target(backend).render(spec, output=output)
-        return LaunchPreview(output, rendered, resume, self.costs.preview_or_reason(spec), self.recipes.plan(spec))
+        cost, recipe = self.costs.preview_or_reason(spec), self.recipes.plan(spec)
+        return LaunchPreview(output, rendered, resume, cost, recipe, warnings)
 
     @overload
     def launch(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import threading
 import time
 from decimal import Decimal
@@ -17,7 +18,15 @@ from typing import Any
 from jupyter_starverse._settings import BACKENDS, KUBE_KINDS, Settings
 from jupyter_starverse.client import LaunchPreview, Starverse
 from jupyter_starverse.errors import BadInputError, StarverseError
-from jupyter_starverse.jobmodel import BILLING_MODES, FRAMEWORKS, TEMPLATES, Job, JobSpec
+from jupyter_starverse.jobmodel import (
+    BILLING_MODES,
+    FRAMEWORKS,
+    TEMPLATES,
+    Job,
+    JobSpec,
+    parse_secret_ref,
+    secret_env_warnings,
+)
 from jupyter_starverse.modes import SmokeResult, make_smoke_spec
 from jupyter_starverse.watch import read_rank_records, startup_phase
 
@@ -33,6 +42,21 @@ def _env_pair(text: str) -> tuple[str, str]:
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
     return key, value
+
+
+def _secret_pair(text: str) -> tuple[str, str]:
+    """``NAME=REF`` of ``--secret``; a ``file:`` path becomes absolute. Never echoes REF (it may be the secret)."""
+    key, sep, ref = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError("write NAME=REF, e.g. HF_TOKEN=env:HF_TOKEN or HF_TOKEN=file:~/.hf_token")
+    kind, colon, where = ref.partition(":")
+    if colon and kind == "file" and where:
+        ref = f"file:{Path(where).expanduser().absolute()}"
+    if parse_secret_ref(ref) is None:
+        raise argparse.ArgumentTypeError(
+            f"{key}: give a reference, not the secret itself: env:VAR, file:PATH or a Kubernetes secret-name/key"
+        )
+    return key, ref
 
 
 def job_fields(args: argparse.Namespace, *, default_accelerator: str = "cpu") -> dict[str, Any]:
@@ -55,6 +79,7 @@ def job_fields(args: argparse.Namespace, *, default_accelerator: str = "cpu") ->
         "framework": args.framework,
         "mounts": tuple(args.mount),
         "env": dict(args.env),
+        "secrets": dict(args.secret),
         "steps": args.steps,
         "max_restarts": args.max_restarts,
         "checkpoint_every": args.checkpoint_every,
@@ -90,8 +115,10 @@ def run_spec(client: Starverse, args: argparse.Namespace, spec: JobSpec) -> Laun
     if pod:  # parsed and validated exactly as the STARVERSE_* defaults they override
         client = Starverse(Settings.from_env({**client.settings.to_env(), **pod}))
     backend = client.backend(args.backend, port=args.port)
-    if args.dry_run:
+    if args.dry_run:  # the preview carries the warnings (its notes go to stderr)
         return client.preview(spec, backend=backend, output=args.output)
+    for warning in secret_env_warnings(spec.env):
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
     smoke: bool = args.smoke
     return client.launch(spec, backend=backend, smoke=smoke)
 
@@ -237,6 +264,11 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-every", type=int, default=None, metavar="STEPS", help="steps between checkpoints")
     p.add_argument("--max-restarts", type=int, default=0, help="restarts of a failed worker group or node")
     p.add_argument("--env", action="append", type=_env_pair, default=[], metavar="KEY=VALUE", help="extra environment")
+    p.add_argument(
+        "--secret", action="append", type=_secret_pair, default=[], metavar="NAME=REF",
+        help="secret variable by reference, read only where the job starts: NAME=env:VAR, NAME=file:PATH "
+        "(a file only you can read) or NAME=secret-name/key (Kubernetes); never written down (repeatable)",
+    )  # fmt: skip
     p.add_argument("--experiment", default=None, help="experiment name (default: the job name)")
     p.add_argument("--resume", action="store_true", help="continue from the experiment's latest checkpoint")
     p.add_argument("--budget", type=Decimal, default=None, help="stop gracefully once the cost reaches this amount")

@@ -8,6 +8,7 @@ Every core package may import this one; it imports only ``errors``.
 from __future__ import annotations
 
 from ._model import Job, JobState, LaunchBackend, LogLine, NodeStatus, group_tail
+from ._secrets import SECRET_KINDS, SecretRef, looks_secret, parse_secret_ref, secret_env_warnings
 from ._spec import BILLING_MODES, FRAMEWORKS, TEMPLATES, JobSpec
 
 __all__ = [
@@ -20,5 +21,10 @@ __all__ = [
     "LaunchBackend",
     "LogLine",
     "NodeStatus",
+    "SECRET_KINDS",
+    "SecretRef",
     "group_tail",
+    "looks_secret",
+    "parse_secret_ref",
+    "secret_env_warnings",
 ]

@@ -16,6 +16,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from ..errors import BadInputError
+from ._secrets import REF_EXAMPLES, parse_secret_ref
 
 __all__ = ["JobSpec", "TEMPLATES", "BILLING_MODES", "FRAMEWORKS", "job_name_of"]
 
@@ -25,7 +26,6 @@ BILLING_MODES = ("on_demand", "daily", "weekly", "spot")
 
 _NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SECRET_REF_RE = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?/[-._a-zA-Z0-9]+$")
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _RESERVED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "STARVERSE_EXPERIMENT_DIR")
 
@@ -106,7 +106,10 @@ class JobSpec:
     env
         Extra environment variables (plain values; no secrets here).
     secrets
-        Environment variables taken from secrets by reference: ``{"HF_TOKEN": "hf-secret/token"}``.
+        Environment variables taken from secrets by reference, resolved only where the job starts:
+        ``{"HF_TOKEN": "env:HF_TOKEN"}`` (a variable of the submitting environment),
+        ``"file:/home/me/.hf_token"`` (a file only its owner can read) or ``"hf-secret/token"``
+        (a Kubernetes Secret's key). Only the reference is ever written down.
     steps
         Number of training steps the script should run (exported as ``STARVERSE_STEPS``).
     max_restarts
@@ -226,8 +229,16 @@ class JobSpec:
         for key, ref in secrets.items():
             if not _ENV_RE.match(str(key)):
                 raise _bad("secrets", f"{key!r} is not a valid environment variable name")
-            if not isinstance(ref, str) or not _SECRET_REF_RE.match(ref):
-                raise _bad("secrets", f"{key}: {ref!r} is not a secret reference", "write it as 'secret-name/key'")
+            if key in _RESERVED_ENV:
+                raise _bad("secrets", f"{key} is set by the launcher and cannot be overridden")
+            if key in env:
+                raise _bad("secrets", f"{key} is given both as env and as a secret", "give it once, as a secret")
+            if parse_secret_ref(ref) is None:  # never echo the text back: it may be the secret itself
+                raise _bad(
+                    "secrets",
+                    f"{key}: the value is not a secret reference",
+                    f"give a reference, not the secret: {REF_EXAMPLES} (e.g. {key}=env:{key})",
+                )
         set_(self, "secrets", secrets)
         if self.steps is not None:
             _positive_int("steps", self.steps, upper=10**12)

@@ -92,7 +92,7 @@ def test_secrets_are_named_never_valued(settings: Settings, monkeypatch: pytest.
     assert ': "${HF_TOKEN:?secret HF_TOKEN must be set' in text and "--export=ALL" in _directives(text)
     monkeypatch.delenv("HF_TOKEN")
     SlurmBackend(settings).render(spec)  # a preview needs no secret
-    with pytest.raises(BadInputError, match="HF_TOKEN not set"):
+    with pytest.raises(BadInputError, match="HF_TOKEN is not set"):
         SlurmBackend(settings).submit(spec)
 
 

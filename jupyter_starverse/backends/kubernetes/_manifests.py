@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from jupyter_starverse.backends._restarts import PREEMPT_EXIT, USAGE_EXIT
+from jupyter_starverse.backends._secrets import kube_secret_refs
 from jupyter_starverse.backends._torchrun import WORKER_MODULE, job_env
 from jupyter_starverse.jobmodel import JobSpec
 
@@ -284,8 +285,7 @@ def make_env(launch: KubeLaunch, cluster: ClusterConfig, mode: ModeTranslation) 
         resume_from=launch.resume_from,
     )
     out = [c.V1EnvVar(name=k, value=v) for k, v in {**base, **env, **launch.cost_env}.items()]
-    for name, ref in sorted(spec.secrets.items()):
-        secret, key = ref.split("/", 1)
+    for name, (secret, key) in kube_secret_refs(spec).items():  # env:/file: refused with a kubectl hint
         source = c.V1EnvVarSource(secret_key_ref=c.V1SecretKeySelector(name=secret, key=key))
         out.append(c.V1EnvVar(name=name, value_from=source))
     return out

@@ -45,6 +45,7 @@ from jupyter_starverse.experiments import (
 from jupyter_starverse.jobmodel import Job, JobSpec, JobState, NodeStatus
 
 from .._runfolder import RunFolderBackend
+from .._secrets import check_secrets, run_secrets
 from .._torchrun import LOCAL_ADDR, WORKER_MODULE, LaunchPlan, job_env, make_local_plan, render_plan
 from ..templates import check_template, framework_args, write_framework_files
 from ._attempts import PREEMPT_RESTARTS
@@ -149,15 +150,7 @@ class LocalBackend(RunFolderBackend):
             margin = BUDGET_EVERY_S + self.grace + 1.0
             check_budget_covers(spec, table, startup_s=BUDGET_STARTUP_S, stop_margin_s=margin)
         self.check_script(spec)
-        if spec.secrets:
-            missing = [k for k in spec.secrets if k not in os.environ]
-            if missing:
-                raise BadInputError(
-                    f"JobSpec.secrets: the local backend takes secrets from this environment; "
-                    f"{', '.join(missing)} not set",
-                    field="secrets",
-                    hint="export the variables before launching (their values never reach the experiment folder)",
-                )
+        check_secrets(spec, where="the local backend")  # resolved again at spawn, into the supervisor's env only
         return self.mounts(spec)
 
     def resume_plan(self, spec: JobSpec) -> ResumePlan:
@@ -240,7 +233,8 @@ class LocalBackend(RunFolderBackend):
         return stack
 
     def _start_supervisor(self, run: RunPaths, sock: socket.socket | None) -> int:
-        return start_supervisor(run, self.settings, sock, grace=self.grace, preempt_restarts=self.preempt_restarts)
+        return start_supervisor(run, self.settings, sock, grace=self.grace, preempt_restarts=self.preempt_restarts,
+                                secrets=True)  # fmt: skip
 
     def preempt(self, job_id: str, *, node: int | None = None) -> Job:
         """The preemption drill: the supervisor SIGTERMs the workers of ``node`` (default: the last).
@@ -354,9 +348,16 @@ def start_supervisor(
     grace: float = GRACE_S,
     preempt_restarts: int = PREEMPT_RESTARTS,
     resume: bool = False,
+    secrets: bool = False,
 ) -> int:
-    """Start the detached supervisor of ``run`` (``sock``: the bound rendezvous port; ``None``: its own)."""
+    """Start the detached supervisor of ``run`` (``sock``: the bound rendezvous port; ``None``: its own).
+
+    The job's secrets are resolved here, into the supervisor's environment only (its ranks inherit
+    them): ``secrets`` for a submit (a reference that does not resolve fails it), else (take-over)
+    only those that resolve, and only for a run folder of this uid.
+    """
     env = {**os.environ, **settings.to_env()}
+    env.update(run_secrets(run.spec, strict=secrets))
     env.pop("STARVERSE_JOB_ID", None)
     argv = [sys.executable, "-m", _SUPERVISOR_MODULE, str(run.root)]
     fds: tuple[int, ...] = ()

@@ -37,6 +37,7 @@ from jupyter_starverse.watch import first_rank_error
 
 from .._restarts import PREEMPT_EXIT, PREEMPT_RESTARTS
 from .._runfolder import RunFolderBackend
+from .._secrets import check_secrets, resolve_secrets
 from .._torchrun import job_env
 from ..templates import check_template, framework_args, write_framework_files
 from ._commands import (
@@ -139,15 +140,8 @@ class SlurmBackend(RunFolderBackend):
 
             check_priced(spec, load_price_table(self.settings))
         self.check_script(spec)
-        if secrets:
-            missing = [k for k in spec.secrets if k not in os.environ]
-            if missing:
-                raise BadInputError(
-                    f"JobSpec.secrets: Slurm jobs take secrets from the submit environment; "
-                    f"{', '.join(missing)} not set",
-                    field="secrets",
-                    hint="export the variables before launching (the script names them, never their values)",
-                )
+        if secrets:  # resolved again at sbatch, into its environment only (the script names them)
+            check_secrets(spec, where="Slurm")
         return self.mounts(spec)
 
     def resume_plan(self, spec: JobSpec) -> ResumePlan:
@@ -274,7 +268,8 @@ class SlurmBackend(RunFolderBackend):
             script.write_text(render_script(launch))
             write_json(run.root / RECORD, record)
             argv = ["sbatch", "--parsable", *depend, str(script)]
-            proc = run_slurm(argv, env=submit_env(), check=False)
+            # secrets by value only in sbatch's environment (--export=ALL): never in the script or record
+            proc = run_slurm(argv, env=submit_env(resolve_secrets(spec, where="Slurm")), check=False)
             if proc.returncode != 0:
                 raise submit_error(
                     proc.stderr or proc.stdout,

@@ -137,8 +137,10 @@ def render_script(launch: SlurmLaunch) -> str:
     lines.append("")
     if spec.secrets:
         lines += [
-            "# -- secrets, by reference: each must be set where `sbatch` ran (its value is not in this file)",
+            "# -- secrets, by reference: starverse puts each into the environment of `sbatch` when it submits",
+            "#    (--export=ALL); their values are never in this file",
         ]
+        lines += [f"#    {name} <- {_one_line(str(spec.secrets[name]))}" for name in sorted(spec.secrets)]
         for name in sorted(spec.secrets):
             lines.append(f': "${{{name}:?secret {name} must be set in the environment that submits this job}}"')
         lines.append("")
