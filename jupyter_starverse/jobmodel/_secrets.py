@@ -87,14 +87,17 @@ def looks_secret(name: str, value: str) -> str | None:
     return None
 
 
-def secret_env_warnings(env: Mapping[str, str], *, flag: str = "--secret") -> tuple[str, ...]:
-    """One warning per ``env`` variable that looks like a secret, pointing to ``--secret`` (never the value)."""
+def secret_env_warnings(env: Mapping[str, str], *, source: str = "--env", flag: str = "--secret") -> tuple[str, ...]:
+    """One warning per ``env`` variable that looks like a secret, pointing to ``--secret`` (never the value).
+
+    ``source`` and ``flag`` name the field and its replacement as the user sees them (a pipeline
+    step's ``env`` and ``secrets``)."""
     out = []
     for name in sorted(env):
         why = looks_secret(str(name), str(env[name]))
         if why:
             out.append(
-                f"--env {name} looks like a secret ({why}): its value is written into the job's spec, plan and "
+                f"{source} {name} looks like a secret ({why}): its value is written into the job's spec, plan and "
                 f"manifests; pass it by reference instead, e.g. {flag} {name}=env:{name} (or file:/PATH, or a "
                 "Kubernetes secret-name/key)"
             )

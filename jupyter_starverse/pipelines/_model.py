@@ -56,6 +56,7 @@ TRAIN_PARAMS: dict[str, tuple[type, ...]] = {
     "billing": (str,),
     "backend": (str,),
     "env": (dict,),
+    "secrets": (dict,),  # NAME -> env:VAR | file:/PATH | secret-name/key, resolved where the step's job starts
     "experiment": (str,),
 }
 ENTRY_PARAMS: dict[str, tuple[type, ...]] = {"ref": (str,)}

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from jupyter_starverse._format import format_money, pretty_text
 from jupyter_starverse.backends import example_script
 from jupyter_starverse.errors import BadInputError, StarverseError
-from jupyter_starverse.jobmodel import JobSpec
+from jupyter_starverse.jobmodel import JobSpec, secret_env_warnings
 from jupyter_starverse.jobmodel._spec import job_name_of
 
 from ._model import PREP_STEPS, Node, Pipeline
@@ -45,6 +45,7 @@ _FIELD = {
     "billing": "billing",
     "steps": "steps",
     "env": "env",
+    "secrets": "secrets",
     "name": "name",
     "experiment": "experiment",
     "model": "model",
@@ -213,6 +214,7 @@ def step_plan(pipeline: Pipeline, node: Node, *, base_dir: Path, facade: Facade,
     if node.kind == "prep":
         return _prep_plan(pipeline, node, produced or {})
     env = {str(k): str(v) for k, v in dict(p.get("env") or {}).items()}
+    secrets = {str(k): str(v) for k, v in dict(p.get("secrets") or {}).items()}  # references only
     mounts: list[str] = []
     refs: dict[str, list[str]] = {"dataset": [], "model": []}
     for kind, ref, _ in _data_inputs(pipeline, node, produced or {}):
@@ -230,6 +232,7 @@ def step_plan(pipeline: Pipeline, node: Node, *, base_dir: Path, facade: Facade,
         "tensor_parallel": _int(node, "tensor_parallel", 1),
         "pipeline_parallel": _int(node, "pipeline_parallel", 1),
         "env": env,
+        "secrets": secrets,
         "billing": str(p.get("billing", "on_demand")),
         "budget": Decimal(str(budget)) if budget not in (None, "") else None,
         "experiment": p.get("experiment"),
@@ -274,6 +277,8 @@ def _recipe_spec(pipeline: Pipeline, node: Node, facade: Facade, refs: dict[str,
                             hint="drop a dataset from the palette onto the step")  # fmt: skip
     if not job["env"]:
         del job["env"]
+    if not job["secrets"]:
+        del job["secrets"]
     params = node.params.get("recipe_params")
     spec = facade.recipes.spec(str(recipe), model=refs["model"][0], data=refs["dataset"],
                                params=dict(params) if params else None,
@@ -374,6 +379,8 @@ def check(pipeline: Pipeline, facade: Facade, *, base_dir: Path) -> PipelineChec
             continue
         spec = step.spec
         assert spec is not None
+        for warning in secret_env_warnings(dict(node.params.get("env") or {}), source="env", flag="secrets"):
+            issues.append(Issue(node.id, warning, "warning", "env"))
         produced_by = {ref: prep for _, ref, prep in _data_inputs(pipeline, node, {}) if prep}
         dp = spec.world_size // (spec.tensor_parallel * spec.pipeline_parallel) if not parallel else None
         info[node.id] = {"cards": spec.world_size, "data_parallel": dp, "backend": step.backend,

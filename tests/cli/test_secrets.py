@@ -164,3 +164,10 @@ def test_slurm_gets_the_secret_in_sbatch_environment_and_the_script_only_names_i
     assert SECRET not in seen["script"] and seen["files"] == []
     assert "MY_HF_TOKEN" in os.environ  # the submitting environment is left as it was
     wait_for(lambda: not seen["run"].exists(), timeout=5)  # a failed sbatch leaves no run folder
+
+
+def test_the_magic_takes_secret_the_same_way(ip: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_HF_TOKEN", SECRET)
+    preview = ip.run_line_magic("sv", "launch --secret HF_TOKEN=env:MY_HF_TOKEN --env API_TOKEN=abc --dry-run -o json")
+    assert SECRET not in json.dumps(preview.to_json())
+    assert [w.split()[1] for w in preview.warnings] == ["API_TOKEN"]
