@@ -546,12 +546,20 @@ def _scan_root(root: Path, good: list[_Ranked], sick: list[_Ranked], ignored: li
         os.close(opened.fd)
 
 
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:  # EACCES: another user's run folder we cannot enter holds nothing we could load
+        return False
+
+
 def _roots(path: Path | ExperimentPaths | RunPaths) -> list[Path]:
     base = path.root if isinstance(path, (ExperimentPaths, RunPaths)) else Path(path)
     roots = [base / "checkpoints"]
-    if (base / "runs").is_dir():
-        roots += [run / "checkpoints" for run in sorted((base / "runs").iterdir())]
-    return [r for r in roots if r.is_dir()]
+    if _is_dir(base / "runs"):
+        with suppress(OSError):
+            roots += [run / "checkpoints" for run in sorted((base / "runs").iterdir())]
+    return [r for r in roots if _is_dir(r)]
 
 
 def scan_checkpoints(path: Path | ExperimentPaths | RunPaths) -> CheckpointScan:
