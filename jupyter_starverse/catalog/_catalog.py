@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_starverse._settings import Settings
-from jupyter_starverse._volume import Owner, check_owned, current_owner, group_id, inside, may_act, remove_under
+from jupyter_starverse._volume import Owner, check_owned, current_owner, group_id, inside, may_act
 from jupyter_starverse.errors import (
     BadInputError,
     ConflictError,
@@ -99,9 +99,9 @@ class Catalog:
     def _admin_gid(self) -> int | None:
         return group_id(self.settings.admin_group)
 
-    def _check_owner(self, ref: Ref, action: str) -> Owner:
+    def _check_owner(self, ref: Ref, action: str, *, link_ok: bool = False) -> Owner:
         """The owner of ``ref``; PermissionDeniedError (403) unless we may ``action`` it (owner, root, admin)."""
-        owner = self.layout.entry_owner(ref)  # refuses a record that is a link
+        owner = self.layout.entry_owner(ref, link_ok=link_ok)  # refuses a record that is a link
         if not may_act(owner.uid, self._admin_gid):
             raise PermissionDeniedError(
                 f"cannot {action} {ref}: it belongs to {owner.name} (uid {owner.uid}), not to you",
@@ -318,10 +318,12 @@ class Catalog:
         if self.layout.verify_path(self.layout.key(resolved)).exists():
             report = self._corrupt(resolved, self.layout.read_manifest(resolved))
             if report is not None:
+                owner = f"owner changed ({len(report.owner_changed)} paths), " if report.owner_changed else ""
                 raise ConflictError(
-                    f"{resolved} is corrupt: `store verify` found {len(report.tampered)} changed, "
+                    f"{resolved} is corrupt: `store verify` found {owner}{len(report.tampered)} changed, "
                     f"{len(report.missing)} missing and {len(report.extra)} extra files",
-                    hint=f"repair it with `starverse store pull {resolved}`",
+                    hint=f"repair it with `starverse store pull {resolved}`"
+                    + ("; what another user owns needs them or an admin to remove it" if owner else ""),
                 )
         if isinstance(resolved, DatasetRef) and self.layout.manifest_path(resolved).exists():
             self._refuse_foreign(resolved, None)  # a few lstat calls: the manifest is not read
@@ -731,7 +733,7 @@ class Catalog:
             marker = self.layout.verify_path(self.layout.key(resolved))
             try:
                 if report.ok:
-                    remove_under(self.root, marker)
+                    self.layout.remove(marker)
                 else:
                     write_json_atomic(marker, report.to_json())
             except (PermissionError, PermissionDeniedError) as e:
@@ -770,7 +772,7 @@ class Catalog:
         try:
             top = self._path(ref, manifest)
             inside(self.root, top)
-            remove_under(self.root, self.layout.manifest_path(ref))
+            self.layout.remove(self.layout.manifest_path(ref))
             self.layout.unpublish(ref, manifest)
             hub = self.hf_cache_dir.resolve()
             for rel in (*report.tampered, *report.extra):
@@ -782,8 +784,8 @@ class Catalog:
                     if rel in report.extra:
                         path.unlink(missing_ok=True)
                 else:
-                    remove_under(self.root, path)  # a link is unlinked, never followed
-            remove_under(self.root, self.layout.verify_path(self.layout.key(ref)))
+                    self.layout.remove(path)  # a link is unlinked, never followed
+            self.layout.remove(self.layout.verify_path(self.layout.key(ref)))
         finally:
             lease.release()
 
@@ -836,7 +838,7 @@ class Catalog:
         else:
             refs = [self.layout.resolve(parsed)]
         for ref in refs:
-            self._check_owner(ref, "remove")
+            self._check_owner(ref, "remove", link_ok=True)
         for ref in refs:
             self.layout.data_paths(ref, self.layout.read_manifest(ref))  # a link in place of a folder: refused
         if not force:
@@ -918,7 +920,7 @@ class Catalog:
             time.sleep(_POLL)
 
     def _drop(self, ref: Ref, *, keep_record: bool, force: bool = False) -> None:
-        self._check_owner(ref, "remove")
+        self._check_owner(ref, "remove", link_ok=not keep_record)
         lease = Lease(self.layout.lease_path(self.layout.lease_key(ref)), ttl=self.settings.lock_ttl)
         self._acquire(lease, ref)
         try:
@@ -926,7 +928,7 @@ class Catalog:
                 self._check_unheld(ref, "remove")
             manifest = self.layout.read_manifest(ref)
             self.layout.data_paths(ref, manifest)  # refuses a link before anything is deleted
-            remove_under(self.root, self.layout.manifest_path(ref))  # nobody can take a new hold from here on
+            self.layout.remove(self.layout.manifest_path(ref))  # nobody can take a new hold from here on
             if not force and manifest is not None:
                 try:
                     self._check_unheld(ref, "remove")  # a hold taken between the check and the unlink
@@ -952,7 +954,7 @@ class Catalog:
             return
         for p in paths:
             with contextlib.suppress(OSError, PermissionDeniedError):
-                remove_under(self.root, p)
+                self.layout.remove(p)
 
 
 def check_connections(n: object) -> int:

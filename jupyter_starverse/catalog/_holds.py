@@ -104,12 +104,16 @@ def _read(path: Path, root: Path) -> HoldInfo | None:
 def live_holds(folder: Path, *, root: Path | None = None) -> list[HoldInfo]:
     """Holds in ``folder`` whose holders still run; dead ones are removed (best effort, ours only).
 
-    With the store ``root``, a link in place of ``folder`` is refused (PermissionDeniedError):
-    the holds are never read, nor removed, through it.
+    With the store ``root``, a link in place of ``folder`` is ignored (logged): the holds are
+    never read, nor removed, through it.
     """
     out = []
     root = root if root is not None else folder.parent
-    inside(root, folder)
+    try:
+        inside(root, folder)
+    except PermissionDeniedError as e:  # someone put a link there: never followed, its holds do not count
+        log.warning("ignoring the holds in %s: %s", folder, e)
+        return []
     try:
         paths = sorted(folder.glob("*.json"))
     except OSError:

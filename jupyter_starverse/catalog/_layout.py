@@ -270,8 +270,12 @@ class Layout:
         folder = self.dataset_folder(ref.name)
         owner = self.name_owner(ref)
         if owner is not None:
-            for p in folder.glob("*.json"):
-                if p.name.endswith(".manifest.json") or p.name.startswith("."):
+            try:
+                names = sorted(os.listdir(folder))  # noqa: PTH208
+            except PermissionError as e:  # group mode and not in the group, or another user's umask
+                raise denied(e, f"read the versions of {ref.name!r}") from e
+            for p in (folder / n for n in names):
+                if not p.name.endswith(".json") or p.name.endswith(".manifest.json") or p.name.startswith("."):
                     continue
                 st = os.lstat(p)
                 if stat.S_ISLNK(st.st_mode) or st.st_uid not in (owner.uid, 0):
@@ -301,8 +305,11 @@ class Layout:
             )
         return DatasetRef(ref.name, newest[1])
 
-    def entry_owner(self, ref: Ref) -> Owner:
-        """The owner of ``ref``: its record file's uid (NotFoundError when there is none)."""
+    def entry_owner(self, ref: Ref, *, link_ok: bool = False) -> Owner:
+        """The owner of ``ref``: its record file's uid (NotFoundError when there is none).
+
+        A record that is a link is refused (PermissionDeniedError), unless ``link_ok`` (to
+        remove it: then the link's own owner is the owner)."""
         path = self.record_path(ref)
         inside(self.root, path.parent)
         try:
@@ -310,7 +317,7 @@ class Layout:
         except FileNotFoundError:
             hint = "run `starverse store ls` to see entries"
             raise NotFoundError(f"{ref} is not in the catalog", hint=hint) from None
-        if stat.S_ISLNK(st.st_mode):
+        if stat.S_ISLNK(st.st_mode) and not link_ok:
             raise PermissionDeniedError(
                 f"the catalog record of {ref} ({path}) is a link; refusing to follow it",
                 hint="someone replaced the record with a link: its owner or the store's admin should remove it",
@@ -556,7 +563,7 @@ class Layout:
         Nothing is followed: a link in place of a folder is refused (:func:`_volume.inside`),
         a link met inside is unlinked, never its target."""
         paths = self.data_paths(ref, manifest)
-        remove_under(self.root, self.manifest_path(ref))
+        self.remove(self.manifest_path(ref))
         if isinstance(ref, DatasetRef):
             for p in paths:
                 remove_under(self.root, p)
@@ -577,12 +584,25 @@ class Layout:
                 if blob.name not in used:
                     remove_under(self.root, blob)
 
+    def remove(self, path: Path) -> None:
+        """Delete ``path`` below the root: a file, or a link itself (never its target), or a folder
+        (:func:`_volume.remove_under`); a link among the folders above it is refused."""
+        inside(self.root, path.parent)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return
+        if stat.S_ISDIR(st.st_mode):
+            remove_under(self.root, path)
+        else:
+            path.unlink(missing_ok=True)
+
     def remove_record(self, ref: Ref) -> None:
         """The record, then the entry's stamps; a stamp of another user's (sticky folder) stays."""
-        remove_under(self.root, self.record_path(ref))
+        self.remove(self.record_path(ref))
         for p in (self.usage_path(self.key(ref)), self.progress_path(self.key(ref)), self.verify_path(self.key(ref))):
             try:
-                remove_under(self.root, p)
+                self.remove(p)
             except (PermissionError, PermissionDeniedError) as e:
                 log.debug("leaving %s: %s", p, e)
 
