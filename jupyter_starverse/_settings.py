@@ -388,6 +388,9 @@ class Settings:
     slurm_time: str | None = None
     slurm_gpu_flag: str = "gpus-per-node"
     slurm_python: str | None = None
+    #: folders a data step may read besides the store (empty: any folder); the Jupyter server sets
+    #: its root dir here, so a REST request cannot scan "/" (no variable: a CLI user reads their own files)
+    source_roots: tuple[Path, ...] = ()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

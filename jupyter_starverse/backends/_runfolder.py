@@ -13,6 +13,7 @@ from abc import abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
 
+from jupyter_starverse._inputs import check_path
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError
 from jupyter_starverse.experiments import RunPaths
@@ -36,6 +37,8 @@ class RunFolderBackend(LaunchBackend):
         if spec.code is not None:
             source, where = spec.code, "the training code"
         else:
+            if spec.script:  # a name too long for the file system is bad input, not an OSError from stat
+                check_path(spec.script, "script", hint="give the path of a Python file")
             path = Path(spec.script or "").expanduser()
             if not path.is_file():
                 raise BadInputError(

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from jupyter_starverse._inputs import check_path, check_text
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.catalog import Catalog, DatasetRef, parse_ref
 from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError, StoreError
@@ -29,7 +30,7 @@ from ._pii import PII_TYPES, SUGGESTED, Deidentifier, find_pii, resolve_salt
 from ._progress import Progress, ProgressMeter
 from ._read import Doc, Malformed, Source, list_files, read_docs
 from ._shard import JOB_CODE, merge_dedup_signed, merge_rows, merge_tallies, missing_ranks
-from ._types import DataReport, ReportList, StepEstimate
+from ._types import DataReport, ReportList, StepEstimate, clip
 
 __all__ = ["DataPrep"]
 
@@ -37,6 +38,11 @@ Say = Callable[[str], None]
 STEPS = ("scan", "clean", "dedup", "score")
 _MALFORMED_SHOWN = 100
 _SAMPLE = 200
+#: Longest name of the text field (a JSON key or a CSV column); it is repeated in the report.
+MAX_FIELD = 256
+_LOCAL_SCHEMES = ("file", "local")
+#: URL schemes a step may read while source roots are set: storage of no local folder.
+_REMOTE_SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "hf", "memory", "http", "https", "hdfs")
 
 
 class _Input:
@@ -82,14 +88,58 @@ class DataPrep:
         return self.prepared / "_reports"
 
     # -- inputs and outputs --------------------------------------------------------------
+    def _folder(self, source: str) -> str:
+        """A folder or URL source as it is read: a local one must lie in the store or a source root.
+
+        With ``settings.source_roots`` set (the Jupyter server sets its root dir), a relative path
+        is read from the first root and a path that leaves every root (``/``, ``./..//..``) is
+        refused before anything is listed.
+        """
+        roots = tuple(Path(r).expanduser().resolve() for r in self.settings.source_roots)
+        if not roots:
+            return source
+        scheme = source.split("://", 1)[0].lower() if "://" in source else ""
+        if scheme in _REMOTE_SCHEMES and "::" not in source:
+            return source  # object storage, memory: nothing of this machine's file system
+        if (scheme and scheme not in _LOCAL_SCHEMES) or "::" in source:  # zip://, chained caches: local files
+            raise BadInputError(
+                f"source {source!r} is not read on this server",
+                field="source",
+                hint=f"name a store dataset, a folder under {roots[0]} or a URL of {', '.join(_REMOTE_SCHEMES[:4])}...",
+            )
+        local = source.split("://", 1)[1] if scheme else source
+        path = Path(local).expanduser()
+        path = (path if path.is_absolute() else roots[0] / path).resolve()
+        allowed = (*roots, Path(self.catalog.root).resolve())
+        if not any(path == root or root in path.parents for root in allowed):
+            raise BadInputError(
+                f"source {source!r} is outside the server's root and the store",
+                field="source",
+                hint=f"name a store dataset, or a folder under {roots[0]}",
+            )
+        return str(path)
+
+    def check(self, source: str, *, text_field: str | None = None) -> None:
+        """The cheap checks of a step's input, before it starts: nothing is listed or read.
+
+        ``source`` is a name, a folder or URL the step may read (under a source root when those
+        are set), ``text_field`` a short UTF-8 name. A server calls this before it answers 202.
+        """
+        if text_field is not None:
+            _text_field(text_field)
+        check_path(source, "source", hint="e.g. corpus, corpus@2, ./raw or s3://bucket/raw")
+        if "://" in source or os.sep in source or source.strip().startswith((".", "~")):
+            self._folder(source.strip())
+
     def _input(self, source: str) -> _Input:
-        if not isinstance(source, str) or not source.strip():
+        check_path(source, "source", hint="e.g. corpus, corpus@2, ./raw or s3://bucket/raw")
+        if not source.strip():
             raise BadInputError(
                 "name a dataset", field="source", hint="e.g. corpus, corpus@2, ./raw or s3://bucket/raw"
             )
         source = source.strip()
         if "://" in source or os.sep in source or source.startswith((".", "~")):
-            return _Input(source, list_files(source), [], None)
+            return _Input(source, list_files(self._folder(source)), [], None)
         ref = parse_ref(source)
         if not isinstance(ref, DatasetRef):
             raise BadInputError(
@@ -98,8 +148,9 @@ class DataPrep:
         try:
             entry = self.catalog.entry(source)
         except NotFoundError:
-            if Path(source).exists():  # a folder of the working directory, named like no dataset
-                return _Input(source, list_files(source), [], None)
+            folder = source if not self.settings.source_roots else str(Path(self.settings.source_roots[0]) / source)
+            if Path(folder).exists():  # a folder of the working directory, named like no dataset
+                return _Input(source, list_files(self._folder(source)), [], None)
             raise
         self.catalog.pull(entry.ref)
         folder = self.catalog.mount(entry.ref)
@@ -148,6 +199,8 @@ class DataPrep:
     # -- estimate ---------------------------------------------------------------------------
     def estimate(self, step: str, source: str, **options: Any) -> StepEstimate:
         """Time and peak memory of ``step`` on ``source``, from its size and a timed sample of documents."""
+        if "text_field" in options:
+            _text_field(options["text_field"])
         return self._estimate(step, self._input(source), options)
 
     def _estimate(self, step: str, inp: _Input, options: Mapping[str, Any], models: Sequence[Any] = ()) -> StepEstimate:
@@ -223,6 +276,7 @@ class DataPrep:
 
         ``shards=(nodes, procs_per_node)`` runs the detection as a job of that many ranks.
         """
+        _text_field(text_field)
         wanted = _types(types)
         inp = self._input(source)
         params: dict[str, Any] = {"text_field": text_field, "types": list(wanted), "examples": examples}
@@ -251,6 +305,7 @@ class DataPrep:
 
         ``salt`` is a reference, ``env:VARIABLE`` or ``file:PATH``; only the reference is recorded.
         """
+        _text_field(text_field)
         deid = Deidentifier(actions, salt=self._salt(salt))
         inp = self._input(source)
         target = self._target("clean", inp, to)
@@ -283,6 +338,7 @@ class DataPrep:
         progress: Progress | None = None,
     ) -> DataReport:
         """Exact, MinHash near (Jaccard-verified), paragraph (> ``paragraph_share``) and semantic duplicates."""
+        _text_field(text_field)
         _check_unit("threshold", threshold)
         _check_unit("lsh_threshold", lsh_threshold)
         _check_unit("semantic_threshold", semantic_threshold)
@@ -351,6 +407,7 @@ class DataPrep:
         progress: Progress | None = None,
     ) -> DataReport:
         """Quality heuristics, perplexity under ``lm`` and relevance to ``examples``; removes past the thresholds."""
+        _text_field(text_field)
         if max_perplexity is not None and lm is None:
             raise BadInputError("max_perplexity needs a language model", field="lm", hint="pass --lm hf:ORG/REPO")
         if min_relevance is not None and not examples:
@@ -470,7 +527,7 @@ class DataPrep:
                 docs_out=result.docs_out,
                 removed=result.removed,
                 malformed_total=malformed_total,
-                malformed=tuple(m.to_json() for m in malformed),
+                malformed=tuple({**m.to_json(), "reason": clip(m.reason)} for m in malformed),
                 pii=tuple(result.pii),
                 clusters=tuple(result.clusters),
                 preview=tuple(result.preview),
@@ -594,6 +651,9 @@ class DataPrep:
 
     def report(self, report_id: str) -> DataReport:
         """One report by id (``starverse data reports`` lists them)."""
+        hint = "`starverse data reports` lists them"
+        if isinstance(report_id, str):
+            check_path(f"{report_id}.html", "id", hint=hint)  # the longer of its two files
         if not isinstance(report_id, str) or not report_id or "/" in report_id or report_id.startswith("."):
             raise BadInputError(
                 f"{report_id!r} is not a report id", field="id", hint="`starverse data reports` lists them"
@@ -605,6 +665,18 @@ class DataPrep:
 
     def report_html(self, report_id: str) -> str:
         return report_html(self.report(report_id))
+
+
+def _text_field(value: object) -> str:
+    """The name of the text field: a short UTF-8 string (it is repeated in every report line about it)."""
+    text = check_text(
+        value,
+        "text_field",
+        max_len=MAX_FIELD,
+        hint=f"the JSON key or CSV column, at most {MAX_FIELD} characters, e.g. text",
+    )
+    assert text is not None
+    return text
 
 
 def _types(types: Sequence[str] | None) -> tuple[str, ...]:

@@ -10,6 +10,7 @@ from typing import Any
 from jupyter_starverse._format import format_bytes, format_count, format_duration, html_table, pretty_text
 
 __all__ = [
+    "MAX_SNIPPET",
     "Cluster",
     "DataReport",
     "DocRef",
@@ -21,6 +22,16 @@ __all__ = [
     "ReportSummary",
     "StepEstimate",
 ]
+
+
+#: Longest text a report keeps of one document (a snippet, a before/after example, a reason):
+#: a report stays kilobytes whatever the corpus holds in one line.
+MAX_SNIPPET = 400
+
+
+def clip(text: str, limit: int = MAX_SNIPPET) -> str:
+    """``text`` cut to ``limit`` characters, with an ellipsis where it was cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 @dataclass(frozen=True)
@@ -62,6 +73,10 @@ class Example:
     after: str
     note: str = ""
 
+    def __post_init__(self) -> None:
+        for name in ("where", "before", "after", "note"):
+            object.__setattr__(self, name, clip(str(getattr(self, name))))
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Example:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
@@ -94,6 +109,10 @@ class DocRef:
     idx: int
     where: str
     snippet: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "where", clip(str(self.where)))
+        object.__setattr__(self, "snippet", clip(str(self.snippet)))
 
 
 @dataclass(frozen=True)

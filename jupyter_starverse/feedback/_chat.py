@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from jupyter_starverse._inputs import check_path
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.catalog import Catalog
 from jupyter_starverse.errors import BackendUnavailableError, BadInputError, NotFoundError
@@ -40,6 +41,7 @@ def resolve_model(settings: Settings, catalog: Catalog, model: str) -> Path:
     experiment's output (``exp:NAME`` = its newest run, ``exp:NAME/JOB``) or a model folder."""
     if not isinstance(model, str) or not model.strip():
         raise BadInputError("model is required", field="model", hint="hf:ORG/REPO@REV, exp:EXPERIMENT or a folder")
+    check_path(model, "model", hint="hf:ORG/REPO@REV, exp:EXPERIMENT or a folder (names up to 255 bytes)")
     model = model.strip()
     if model.startswith("hf:"):
         if catalog.status(model).state != "cached":

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jupyter_starverse._inputs import encodable
 from jupyter_starverse.errors import BadInputError, StoreError
 
 __all__ = ["MAX_TEXT", "VOTES", "FeedbackLog", "FeedbackRecord", "effective", "new_record"]
@@ -44,6 +45,9 @@ def _text(value: object, name: str, *, required: bool) -> str | None:
             field=name,
             hint="shorten it",
         )
+    if not encodable(value):  # json.loads lets "\ud800" through; the log's UTF-8 file would not
+        raise BadInputError(f"{name} is not valid UTF-8 (a lone surrogate)", field=name,
+                            hint="send text without unpaired surrogates such as \\ud800")  # fmt: skip
     return value
 
 
@@ -127,7 +131,7 @@ def new_record(
             hint="vote up or down, or give a better answer",
         )
     for value, name in ((answer_id, "answer_id"), (session, "session")):
-        if value is not None and (not isinstance(value, str) or not 0 < len(value) <= 200):
+        if value is not None and (not isinstance(value, str) or not 0 < len(value) <= 200 or not encodable(value)):
             raise BadInputError(f"{name} must be a short string", field=name, hint="leave it out to get a new one")
     user_text = _text(user, "user", required=True)
     model_text = _text(model, "model", required=True)

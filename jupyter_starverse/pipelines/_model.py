@@ -14,12 +14,15 @@ pure: no catalog, backend or file is read.
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from jupyter_starverse._inputs import PATH_MAX, encodable
 from jupyter_starverse.errors import BadInputError
 
 __all__ = ["ENTRY_KINDS", "FORMAT_VERSION", "JOB_KINDS", "PREP_STEPS", "STEP_KINDS", "Edge", "Node", "Pipeline"]
@@ -37,6 +40,12 @@ PREP_STEPS = ("clean", "dedup", "score")
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 _MAX_NODES = 200
+#: More edges than a canvas of 200 nodes draws by hand (each node fed by 10 others).
+_MAX_EDGES = 2000
+#: Longest string parameter (a script path, an argument, an env value); the longest list / object.
+_MAX_PARAM_TEXT = PATH_MAX
+_MAX_ITEMS = 256
+_MAX_POSITION = 1e9
 _BACKENDS = ("local", "kubernetes", "slurm")
 
 # What a train node's params may hold, with the JSON type each takes.
@@ -126,13 +135,36 @@ class Node:
             if not ok:
                 raise _bad(f"node {node_id}", f"{key} has the wrong type ({type(value).__name__})",
                            f"{key} takes {' or '.join(t.__name__ for t in allowed[key])}")  # fmt: skip
+            _check_size(node_id, key, value)
         position = data.get("position") or {}
         if not isinstance(position, Mapping):
             raise _bad(f"node {node_id}", "position must be an object {x, y}", 'e.g. {"x": 0, "y": 0}')
         xy = (position.get("x", 0), position.get("y", 0))
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in xy):
-            raise _bad(f"node {node_id}", "position x and y must be numbers", 'e.g. {"x": 0, "y": 0}')
+        if not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) <= _MAX_POSITION
+            and math.isfinite(v)
+            for v in xy
+        ):  # fmt: skip
+            raise _bad(f"node {node_id}", f"position x and y must be numbers within +-{_MAX_POSITION:g}",
+                       'e.g. {"x": 0, "y": 0}')  # fmt: skip
         return cls(node_id, kind, {k: v for k, v in params.items() if v is not None}, (float(xy[0]), float(xy[1])))
+
+
+def _check_size(node_id: str, key: str, value: Any) -> None:
+    """A parameter's strings are UTF-8 and at most a path long; its lists and objects are small."""
+    where = f"node {node_id}"
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _bad(where, f"{key} must be a finite number", f"give {key} as a plain number")
+    if isinstance(value, (list, dict)) and len(value) > _MAX_ITEMS:
+        raise _bad(where, f"{key} has {len(value)} items; at most {_MAX_ITEMS}", f"shorten {key}")
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    texts = [value] if isinstance(value, str) else [str(v) for pair in items for v in pair]
+    for text in texts:
+        if len(text) > _MAX_PARAM_TEXT:
+            raise _bad(where, f"{key} holds a text of {len(text):,} characters; at most {_MAX_PARAM_TEXT}",
+                       f"shorten {key}")  # fmt: skip
+        if not encodable(text):
+            raise _bad(where, f"{key} is not valid UTF-8 (a lone surrogate)", "remove unpaired surrogates")
 
 
 @dataclass(frozen=True)
@@ -163,6 +195,11 @@ class Pipeline:
                        field_name="backend")  # fmt: skip
         if len(self.nodes) > _MAX_NODES:
             raise _bad("nodes", f"{len(self.nodes)} nodes; at most {_MAX_NODES}", "split the pipeline")
+        if len(self.edges) > _MAX_EDGES:
+            raise _bad("edges", f"{len(self.edges)} edges; at most {_MAX_EDGES}", "split the pipeline")
+        if not encodable(self.name):
+            raise _bad("name", "the name is not valid UTF-8 (a lone surrogate)", "rename the pipeline",
+                       field_name="name")  # fmt: skip
         ids = [n.id for n in self.nodes]
         dup = sorted({i for i in ids if ids.count(i) > 1})
         if dup:
@@ -185,9 +222,17 @@ class Pipeline:
             seen.add((edge.source, edge.target))
         self.order()  # raises on a cycle
 
-    @property
+    @functools.cached_property
     def by_id(self) -> dict[str, Node]:
         return {n.id: n for n in self.nodes}
+
+    @functools.cached_property
+    def _sources(self) -> dict[str, tuple[str, ...]]:
+        """Per node, the sources of the edges into it (in edge order): ``inputs`` in O(degree)."""
+        into: dict[str, list[str]] = {}
+        for e in self.edges:
+            into.setdefault(e.target, []).append(e.source)
+        return {k: tuple(v) for k, v in into.items()}
 
     @property
     def steps(self) -> tuple[Node, ...]:
@@ -198,7 +243,7 @@ class Pipeline:
     def inputs(self, node_id: str) -> tuple[Node, ...]:
         """Nodes with an edge into ``node_id``, in edge order."""
         by_id = self.by_id
-        return tuple(by_id[e.source] for e in self.edges if e.target == node_id)
+        return tuple(by_id[s] for s in self._sources.get(node_id, ()))
 
     def order(self) -> list[str]:
         """Node ids in dependency order (Kahn's algorithm, ties in document order); a cycle is bad input."""
@@ -206,16 +251,18 @@ class Pipeline:
         indegree = dict.fromkeys(ids, 0)
         for e in self.edges:
             indegree[e.target] += 1
+        out_of: dict[str, list[str]] = {}
+        for e in self.edges:
+            out_of.setdefault(e.source, []).append(e.target)
         ready = [i for i in ids if indegree[i] == 0]
         out: list[str] = []
         while ready:
             node = ready.pop(0)
             out.append(node)
-            for e in self.edges:
-                if e.source == node:
-                    indegree[e.target] -= 1
-                    if indegree[e.target] == 0:
-                        ready.append(e.target)
+            for target in out_of.get(node, ()):
+                indegree[target] -= 1
+                if indegree[target] == 0:
+                    ready.append(target)
         if len(out) != len(ids):
             loop = sorted(set(ids) - set(out))
             raise _bad("edges", f"the steps {', '.join(loop)} wait for each other in a circle",

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jupyter_starverse._format import format_money, pretty_text
+from jupyter_starverse._inputs import check_number
 from jupyter_starverse.backends import example_script
+from jupyter_starverse.costs import MAX_SECONDS
 from jupyter_starverse.errors import BadInputError, StarverseError
 from jupyter_starverse.jobmodel import JobSpec, secret_env_warnings
 from jupyter_starverse.jobmodel._spec import job_name_of
@@ -51,8 +53,11 @@ _FIELD = {
     "model": "model",
     "data": "data",
     "recipe": "recipe",
+    "hours": "hours",
 }
 DEFAULT_HOURS = 1.0
+#: Longest a step may be estimated to run: what the price table prices (a year).
+MAX_HOURS = MAX_SECONDS // 3600
 
 
 @dataclass(frozen=True)
@@ -171,18 +176,28 @@ def _int(node: Node, key: str, default: int) -> int:
     return value if isinstance(value, int) else default
 
 
-def _data_inputs(pipeline: Pipeline, node: Node,
-                 produced: dict[str, str]) -> list[tuple[str, str, str | None]]:  # fmt: skip
+def _data_inputs(pipeline: Pipeline, node: Node, produced: dict[str, str],
+                 memo: dict[str, list[tuple[str, str, str | None]]] | None = None,
+                 ) -> list[tuple[str, str, str | None]]:  # fmt: skip
     """``(kind, ref, prep node)`` of every entry ``node`` reads: catalog entries, and prepared data
-    (the version a prep step wrote, or its source as a stand-in before it ran)."""
+    (the version a prep step wrote, or its source as a stand-in before it ran).
+
+    Each node's inputs are worked out once (``memo``): a chain of prep steps that also skip
+    ahead costs O(edges), not one walk per path (which doubled with each step).
+    """
+    memo = {} if memo is None else memo
+    found = memo.get(node.id)
+    if found is not None:
+        return found
     out: list[tuple[str, str, str | None]] = []
     for entry in pipeline.inputs(node.id):
         if entry.kind == "prep":
-            before = _data_inputs(pipeline, entry, produced)
+            before = _data_inputs(pipeline, entry, produced, memo)
             stand_in = next((ref for kind, ref, _ in before if kind == "dataset"), "")
             out.append(("dataset", produced.get(entry.id, stand_in), entry.id))
         elif not entry.is_step:
             out.append((entry.kind, str(entry.params.get("ref", "")), None))
+    memo[node.id] = out
     return out
 
 
@@ -225,6 +240,10 @@ def step_plan(pipeline: Pipeline, node: Node, *, base_dir: Path, facade: Facade,
         if folder and var not in env:
             env[var] = folder
     budget = p.get("budget")
+    if budget not in (None, ""):  # JobSpec says what a budget must be; here only that it is a number
+        budget = check_number(budget, "budget", low=0, hint="give the budget as an amount, e.g. 500")
+    hours = float(check_number(p.get("hours", DEFAULT_HOURS), "hours", low=0, low_open=True, high=MAX_HOURS,
+                               hint=f"give the hours the step runs, more than 0 and at most {MAX_HOURS}"))  # fmt: skip
     job: dict[str, Any] = {
         "nodes": _int(node, "nodes", 1),
         "procs_per_node": _int(node, "gpus_per_node", 1),
@@ -234,7 +253,7 @@ def step_plan(pipeline: Pipeline, node: Node, *, base_dir: Path, facade: Facade,
         "env": env,
         "secrets": secrets,
         "billing": str(p.get("billing", "on_demand")),
-        "budget": Decimal(str(budget)) if budget not in (None, "") else None,
+        "budget": budget if budget not in (None, "") else None,
         "experiment": p.get("experiment"),
     }
     if p.get("template"):
@@ -260,7 +279,6 @@ def step_plan(pipeline: Pipeline, node: Node, *, base_dir: Path, facade: Facade,
             **job,
         )
     after = tuple(n.id for n in pipeline.inputs(node.id) if n.is_step)
-    hours = float(p.get("hours", DEFAULT_HOURS))
     return StepPlan(node.id, spec, str(p.get("backend") or pipeline.backend), after, hours)
 
 
@@ -319,6 +337,11 @@ def _parallel_issue(node: Node) -> Issue | None:
     cards = _int(node, "nodes", 1) * _int(node, "gpus_per_node", 1)
     tp, pp = _int(node, "tensor_parallel", 1), _int(node, "pipeline_parallel", 1)
     dp = node.params.get("data_parallel")
+    if tp < 1 or pp < 1 or (isinstance(dp, int) and dp < 1):
+        name, value = next((n, v) for n, v in (("tensor_parallel", tp), ("pipeline_parallel", pp),
+                                               ("data_parallel", dp)) if isinstance(v, int) and v < 1)  # fmt: skip
+        return Issue(node.id, f"{name.replace('_', ' ')} is {value}; a degree is 1 or more", field=name,
+                     hint="1 means no split along that axis")  # fmt: skip
     if isinstance(dp, int) and dp * tp * pp != cards:
         return Issue(node.id, f"data {dp} x tensor {tp} x pipeline {pp} = {dp * tp * pp}, but the step has "
                      f"{cards} card(s)", field="data_parallel",

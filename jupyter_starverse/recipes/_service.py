@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jupyter_starverse._format import html_table, pretty_text
+from jupyter_starverse._inputs import check_path
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError
 from jupyter_starverse.jobmodel import JobSpec
@@ -343,6 +344,7 @@ class RecipeService:
         data versions, recipe and parameters, job and run), so the store entry is immutable
         together with where it came from; a later recipe starts from ``hf:ORG/NAME@VERSION``.
         """
+        check_path(repo, "repo", hint="ORG/NAME@VERSION, each part a short name")
         folder = self.result_folder(job)
         if not (folder / LINEAGE_FILE).is_file():
             raise ConflictError(f"{folder} has no {LINEAGE_FILE}", hint="only folders saved by a recipe job publish")

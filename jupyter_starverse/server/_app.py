@@ -66,7 +66,11 @@ class StarverseApp(ExtensionApp):
         return settings.replace(**changes) if changes else settings
 
     def initialize_settings(self) -> None:
-        client = Starverse(self.settings_from_config())
+        settings = self.settings_from_config()
+        root = getattr(self.serverapp, "root_dir", None) if self.serverapp is not None else None
+        if root and not settings.source_roots:  # REST data steps read the store and the server's root only
+            settings = settings.replace(source_roots=(Path(root).expanduser().resolve(),))
+        client = Starverse(settings)
         self.settings.update({"starverse_client": client})
         self.log.info("jupyter_starverse: store=%s backend=%s", client.settings.store, client.settings.backend)
         self._idle_stop: asyncio.Event | None = None

@@ -5,20 +5,38 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 
+from .._inputs import find_surrogate
 from .._json import to_jsonable
 from ..client import Starverse
 from ..errors import BadInputError, StarverseError, error_kind
 
-__all__ = ["MAX_DEPTH", "StarverseHandler", "parse_int", "status_for"]
+__all__ = ["HEAVY_WORKERS", "MAX_DEPTH", "StarverseHandler", "parse_int", "status_for"]
 
 T = TypeVar("T")
+
+#: Threads for long calls (pipeline validation and export, data estimates): their own pool, so
+#: that eight of them at once queue there and never take every thread of the short calls.
+HEAVY_WORKERS = 2
+_heavy_lock = threading.Lock()
+_heavy_pool: ThreadPoolExecutor | None = None
+
+
+def _heavy() -> ThreadPoolExecutor:
+    global _heavy_pool
+    with _heavy_lock:
+        if _heavy_pool is None:
+            _heavy_pool = ThreadPoolExecutor(HEAVY_WORKERS, thread_name_prefix="starverse-heavy")
+        return _heavy_pool
+
 
 #: Deepest nesting a request body may have; our bodies need 3 (spec -> env -> value).
 MAX_DEPTH = 32
@@ -88,6 +106,15 @@ class StarverseHandler(ExtensionHandlerMixin, APIHandler):
         """Run a blocking core call in a worker thread, off the event loop."""
         return await asyncio.to_thread(fn, *args, **kwargs)
 
+    async def run_heavy(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a long core call (seconds: a whole pipeline's check) in the pool of long calls.
+
+        Those queue behind each other there (``HEAVY_WORKERS`` at a time), off the event loop
+        and off the pool of :meth:`run`, so ``GET store`` answers while they work.
+        """
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(_heavy(), lambda: fn(*args, **kwargs))
+
     def json_body(self) -> dict[str, Any]:
         """The request body as a JSON object; bad JSON is a 400, never a 500."""
         if not self.request.body:
@@ -107,6 +134,13 @@ class StarverseHandler(ExtensionHandlerMixin, APIHandler):
             raise BadInputError("request body must be a JSON object", hint=hint)
         if not _depth_ok(body, MAX_DEPTH):
             raise BadInputError(f"request body is nested too deeply (more than {MAX_DEPTH} levels)", hint=hint)
+        bad = find_surrogate(body)
+        if bad is not None:  # JSON's "\ud800" decodes to a str that no encode() takes later
+            raise BadInputError(
+                f"{bad} is not valid UTF-8: it holds a lone surrogate (such as \\ud800)",
+                field=bad.split(".")[0].split("[")[0].split(" ")[0],
+                hint="send text without unpaired surrogates; pair them or remove them",
+            )
         return body
 
     def query(self, name: str, default: str | None = None) -> str | None:

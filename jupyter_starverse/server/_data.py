@@ -298,7 +298,8 @@ class EstimateHandler(StarverseHandler):
         step = _step(body)
         source = _text(body, "source", required=True)
         text_field = _text(body, "text_field") or "text"
-        self.finish_json(await self.run(self.client.data.estimate, step, source, text_field=text_field))
+        # a timed sample of the corpus: seconds, in the pool of long calls
+        self.finish_json(await self.run_heavy(self.client.data.estimate, step, source, text_field=text_field))
 
 
 class StepsHandler(StarverseHandler):
@@ -315,6 +316,8 @@ class StepsHandler(StarverseHandler):
         if step != "scan" and to:
             kwargs["to"] = to
         data = self.client.data
+        assert source is not None
+        await self.run(data.check, source, text_field=text_field)  # a bad source is a 400, not a failed run
         run = await self.run(STEP_RUNS.start, data, step, source, kwargs, self.log)
         self.set_header("Location", self.request.path.rstrip("/") + "/" + run.id)
         self.finish_json(run, status=202)

@@ -62,15 +62,19 @@ class _PipelineHandler(StarverseHandler):
 class ValidateHandler(_PipelineHandler):
     @web.authenticated
     async def post(self) -> None:
-        pipeline, base, _ = self.document(self.json_body())
-        self.finish_json(await self.run(self.client.pipelines.check, pipeline, base_dir=base))
+        body = self.json_body()
+
+        def work() -> Any:  # parsing 200 nodes and checking each: seconds, in the pool of long calls
+            pipeline, base, _ = self.document(body)
+            return self.client.pipelines.check(pipeline, base_dir=base)
+
+        self.finish_json(await self.run_heavy(work))
 
 
 class ExportHandler(_PipelineHandler):
     @web.authenticated
     async def post(self) -> None:
         body = self.json_body()
-        pipeline, base, rel = self.document(body)
         fmt = body.get("format", "sbatch")
         if fmt not in EXPORT_FORMATS:
             raise BadInputError(f"format must be one of {', '.join(EXPORT_FORMATS)}, got {fmt!r}", field="format")
@@ -79,6 +83,7 @@ class ExportHandler(_PipelineHandler):
             raise BadInputError("write must be true or false", field="write")
 
         def work() -> Any:
+            pipeline, base, rel = self.document(body)
             result = self.client.pipelines.export(pipeline, fmt, base_dir=base)
             if not write:
                 return result
@@ -88,19 +93,22 @@ class ExportHandler(_PipelineHandler):
             written = tuple(str(Path(p).relative_to(self.root())) for p in done.written)
             return type(done)(done.name, done.format, done.files, written)
 
-        self.finish_json(await self.run(work))
+        self.finish_json(await self.run_heavy(work))
 
 
 class RunHandler(_PipelineHandler):
     @web.authenticated
     async def post(self) -> None:
         body = self.json_body()
-        pipeline, base, _ = self.document(body)
         backend = body.get("backend")
         if backend is not None and not isinstance(backend, str):
             raise BadInputError("backend must be a name: 'local', 'kubernetes' or 'slurm'", field="backend")
-        run = self.client.pipelines.run
-        self.finish_json(await self.run(lambda: run(pipeline, base_dir=base, wait=False, backend=backend)))
+
+        def work() -> Any:
+            pipeline, base, _ = self.document(body)
+            return self.client.pipelines.run(pipeline, base_dir=base, wait=False, backend=backend)
+
+        self.finish_json(await self.run_heavy(work))
 
 
 class RunsHandler(_PipelineHandler):

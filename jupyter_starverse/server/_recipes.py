@@ -18,6 +18,7 @@ from typing import Any
 
 from tornado import web
 
+from jupyter_starverse._inputs import check_path
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.jobmodel import JobSpec
 
@@ -94,6 +95,8 @@ class PublishHandler(StarverseHandler):
         job_id, repo = body.get("job_id"), body.get("repo")
         if not isinstance(job_id, str) or not isinstance(repo, str):
             raise BadInputError("expected {'job_id': ..., 'repo': 'ORG/NAME@VERSION'}", field="job_id")
+        check_path(job_id, "job_id", hint="the id of a finished recipe job (`starverse jobs ls`)")
+        check_path(repo, "repo", hint="ORG/NAME@VERSION, each part a short name")
         job = await self.run(self.client.attach, job_id)
         self.finish_json(await self.run(self.client.recipes.publish, job, repo=repo))
 
