@@ -121,3 +121,27 @@ def test_latest_checkpoint_ignores_incomplete_and_spans_runs(tmp_path: Path) -> 
     assert "checkpoint step 19" in str(plan) and "4 -> 3" in str(plan)
     empty = plan_resume(tmp_path / "other", new_world_size=2)
     assert empty.checkpoint is None and empty.start_step == 0
+
+
+def test_retention_never_deletes_the_newest_healthy_checkpoint(tmp_path: Path) -> None:
+    run = _run(tmp_path, "e", "j1")
+    dropped: list[Path] = []
+    for step, healthy in [(0, True), (1, True), (2, True), (3, False), (4, False), (5, False)]:
+        d = run / "checkpoints" / checkpoint_name(step)
+        d.mkdir(parents=True)
+        (d / ".metadata").write_bytes(b"dcp metadata")
+        problem = None if healthy else "the loss was not finite (loss=nan) since step 3"
+        dropped += record_checkpoint(
+            d, step=step, world_size=1, time=float(step), keep=2, healthy=healthy, problem=problem
+        )
+    # keep=2 counts healthy checkpoints only: 1 and 2 stay; the newest 2 unhealthy ones stay beside them
+    assert sorted(p.name for p in dropped) == [checkpoint_name(0), checkpoint_name(3)]
+    assert [c.step for c in list_checkpoints(run)] == [1, 2]
+    latest = latest_checkpoint(tmp_path / "e")
+    assert latest is not None and latest.step == 2 and latest.healthy
+    plan = plan_resume(tmp_path / "e", new_world_size=1)
+    assert plan.start_step == 3
+    assert [(i.step, i.reason) for i in plan.ignored if i.step in (4, 5)] == [
+        (4, "unhealthy: the loss was not finite (loss=nan) since step 3"),
+        (5, "unhealthy: the loss was not finite (loss=nan) since step 3"),
+    ]

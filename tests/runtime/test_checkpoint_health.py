@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from jupyter_starverse import runtime as sv
+from jupyter_starverse._settings import Settings
 from jupyter_starverse.errors import ConflictError
 from jupyter_starverse.experiments import (
     CHECKPOINT_INDEX,
@@ -171,3 +172,35 @@ def test_the_guard_still_marks_checkpoints_when_stopping_is_off(job: Path, monke
     assert sorted(p.name for p in (job / "checkpoints").iterdir() if p.name.startswith("step-")) == [
         checkpoint_name(s) for s in (0, 3, 4, 5)
     ]
+
+
+@pytest.mark.slow
+def test_a_local_torchrun_job_that_diverges_resumes_from_its_last_healthy_checkpoint(settings: Settings) -> None:
+    """The same through the local backend: a real torchrun job, the preview's resume plan, a resumed job."""
+    from jupyter_starverse.backends.local._local import LocalBackend
+    from jupyter_starverse.client import Starverse
+    from jupyter_starverse.jobmodel import JobSpec, JobState
+
+    from ..backends._local import TINY
+
+    diverges = TINY.replace(
+        "    loss = (model(x) - y).pow(2).mean()\n",
+        "    loss = (model(x) - y).pow(2).mean() * (float('nan') if step >= 3 else 1)\n",
+    )
+    backend = LocalBackend(settings)
+    spec = JobSpec(name="nan", code=diverges, steps=1000, checkpoint_every=1, experiment="nan")
+    job = backend.wait(backend.submit(spec).id, timeout=180)
+    assert job.state is JobState.FAILED and "NonFiniteLossError" in (job.reason or ""), job.reason
+    assert "the last healthy checkpoint is step 2" in (job.reason or ""), job.reason  # what jobs show says
+    log = (Path(job.experiment_dir) / "logs" / "rank0.log").read_text()
+    healthy = Path(job.experiment_dir) / "checkpoints" / checkpoint_name(2)
+    assert f"the last healthy checkpoint is step 2 ({healthy})" in log and "--experiment nan --resume" in log
+
+    plan = Starverse(settings).preview(spec.replace(resume=True)).resume
+    assert plan is not None and plan.checkpoint is not None and plan.checkpoint.path == healthy
+    assert "continues at step 3" in str(plan) and "unhealthy" in str(plan)
+
+    again = backend.wait(backend.submit(spec.replace(name="nan-2", code=TINY, steps=6, resume=True)).id, timeout=180)
+    assert again.state is JobState.SUCCEEDED, again.reason
+    assert "resumed from step-00000002" in (Path(again.experiment_dir) / "logs" / "rank0.log").read_text()
+    assert [p.step for p in read_metrics(Path(again.experiment_dir))] == [3, 4, 5]
