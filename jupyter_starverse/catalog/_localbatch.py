@@ -16,6 +16,13 @@ A first pull of another source (HTTP, s3, ...) stages its small files the same w
 the download engine several at once, before its large files come one by one (each resumable
 under its own lease); only the way a file is read differs.
 
+Each holder of the entry lease stages into its own folder inside the staging folder
+(``.NAME.staging/FENCE-TOKEN``): a holder whose lease was taken over (killed, paused, or one that
+lost a race) never writes into the folder of the one that took it over, and the new holder only
+discards the folders of earlier holders. A batch that fails while its lease is no longer its own
+is a lost lease (the caller waits for the other's publication), not an error; the last step
+before the rename into place is the lease's fence check.
+
 A crash leaves only the staging folder, which the next pull removes and redoes. Lazy readers
 (``catalog.fs``) wait while a live batch runs instead of copying a file a second time
 (:meth:`Catalog.wait_for_batch`).
@@ -24,17 +31,19 @@ A crash leaves only the staging folder, which the next pull removes and redoes. 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import shutil
 import threading
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from jupyter_starverse.errors import IntegrityError, NotFoundError
 
 from ._download import CHUNK, SPLIT_AT, Target, copy_local, sync_filesystem
-from ._fetch import LeaseLostError, SourceFile, publish_part, transfer
+from ._fetch import LeaseLostError, SourceFile, publish_part, store_full, transfer
 from ._lease import Lease
 from ._perms import make_dirs, make_writable
 from ._progress import ProgressTracker
@@ -139,10 +148,68 @@ def copy_batch(
     staging folder (verified, read-only); without it files are read from a local folder.
     """
     fetch_small = copy_small or _copy_small
-    staging = staging_dir(data_dir)
-    if staging.exists():  # left by a crashed batch: never trusted, redone
-        make_writable(staging)
-        shutil.rmtree(staging)
+    top = staging_dir(data_dir)
+    staging = top / f"{lease.fence:06d}-{lease.token[:16]}"  # this holder's own folder
+    make_dirs(top)
+    make_writable(top)
+    _discard_others(top, keep=staging.name)  # left by a crashed or superseded holder: never trusted, redone
+    try:
+        records = _stage(files, staging, data_dir, lease, tracker, workers, fetch_small)
+        sync_filesystem(staging)  # every byte of the batch durable before any of it is visible
+        if not lease.renew():  # the fence: a holder whose lease was taken over never moves its batch in
+            raise LeaseLostError(str(data_dir))
+        _move_into_place(staging, data_dir)
+    except LeaseLostError:
+        raise  # the holder that took over discards our folder
+    except BaseException as e:
+        if not _still_ours(lease):
+            raise LeaseLostError(str(data_dir)) from e  # our folder was discarded by the new holder
+        _discard(staging)  # nothing in it is resumed: give its space back at once
+        if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+            raise store_full(data_dir) from e
+        raise
+    with contextlib.suppress(OSError):
+        top.rmdir()  # the batch is in place: lazy readers stop waiting
+    return records
+
+
+def _still_ours(lease: Lease) -> bool:
+    holder = lease.holder()
+    return lease.held and holder is not None and (holder.token, holder.fence) == (lease.token, lease.fence)
+
+
+def _discard(folder: Path) -> None:
+    """Remove ``folder`` whatever another process still writes into it (rename first, then remove)."""
+    gone = folder.with_name(f".gone-{uuid.uuid4().hex}")
+    try:
+        folder.rename(gone)
+    except FileNotFoundError:
+        return
+    except OSError:
+        gone = folder
+    make_writable(gone)
+    shutil.rmtree(gone, ignore_errors=True)
+
+
+def _discard_others(top: Path, *, keep: str) -> None:
+    for child in list(os.scandir(top)):
+        if child.name != keep:
+            if child.is_dir(follow_symlinks=False):
+                _discard(Path(child.path))
+            else:
+                with contextlib.suppress(OSError):
+                    Path(child.path).unlink()
+
+
+def _stage(
+    files: Sequence[SourceFile],
+    staging: Path,
+    data_dir: Path,
+    lease: Lease,
+    tracker: ProgressTracker | None,
+    workers: int,
+    fetch_small: Callable[[SourceFile, Path], FileRecord],
+) -> dict[str, FileRecord]:
     make_dirs(staging)
     for folder in sorted({str(Path(f.rel).parent) for f in files} - {"."}):
         make_dirs(staging / folder)
@@ -168,9 +235,12 @@ def copy_batch(
                     tracker.add_files(nfiles, nbytes)
                     nbytes = nfiles = 0
         except FileNotFoundError as e:
-            errors.append(
-                NotFoundError(f"{e.filename} disappeared from the source during the pull", hint="check the source")
-            )
+            if not staging.is_dir():
+                errors.append(e)  # our staging folder is gone: judged by the caller (a lost lease)
+            else:
+                errors.append(
+                    NotFoundError(f"{e.filename} disappeared from the source during the pull", hint="check the source")
+                )
             stop.set()
         except BaseException as e:
             errors.append(e)
@@ -192,10 +262,6 @@ def copy_batch(
         records[f.rel] = _copy_large(f, staging / f.rel, tracker, lease)
         if tracker is not None:
             tracker.file_done()
-    sync_filesystem(staging)  # every byte of the batch durable before any of it is visible
-    if not lease.renew():
-        raise LeaseLostError(str(data_dir))
-    _move_into_place(staging, data_dir)
     return records
 
 

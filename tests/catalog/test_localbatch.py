@@ -6,11 +6,14 @@ import hashlib
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from jupyter_starverse.catalog import Catalog, DatasetRef
+from jupyter_starverse.catalog._fetch import LeaseLostError, SourceFile
 from jupyter_starverse.catalog._lease import Lease
-from jupyter_starverse.catalog._localbatch import staging_dir
+from jupyter_starverse.catalog._localbatch import copy_batch, staging_dir
+from jupyter_starverse.catalog._types import FileRecord
 
 
 def _source(root: Path, n: int = 300) -> dict[str, bytes]:
@@ -86,3 +89,50 @@ def test_rm_removes_a_staging_folder_left_by_a_crash(catalog: Catalog, tmp_path:
     staging.chmod(0o555)
     catalog.rm("gone")
     assert not staging.exists()
+
+
+def test_a_holder_taken_over_mid_batch_stops_and_the_new_holder_publishes(tmp_path: Path) -> None:
+    """Issue 34: two processes in one batch (a holder taken over while it still copied) crashed with a
+    FileNotFoundError: the new holder removed the staging folder under the old one. Each holder stages
+    in its own folder now; the old one ends with a lost lease (it waits for the publication), the new
+    one moves a complete batch into place."""
+    files = [SourceFile(f"d/f{i:03d}", f"src/f{i:03d}", 10, None) for i in range(60)]
+    data_dir = tmp_path / "store" / "data" / "x" / "1"
+    started = threading.Event()
+
+    def fetch(slow: bool) -> Callable[[SourceFile, Path], FileRecord]:
+        def copy(src: SourceFile, dest: Path) -> FileRecord:
+            data = src.rel.encode().ljust(10, b".")
+            dest.write_bytes(data)
+            started.set()
+            if slow:
+                time.sleep(0.03)  # the old holder was paused (a stalled node)
+            return FileRecord(src.rel, 10, hashlib.sha256(data).hexdigest(), None)
+
+        return copy
+
+    old, new = Lease(tmp_path / "x.lease", ttl=0.4), Lease(tmp_path / "x.lease", ttl=0.4)
+    assert old.try_acquire()  # it never renews: taken over after a TTL of the new holder's clock
+    outcome: list[BaseException | None] = []
+
+    def old_batch() -> None:
+        try:
+            copy_batch(files, data_dir, lease=old, copy_small=fetch(slow=True))
+            outcome.append(None)
+        except BaseException as e:
+            outcome.append(e)
+
+    thread = threading.Thread(target=old_batch)
+    thread.start()
+    assert started.wait(10)
+    deadline = time.monotonic() + 10
+    while not new.try_acquire():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    records = copy_batch(files, data_dir, lease=new, copy_small=fetch(slow=False))
+    thread.join(30)
+    assert len(records) == len(files) and sorted(p.name for p in (data_dir / "d").iterdir()) == [
+        f"f{i:03d}" for i in range(60)
+    ]
+    assert len(outcome) == 1 and isinstance(outcome[0], LeaseLostError), outcome
+    assert not staging_dir(data_dir).exists()
