@@ -17,13 +17,10 @@ In a notebook the kernel's variables are saved before anything changes (see
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import shutil
-from pathlib import Path
 
 from jupyter_starverse.client import Starverse
 from jupyter_starverse.errors import BadInputError
-from jupyter_starverse.modes import RestoreReport, SwitchPlan, SwitchResult
+from jupyter_starverse.modes import RestoreReport, SwitchResult
 
 from ._common import add_json_flag
 
@@ -76,9 +73,9 @@ def _mode(client: Starverse, args: argparse.Namespace) -> object:
     if action == "restore":
         return _restore(client, args)
     if args.dry_run:
-        return _warned(client.modes.plan(action, gpu_type=args.gpu_type, gpus=args.gpus, force=args.force))
+        return client.modes.plan(action, gpu_type=args.gpu_type, gpus=args.gpus, force=args.force)
     if getattr(args, "notebook", False):
-        return _warned(_switch_in_kernel(client, args))
+        return _switch_in_kernel(client, args)
     from jupyter_starverse.modes import switch_via_server
 
     # The Jupyter server owns the kernels: let it save and restore them.
@@ -99,30 +96,7 @@ def _mode(client: Starverse, args: argparse.Namespace) -> object:
             message="running kernels keep their GPUs until they restart; switch from a notebook "
             "(%sv mode) or the status bar to restart them and keep their variables",
         )
-    return _warned(result)
-
-
-def machine_has_gpu() -> bool:
-    """Whether this machine shows an NVIDIA GPU (device node or driver tool); cheap, no torch import."""
-    return Path("/dev/nvidia0").exists() or shutil.which("nvidia-smi") is not None
-
-
-_NO_GPU = (
-    "this machine has no GPU (no /dev/nvidia0, no nvidia-smi): in gpu mode local kernels and jobs "
-    "still run on the CPU; launch GPU jobs on Kubernetes (--backend kubernetes) or switch back with `mode cpu`"
-)
-
-
-def _warned(result: object) -> object:
-    """A switch to GPU mode of a local workspace on a machine without a GPU carries a warning."""
-    plan = result.plan if isinstance(result, SwitchResult) else result
-    if not isinstance(plan, SwitchPlan) or plan.target.kind != "gpu" or plan.where != "local" or machine_has_gpu():
-        return result
-    warned = dataclasses.replace(plan, warnings=(*plan.warnings, _NO_GPU))
-    if isinstance(result, SwitchResult):
-        message = f"{result.message}\nwarning: {_NO_GPU}".lstrip()
-        return dataclasses.replace(result, plan=warned, message=message)
-    return warned
+    return result
 
 
 def _discard(client: Starverse, args: argparse.Namespace) -> str:

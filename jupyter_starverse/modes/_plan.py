@@ -113,7 +113,7 @@ class SwitchResult:
 
     def __str__(self) -> str:
         if not self.plan.changes:
-            return f"already in {self.plan.target} mode"
+            return "\n".join([f"already in {self.plan.target} mode", *(f"warning: {w}" for w in self.plan.warnings)])
         lines = [f"switched to {self.plan.target} ({self.plan.where}); price {self.plan.price}"]
         if self.outcome:
             lines.append(self.outcome.action)
@@ -121,6 +121,7 @@ class SwitchResult:
         lines += [str(k) for k in self.kernels]
         if self.message:
             lines.append(self.message)
+        lines += [f"warning: {w}" for w in self.plan.warnings]
         return "\n".join(lines)
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:

@@ -175,7 +175,10 @@ class ModeService:
                 from jupyter_starverse.costs import load_price_table
 
                 load_price_table(self.settings).price(target.accelerator)  # unknown GPU type: BadInputError
-        return SwitchPlan(current, target, self.switcher.where, self.price_change(current, target), tuple(warnings))
+        # what every door shows: no GPU here (a warning), and the price of what the workspace really runs on
+        warnings += self.switcher.warnings(target)
+        price = self.price_change(self.switcher.workspace_mode(current), self.switcher.workspace_mode(target))
+        return SwitchPlan(current, target, self.switcher.where, price, tuple(warnings))
 
     def apply(self, plan: SwitchPlan) -> SwitchOutcome | None:
         """Make a checked switch and record the new mode (``None`` when nothing changes)."""
@@ -208,9 +211,12 @@ class ModeService:
         from ._plan import ModeStatus
 
         mode = self.current()
-        price = self.price_change(mode, mode)
-        gpus = tuple(sorted(load_price_table(self.settings).gpus))
         where = self.settings.workspace if self.settings.workspace != "auto" else self._detected()
+        from ._switch import machine_has_gpu
+
+        runs_on = mode if where != "local" or machine_has_gpu(self.settings.local_gpu) else Mode("cpu")
+        price = self.price_change(runs_on, runs_on)  # a GPU-mode workspace without a GPU costs what its CPU does
+        gpus = tuple(sorted(load_price_table(self.settings).gpus))
         return ModeStatus(
             mode, where, price.currency, price.before, gpus, tuple(self.saved_states()), last_report(self.settings.home)
         )
@@ -233,4 +239,3 @@ class ModeService:
         from ._jobs import translate_spec
 
         return translate_spec(spec, mode or self.current(), cpu_image=self.settings.cpu_image)
-

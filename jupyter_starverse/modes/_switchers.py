@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from jupyter_starverse.errors import BadInputError
 
-from ._switch import LocalSwitcher, WorkspaceSwitcher
+from ._switch import LocalSwitcher, WorkspaceSwitcher, machine_has_gpu
 
 if TYPE_CHECKING:
     from jupyter_starverse._settings import Settings
@@ -30,7 +30,7 @@ def make_switcher(settings: Settings, *, environ: Mapping[str, str] | None = Non
     env = os.environ if environ is None else environ
     where = settings.workspace if settings.workspace != "auto" else detect_workspace(env)
     if where == "local":
-        return LocalSwitcher()
+        return LocalSwitcher(has_gpu=machine_has_gpu(settings.local_gpu), backend=settings.backend)
     if where == "kubernetes":
         from ._k8s import KubernetesSwitcher
 

@@ -103,12 +103,13 @@ def test_train_is_marked_notebook_only(capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_mode_gpu_without_a_gpu_warns(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    from jupyter_starverse.cli import _mode
-
     monkeypatch.setenv("STARVERSE_WORKSPACE", "local")
-    monkeypatch.setattr(_mode, "machine_has_gpu", lambda: False)
+    monkeypatch.setenv("STARVERSE_LOCAL_GPU", "no")
+    assert cli_main(["mode", "gpu", "--dry-run"]) == 4  # jobs would run here: refused (tests/modes/test_no_gpu.py)
+    assert "GPU mode needs a GPU" in capsys.readouterr().err
+    monkeypatch.setenv("STARVERSE_BACKEND", "slurm")
     assert cli_main(["mode", "gpu", "--dry-run"]) == 0
-    assert "no GPU" in capsys.readouterr().out
+    assert "warning: this machine has no GPU" in capsys.readouterr().out
 
 
 def test_one_job_list_across_backends(settings: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

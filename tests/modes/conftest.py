@@ -15,6 +15,12 @@ from jupyter_starverse._settings import Settings
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(autouse=True)
+def _a_gpu_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests play a machine with a GPU (GPU mode is refused on one without: test_no_gpu.py)."""
+    monkeypatch.setenv("STARVERSE_LOCAL_GPU", "yes")
+
+
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     home = tmp_path / "home"
@@ -27,6 +33,7 @@ def settings(tmp_path: Path) -> Settings:
             "STARVERSE_GPU_TYPE": "a100-80g",
             "STARVERSE_USER": "ada",
             "STARVERSE_WORKSPACE": "local",
+            "STARVERSE_LOCAL_GPU": "yes",
         }
     )
 

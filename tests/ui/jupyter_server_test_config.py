@@ -15,6 +15,7 @@ root = Path(os.environ.get("STARVERSE_UI_ROOT") or tempfile.mkdtemp(prefix="star
 root.mkdir(parents=True, exist_ok=True)
 os.environ.setdefault("STARVERSE_HOME", str(root / "starverse-home"))
 os.environ.setdefault("STARVERSE_MODE", "cpu")
+os.environ.setdefault("STARVERSE_LOCAL_GPU", "yes")  # the mode spec switches to GPU: play a GPU machine
 
 c.ServerApp.root_dir = str(root)
 c.ServerApp.allow_root = True
