@@ -422,10 +422,14 @@ class Starverse:
 
     @functools.cached_property
     def job_index(self) -> JobIndex:
-        """Cached summaries of every run folder of the experiments root (see ``experiments.JobIndex``)."""
-        from .experiments import JobIndex
+        """Cached summaries of every run folder of the experiments root (see ``experiments.JobIndex``).
 
-        return JobIndex(self.settings.experiments)
+        A folder whose spec the job model refuses is left out with a warning (``JobPage.warnings``).
+        """
+        from .experiments import JobIndex
+        from .jobmodel import JobSpec
+
+        return JobIndex(self.settings.experiments, check=JobSpec.from_json)
 
     def job_page(
         self,
@@ -442,6 +446,7 @@ class Starverse:
 
         Rows of unfinished jobs are asked of their backend (a job whose supervisor died, a
         pod that finished); a backend that does not answer leaves its row as cached, with a note.
+        A run folder that cannot be read as a job is left out with a warning, never failing the page.
         """
         from .experiments import page_etag
         from .watch import job_summary
@@ -450,7 +455,7 @@ class Starverse:
             state=state, backend=backend, experiment=experiment, since=since, offset=offset, limit=limit, sweep=sweep
         )
         configured = self.job_backends()
-        items, notes = [], []
+        items, notes, skipped = [], [], list(page.warnings)
         for row in page.items:
             if row.is_finished or row.backend not in configured:
                 items.append(row)
@@ -460,8 +465,14 @@ class Starverse:
             except (BackendUnavailableError, NotFoundError) as e:
                 notes.append(f"{row.backend}: not reachable, its jobs are shown as last recorded ({e.message})")
                 items.append(row)
+            except StarverseError as e:  # a malformed, foreign or unreadable run folder: not this page's failure
+                skipped.append(f"{row.run_dir}: {e.message}")
         return dataclasses.replace(
-            page, items=tuple(items), notes=tuple(dict.fromkeys(notes)), etag=page_etag(items, page.total)
+            page,
+            items=tuple(items),
+            notes=tuple(dict.fromkeys(notes)),
+            etag=page_etag(items, page.total, str(len(skipped))),
+            warnings=tuple(skipped),
         )
 
     def keep_jobs(self) -> int:

@@ -7,6 +7,7 @@ same process, and on an exception records which rank failed and why in ``errors/
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import runpy
@@ -16,16 +17,33 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def _mode(folder: Path) -> int:
+    """Files are never more open than their run folder (0600, 0640 in group mode), whatever the umask."""
+    try:
+        mode = folder.stat().st_mode
+    except OSError:
+        return 0o600
+    return 0o644 if mode & 0o005 == 0o005 else 0o640 if mode & 0o050 == 0o050 else 0o600
+
 
 def _write(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data))
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()  # ours from an earlier attempt, or a planted link: never written through
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        os.fchmod(f.fileno(), _mode(path.parent))
+        f.write(json.dumps(data))
     tmp.replace(path)
 
 
 def _redirect(log: Path) -> None:
     log.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    # O_NOFOLLOW: a link another user put in logs/ is refused, never appended through
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | _NOFOLLOW, _mode(log.parent))
     sys.stdout.flush()
     sys.stderr.flush()
     os.dup2(fd, 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import re
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,7 +25,14 @@ from jupyter_starverse._format import (
 )
 from jupyter_starverse.client import Starverse
 from jupyter_starverse.errors import BadInputError, StarverseError
-from jupyter_starverse.experiments import JobSummary, Progress, latest_checkpoint, progress, read_metrics
+from jupyter_starverse.experiments import (
+    JobSummary,
+    Progress,
+    latest_checkpoint,
+    progress,
+    read_metrics,
+    skipped_text,
+)
 from jupyter_starverse.jobmodel import Job, JobState
 from jupyter_starverse.watch import JobProgress
 
@@ -78,6 +86,12 @@ class JobList:
     notes: tuple[str, ...] = ()
     total: int | None = None  # rows that matched the filters (None: all of them are here)
     offset: int = 0
+    warnings: tuple[str, ...] = ()  # run folders left out: ``folder: why`` (malformed, foreign, half-written)
+
+    @property
+    def footer(self) -> str | None:
+        """``2 run folders skipped: ...`` when the list left folders out."""
+        return skipped_text(self.warnings)
 
     def to_json(self) -> list[dict[str, Any]]:
         return [j.to_json() for j in self.jobs]
@@ -101,7 +115,8 @@ class JobList:
                 text = "no jobs match" if self.offset == 0 else "no more jobs"
         else:
             text = _table([("ID", "NAME", "BACKEND", "STATE", "TOPOLOGY", "CREATED", "RUNTIME"), *self._rows()])
-        return "\n".join([text, *self._paging(), *(f"note: {n}" for n in self.notes)])
+        footer = [self.footer] if self.footer else []
+        return "\n".join([text, *self._paging(), *(f"note: {n}" for n in self.notes), *footer])
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         pretty_text(p, str(self))
@@ -109,6 +124,8 @@ class JobList:
     def _repr_html_(self) -> str:
         notes = "".join(f"<div><small>{escape(n)}</small></div>" for n in self._paging())
         notes += "".join(f"<div><small>note: {escape(n)}</small></div>" for n in self.notes)
+        if self.footer:
+            notes += f"<div><small>{escape(self.footer)}</small></div>"
         if not self.jobs:
             return f"<div>{escape(str(self).splitlines()[0])}</div>{notes}"
         rows = [(*r[:3], state_badge(r[3]), *r[4:]) for r in self._rows()]
@@ -253,7 +270,10 @@ def _ls(client: Starverse, args: argparse.Namespace) -> JobList:
         offset=args.offset,
         limit=limit,
     )
-    return JobList(page.items, page.notes, page.total, page.offset)
+    found = JobList(page.items, page.notes, page.total, page.offset, page.warnings)
+    if found.footer and getattr(args, "json", False):
+        print(f"# {found.footer}", file=sys.stderr)  # the JSON stays a list of jobs
+    return found
 
 
 def _show(client: Starverse, args: argparse.Namespace) -> JobDetail:

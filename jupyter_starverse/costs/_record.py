@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from jupyter_starverse._volume import write_atomic
 from jupyter_starverse.errors import BadInputError, StoreError
+from jupyter_starverse.experiments import folder_modes, trusted_record
 
 from ._html import table_html
 from ._meter import Cost
@@ -55,24 +56,28 @@ def write_cost(experiment_dir: str | os.PathLike[str], cost: Cost, *, reason: st
         except (FileNotFoundError, BadInputError):
             reason = None
     data = {**cost.to_json(), "reason": reason}
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".cost.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1)
-            f.write("\n")
-        Path(tmp).replace(target)
+        # the run folder's modes (0600, 0640 in group mode), never the umask's; a link at the
+        # name is replaced by the rename, not written through
+        write_atomic(target, (json.dumps(data, indent=1) + "\n").encode(), folder_modes(folder).file)
     except OSError as e:
         raise StoreError(
             f"cannot write {target}: {e}", hint="check free space and permissions of the experiments folder"
         ) from e
-    finally:
-        Path(tmp).unlink(missing_ok=True)
     return CostRecord(cost, reason, str(target))
 
 
 def read_cost(experiment_dir: str | os.PathLike[str]) -> CostRecord:
-    """Read ``cost.json`` of a run; ``FileNotFoundError`` when the run was never metered."""
+    """Read ``cost.json`` of a run; ``FileNotFoundError`` when the run was never metered.
+
+    A ``cost.json`` another uid than the run folder's owner wrote (a forged bill in a
+    group-shared folder) is :class:`BadInputError`: never counted, listed as unreadable.
+    """
     target = Path(experiment_dir) / COST_FILE
+    if target.is_symlink() or (target.exists() and not trusted_record(target, owner=_owner(target.parent))):
+        raise BadInputError(
+            f"{target} was not written by the run's owner", field="cost", hint="its owner can delete it; it is ignored"
+        )
     text = target.read_text(encoding="utf-8")
     try:
         data = json.loads(text)
@@ -135,6 +140,13 @@ class UserTotal:
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         p.text(str(self))
+
+
+def _owner(folder: Path) -> int | None:
+    try:
+        return os.lstat(folder).st_uid
+    except OSError:
+        return None
 
 
 def _cost_folders(root: Path) -> list[str]:

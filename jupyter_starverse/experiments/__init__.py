@@ -17,8 +17,20 @@ from ._checkpoints import (
     scan_checkpoints,
     verify_checkpoint,
 )
-from ._index import JobIndex, JobPage, JobSummary, page_etag
-from ._layout import ExperimentPaths, RunPaths, find_run, list_runs, new_job_id, read_json, write_json
+from ._index import JobIndex, JobPage, JobSummary, page_etag, skipped_text
+from ._layout import (
+    ExperimentPaths,
+    RunPaths,
+    find_run,
+    folder_modes,
+    list_runs,
+    new_job_id,
+    read_json,
+    read_record,
+    run_modes,
+    trusted_record,
+    write_json,
+)
 from ._metrics import MetricPoint, Progress, metric_point, parse_log_metrics, progress, read_metrics
 from ._status import NodeInterval, NodeRecord, RunEvent, RunStatus, node_intervals, read_status, write_status
 
@@ -41,6 +53,7 @@ __all__ = [
     "RunStatus",
     "checkpoint_name",
     "find_run",
+    "folder_modes",
     "latest_checkpoint",
     "list_checkpoints",
     "list_runs",
@@ -54,9 +67,13 @@ __all__ = [
     "progress",
     "read_json",
     "read_metrics",
+    "read_record",
     "read_status",
     "record_checkpoint",
+    "run_modes",
     "scan_checkpoints",
+    "skipped_text",
+    "trusted_record",
     "verify_checkpoint",
     "write_json",
     "write_status",

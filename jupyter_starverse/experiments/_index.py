@@ -31,6 +31,7 @@ import contextlib
 import hashlib
 import json
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -38,14 +39,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jupyter_starverse._volume import GROUP, PRIVATE, make_dir, write_atomic
 from jupyter_starverse.errors import BadInputError
 
-__all__ = ["INDEX_DIR", "JobIndex", "JobPage", "JobSummary", "note_change", "page_etag", "summarize_run"]
+from ._modes import folder_modes
+
+__all__ = [
+    "INDEX_DIR",
+    "JobIndex",
+    "JobPage",
+    "JobSummary",
+    "inspect_run",
+    "note_change",
+    "page_etag",
+    "skipped_text",
+    "summarize_run",
+]
 
 INDEX_DIR = ".jobindex"
-_VERSION = 3
+_VERSION = 4
 _JOURNAL = "changes.log"
-_INDEX = "index.json"
+_INCOMPLETE_S = 60.0  # a run folder without a spec this young is being created, not broken
+_NO_SPEC = "no spec.json"
 #: Files of a run folder a summary is made of; writing one of them is a change.
 WATCHED = ("spec.json", "status.json", "kubernetes.json", "slurm.json")
 _RECORDS = {"kubernetes.json": "kubernetes", "slurm.json": "slurm"}
@@ -156,6 +171,8 @@ class JobPage:
     limit: int | None
     etag: str
     notes: tuple[str, ...] = ()
+    #: Run folders left out of the list, one ``folder: why`` each (malformed, foreign, half-written).
+    warnings: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -165,7 +182,16 @@ class JobPage:
             "limit": self.limit,
             "etag": self.etag,
             "notes": list(self.notes),
+            "warnings": list(self.warnings),
         }
+
+
+def skipped_text(warnings: Sequence[str], *, shown: int = 3) -> str | None:
+    """The footer of a list that left folders out: ``2 run folders skipped: a: why; b: why``."""
+    if not warnings:
+        return None
+    head = "; ".join(warnings[:shown]) + (f"; and {len(warnings) - shown} more" if len(warnings) > shown else "")
+    return f"{len(warnings)} run folder{'s' if len(warnings) != 1 else ''} skipped: {head}"
 
 
 @dataclass
@@ -173,17 +199,23 @@ class _Entry:
     folder: int  # mtime_ns of the run folder: unchanged while no file in it was created, renamed or removed
     sig: tuple[tuple[str, int, int], ...]  # (file, size, mtime_ns) of each watched file present
     row: list[Any] | None  # the summary as a compact row (see _ROW); None: a folder that is not (yet) a job
+    warning: str | None = None  # why the folder is left out (or what of it was ignored)
 
 
 @dataclass
 class _State:
     entries: dict[str, _Entry] = field(default_factory=dict)  # run folder relative to the root
     runs_mtimes: dict[str, int] = field(default_factory=dict)  # experiment -> mtime_ns of its runs/
+    exp_warnings: dict[str, str] = field(default_factory=dict)  # experiment -> why its runs cannot be listed
     journal_pos: int = 0
     journal_ino: int = 0
     swept: float = 0.0  # time.monotonic() of the last full sweep
     generation: int = 0  # bumped whenever a summary changed, appeared or went away
     loaded_mtime: int = 0  # mtime_ns of index.json when we last read or wrote it
+
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_MAX_RECORD = 16 << 20  # bytes; a spec with inline code may be large, a bigger "record" is not one
 
 
 def _read(path: Path) -> Any:
@@ -193,12 +225,49 @@ def _read(path: Path) -> Any:
         return None
 
 
+class _Skip(Exception):
+    """A run folder that is not listed, and why."""
+
+
+def _read_record(path: Path, owner: int) -> tuple[bool, Any]:
+    """``(present, data)`` of one file of a run folder; :class:`_Skip` when it cannot be believed."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False, None
+    except OSError as e:
+        raise _Skip(f"{path.name}: {e.strerror}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise _Skip(f"{path.name} is a symbolic link")
+    if not stat.S_ISREG(st.st_mode):
+        raise _Skip(f"{path.name} is not a file")
+    if st.st_uid not in (owner, 0):
+        raise _Skip(f"{path.name} was written by uid {st.st_uid}, not by the run's owner (uid {owner})")
+    if st.st_size > _MAX_RECORD:
+        raise _Skip(f"{path.name} is {st.st_size:,} bytes, too large for a record")
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+        with os.fdopen(fd, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise _Skip(f"{path.name}: {e.strerror}") from None
+    if not raw.strip():
+        raise _Skip(f"{path.name} is empty")
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise _Skip(f"{path.name} is not JSON") from None
+    if not isinstance(data, dict):
+        raise _Skip(f"{path.name} is not a JSON object")
+    return True, data
+
+
 def _signature(run: str) -> tuple[tuple[str, int, int], ...]:
     out = []
     base = str(run)
     for name in WATCHED:
         try:
-            st = os.stat(f"{base}/{name}")  # noqa: PTH116 - the sweep's hot loop: no Path objects
+            st = os.lstat(f"{base}/{name}")
         except OSError:
             continue
         out.append((name, st.st_size, st.st_mtime_ns))
@@ -207,15 +276,61 @@ def _signature(run: str) -> tuple[tuple[str, int, int], ...]:
 
 def summarize_run(run: Path, experiment: str) -> JobSummary | None:
     """The summary of one run folder from its files; ``None`` when it is not a job (yet)."""
-    record_name = next((n for n in _RECORDS if (run / n).is_file()), None)
-    record = _read(run / record_name) if record_name else None
-    record = record if isinstance(record, dict) else {}
-    spec = _read(run / "spec.json")
-    if not isinstance(spec, dict):
+    return inspect_run(run, experiment)[0]
+
+
+SpecCheck = Callable[[dict[str, Any]], object]
+
+
+def inspect_run(run: Path, experiment: str, check: SpecCheck | None = None) -> tuple[JobSummary | None, str | None]:
+    """The summary of one run folder and, when it is left out (or part of it ignored), why.
+
+    Nothing in the folder is trusted: a link, a file another uid wrote in the owner's folder,
+    a file that is not JSON, a spec that ``check`` (the job model's validation) refuses, all
+    leave the folder out with a reason. ``(None, None)``: a folder being created right now.
+    """
+    try:
+        st = os.lstat(run)
+    except OSError as e:
+        return None, f"{e.strerror}"
+    if stat.S_ISLNK(st.st_mode):
+        return None, "a symbolic link, not a run folder"
+    if not stat.S_ISDIR(st.st_mode):
+        return None, "not a folder"
+    try:
+        return _inspect(run, experiment, st.st_uid, check)
+    except _Skip as e:
+        return None, str(e)
+
+
+def _inspect(run: Path, experiment: str, owner: int, check: SpecCheck | None) -> tuple[JobSummary | None, str | None]:
+    if not os.access(run, os.R_OK | os.X_OK):
+        raise _Skip(f"not readable (it belongs to uid {owner})")
+    record_name, record = None, {}
+    for name in _RECORDS:
+        present, data = _read_record(run / name, owner)
+        if present:
+            record_name, record = name, data
+            break
+    has_spec, spec = _read_record(run / "spec.json", owner)
+    if not has_spec:
         spec = record.get("spec")
-    if not isinstance(spec, dict) or not spec.get("name"):
-        return None
-    status = _read(run / "status.json")
+        if spec is None and not record_name:
+            raise _Skip(_NO_SPEC)
+    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or not spec.get("name"):
+        raise _Skip("spec.json has no job name")
+    if check is not None:
+        try:
+            check(spec)
+        except Exception as e:  # the job model's refusal, whatever it is: the folder is left out
+            raise _Skip(f"spec.json: {getattr(e, 'message', None) or e}") from None
+    note = None
+    try:
+        _, status = _read_record(run / "status.json", owner)
+    except _Skip as e:
+        if "written by uid" not in str(e):
+            raise
+        status, note = None, f"{e}; ignored"  # a forged status: the job is listed without it
     status = status if isinstance(status, dict) else {}
     final_record = record.get("final")
     final: dict[str, Any] = final_record if isinstance(final_record, dict) else {}
@@ -238,9 +353,12 @@ def summarize_run(run: Path, experiment: str) -> JobSummary | None:
         restarts = int(status.get("restarts") or final.get("restarts") or 0)
         nodes = int(spec.get("nodes") or 1)
         procs = int(spec.get("procs_per_node") or 1)
-    except (TypeError, ValueError):
-        return None
-    return JobSummary(
+        created = float(created)
+        if not (nodes >= 1 and procs >= 1 and restarts >= 0):
+            raise ValueError("nodes, procs_per_node and restarts must be positive")
+    except (TypeError, ValueError, OverflowError) as e:
+        raise _Skip(f"not a job record ({e})") from None
+    summary = JobSummary(
         id=run.name,
         backend=backend,
         name=str(spec["name"]),
@@ -260,6 +378,11 @@ def summarize_run(run: Path, experiment: str) -> JobSummary | None:
         restarts=restarts,
         cost=status.get("cost") if isinstance(status.get("cost"), str) else None,
     )
+    try:
+        json.dumps(summary.to_json(), allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise _Skip(f"not a job record ({e})") from None
+    return summary, note
 
 
 class JobIndex:
@@ -273,12 +396,20 @@ class JobIndex:
         The experiments root (``STARVERSE_EXPERIMENTS``).
     sweep_every
         Seconds between two full mtime sweeps of a long-lived index (a new one sweeps first).
+    check
+        Validates a run's spec (the job model's ``JobSpec.from_json``); a folder whose spec it
+        refuses is left out of the list with a warning instead of failing the list.
+
+    Each uid keeps its own ``index-<uid>.json`` (a cache another user wrote is not believed);
+    the journal is shared.
     """
 
-    def __init__(self, root: Path, *, sweep_every: float = 30.0) -> None:
+    def __init__(self, root: Path, *, sweep_every: float = 30.0, check: SpecCheck | None = None) -> None:
         self.root = Path(root)
         self._root = str(self.root)
         self.sweep_every = sweep_every
+        self.check = check
+        self._index_name = f"index-{os.geteuid() if hasattr(os, 'geteuid') else 0}.json"
         self._state: _State | None = None
         self._lock = threading.Lock()
 
@@ -317,14 +448,15 @@ class JobIndex:
 
     def _load(self) -> _State:
         state = _State()
-        data = _read(self.folder / _INDEX)
+        path = self.folder / self._index_name
+        data = _read(path) if _mine(path) else None
         if isinstance(data, dict) and data.get("version") == _VERSION and isinstance(data.get("entries"), dict):
             try:
-                for rel, (folder, row) in data["entries"].items():
+                for rel, (folder, row, warning) in data["entries"].items():
                     if row is not None and len(row) != len(_ROW):
                         raise ValueError("a row of another version")
                     # no file signatures on disk: a run whose folder changed is simply read again
-                    state.entries[str(rel)] = _Entry(int(folder), (), row)
+                    state.entries[str(rel)] = _Entry(int(folder), (), row, str(warning) if warning else None)
                 state.runs_mtimes = {str(k): int(v) for k, v in (data.get("runs_mtimes") or {}).items()}
                 state.generation = int(data.get("generation") or 0)
             except (KeyError, TypeError, ValueError):
@@ -344,18 +476,23 @@ class JobIndex:
             "version": _VERSION,
             "generation": state.generation,
             "runs_mtimes": state.runs_mtimes,
-            "entries": {rel: [e.folder, e.row] for rel, e in state.entries.items()},
+            "entries": {rel: [e.folder, e.row, e.warning] for rel, e in state.entries.items()},
         }
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            tmp = self.folder / f".{_INDEX}.{os.getpid()}.{threading.get_ident()}.tmp"
-            tmp.write_text(json.dumps(data, separators=(",", ":")))
-            tmp.replace(self.folder / _INDEX)
+            if not self.root.is_dir():
+                return
+            modes = folder_modes(self.root)
+            make_dir(self.folder, modes)
+            write_atomic(self.folder / self._index_name, json.dumps(data, separators=(",", ":")).encode(), 0o600)
             journal = self.folder / _JOURNAL
-            if state.journal_pos > _JOURNAL_MAX:  # start the journal again; the next sweep covers a lost line
+            if state.journal_pos > _JOURNAL_MAX and _mine(journal):  # start again; the next sweep covers a lost line
                 journal.unlink(missing_ok=True)
                 state.journal_pos, state.journal_ino = 0, 0
-            journal.touch(exist_ok=True)
+            if not journal.exists():
+                fd = os.open(journal, os.O_WRONLY | os.O_CREAT | os.O_APPEND | _NOFOLLOW, 0o600)
+                # every member appends the runs it changed (a line only makes a reader look again)
+                os.fchmod(fd, 0o600 if modes == PRIVATE else 0o660 if modes == GROUP else 0o644)
+                os.close(fd)
             if not state.journal_ino:
                 state.journal_pos, state.journal_ino = self._journal_end()
         except OSError:
@@ -382,20 +519,30 @@ class JobIndex:
                 changed |= self._update(state, rel)
         return changed
 
-    def _experiments(self) -> list[os.DirEntry[str]]:
+    def _experiments(self, state: _State | None = None) -> list[os.DirEntry[str]]:
         try:
-            return [e for e in os.scandir(self.root) if not e.name.startswith(".") and e.is_dir()]
+            found = [e for e in os.scandir(self.root) if not e.name.startswith(".")]
         except OSError:
             return []
+        out = []
+        for e in found:
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    out.append(e)
+                elif state is not None and e.is_symlink():
+                    state.exp_warnings[e.name] = "a symbolic link, not an experiment folder"
+            except OSError:
+                continue
+        return out
 
     def _new_folders(self, state: _State) -> bool:
         """Experiments whose ``runs/`` changed (a run folder made or removed) are listed again."""
         changed = False
         seen = set()
-        for exp in self._experiments():
+        for exp in self._experiments(state):
             seen.add(exp.name)
             try:
-                mtime = Path(exp.path, "runs").stat().st_mtime_ns
+                mtime = os.lstat(Path(exp.path, "runs")).st_mtime_ns
             except OSError:
                 continue
             if state.runs_mtimes.get(exp.name) == mtime:
@@ -415,10 +562,20 @@ class JobIndex:
         changed = False
         mine = present is None
         present = set() if present is None else present
+        folder = self.root / experiment / "runs"
+        runs: list[os.DirEntry[str]] = []
         try:
-            runs = list(os.scandir(self.root / experiment / "runs"))
-        except OSError:
-            runs = []
+            st = os.lstat(folder)
+            if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+                state.exp_warnings[experiment] = "its runs/ is not a folder"
+            else:
+                runs = list(os.scandir(folder))
+                state.exp_warnings.pop(experiment, None)
+        except FileNotFoundError:
+            state.exp_warnings.pop(experiment, None)
+        except OSError as e:
+            owner = _uid(self.root / experiment)
+            state.exp_warnings[experiment] = f"runs not readable ({e.strerror}; it belongs to uid {owner})"
         for run in runs:
             if run.name.startswith("."):
                 continue
@@ -441,11 +598,14 @@ class JobIndex:
         changed = False
         names = set()
         present: set[str] = set()
-        for exp in self._experiments():
+        old_warnings = dict(state.exp_warnings)
+        state.exp_warnings.clear()
+        for exp in self._experiments(state):
             names.add(exp.name)
             with contextlib.suppress(OSError):
-                state.runs_mtimes[exp.name] = Path(exp.path, "runs").stat().st_mtime_ns
+                state.runs_mtimes[exp.name] = os.lstat(Path(exp.path, "runs")).st_mtime_ns
             changed |= self._scan_experiment(state, exp.name, full=True, present=present)
+        changed |= old_warnings != state.exp_warnings
         for gone in set(state.runs_mtimes) - names:
             del state.runs_mtimes[gone]
         changed |= self._drop(state, lambda rel: rel not in present)
@@ -461,19 +621,19 @@ class JobIndex:
         run = f"{self._root}/{rel}"
         old = state.entries.get(rel)
         try:
-            folder = os.stat(run).st_mtime_ns  # noqa: PTH116 - the sweep's hot loop: no Path objects
+            folder = os.lstat(run).st_mtime_ns
         except OSError:
             return self._drop(state, lambda r: r == rel)
         if check and old is not None and old.folder == folder:
             return False
         sig = _signature(run)
-        if old is not None and old.sig == sig:
+        if old is not None and old.sig == sig and old.sig:
             old.folder = folder
             return False
-        summary = summarize_run(Path(run), rel.split("/", 1)[0])
+        summary, warning = inspect_run(Path(run), rel.split("/", 1)[0], self.check)
         row = _to_row(summary) if summary is not None else None
-        state.entries[rel] = _Entry(folder, sig, row)
-        return old is None or old.row != row
+        state.entries[rel] = _Entry(folder, sig, row, warning)
+        return old is None or old.row != row or old.warning != warning
 
     # -- reading ------------------------------------------------------------------------
     def _rows(self, sweep: bool | None) -> list[tuple[str, list[Any]]]:
@@ -483,6 +643,27 @@ class JobIndex:
             rows = [(rel, e.row) for rel, e in self._state.entries.items() if e.row is not None]
         rows.sort(key=lambda x: (x[1][_CREATED], x[1][_ID]), reverse=True)
         return rows
+
+    def warnings(self, experiment: Sequence[str] = ()) -> tuple[str, ...]:
+        """``folder: why`` for every run folder (or experiment) left out of the list, or partly ignored.
+
+        A folder without a spec younger than a minute is being created and not named.
+        """
+        young = time.time_ns() - int(_INCOMPLETE_S * 1e9)
+        names = set(experiment)
+        with self._lock:
+            if self._state is None:
+                return ()
+            state = self._state
+            out = [f"{self._root}/{name}: {why}" for name, why in sorted(state.exp_warnings.items())
+                   if not names or name in names]  # fmt: skip
+            for rel, e in sorted(state.entries.items()):
+                if not e.warning or (names and rel.split("/", 1)[0] not in names):
+                    continue
+                if e.warning == _NO_SPEC and e.folder > young:
+                    continue
+                out.append(f"{self._root}/{rel}: {e.warning}")
+        return tuple(out)
 
     def summaries(self, *, sweep: bool | None = None) -> list[JobSummary]:
         """Every job summary, newest first."""
@@ -520,7 +701,9 @@ class JobIndex:
             rows = [r for r in rows if r[1][_STATE] not in _FINISHED or _last_change(r[1]) >= since]
         chosen = rows[offset : offset + limit] if limit is not None else rows[offset:]
         items = tuple(_from_row(self.root, rel, row) for rel, row in chosen)
-        return JobPage(items, len(rows), offset, limit, page_etag(items, len(rows)))
+        warnings = self.warnings(experiment)
+        return JobPage(items, len(rows), offset, limit, page_etag(items, len(rows), str(len(warnings))),
+                       warnings=warnings)  # fmt: skip
 
 
 _ROW = ("id", "backend", "name", "title", "state", "created", "started", "finished", "reason", "nodes",
@@ -543,6 +726,22 @@ def _to_row(s: JobSummary) -> list[Any]:
 def _from_row(root: Path, rel: str, row: list[Any]) -> JobSummary:
     data = dict(zip(_ROW, row, strict=True))
     return JobSummary.from_json({**data, "experiment": rel.split("/", 1)[0], "experiment_dir": f"{root}/{rel}"})
+
+
+def _mine(path: Path) -> bool:
+    """A cache file this uid wrote (another user's index is not believed)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_uid == (os.geteuid() if hasattr(os, "geteuid") else st.st_uid)
+
+
+def _uid(path: Path) -> int | str:
+    try:
+        return os.lstat(path).st_uid
+    except OSError:
+        return "?"
 
 
 def _in_experiment(name: str) -> Callable[[str], bool]:

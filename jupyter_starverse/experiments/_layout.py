@@ -24,15 +24,32 @@ import secrets
 import stat
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jupyter_starverse.errors import InvalidNameError, NotFoundError
+from jupyter_starverse._volume import GROUP, PRIVATE, Modes, group_id, make_dir, write_atomic
+from jupyter_starverse.errors import InvalidNameError, NotFoundError, PermissionDeniedError
 
 from ._index import note_change
+from ._modes import _existing, _shared, folder_modes
 
-__all__ = ["ExperimentPaths", "RunPaths", "find_run", "list_runs", "new_job_id", "read_json", "write_json"]
+__all__ = [
+    "ExperimentPaths",
+    "RunPaths",
+    "find_run",
+    "folder_modes",
+    "list_runs",
+    "new_job_id",
+    "read_json",
+    "read_record",
+    "run_modes",
+    "trusted_record",
+    "write_json",
+]
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 def _check_name(name: str, what: str) -> str:
@@ -145,9 +162,39 @@ class RunPaths:
     def node_log(self, node: int) -> Path:
         return self.logs / f"node{node}.log"
 
-    def make(self) -> None:
-        for d in (self.root, self.logs, self.pids, self.errors):
-            _make_dir(d)
+    @property
+    def owner(self) -> int:
+        """The uid that owns the run folder (``lstat``): whose job it is."""
+        return os.lstat(self.root).st_uid
+
+    def make(self, modes: Modes | None = None, *, gid: int | None = None) -> None:
+        """Create the run folder and its sub-folders with ``modes`` (default: :func:`run_modes`).
+
+        Group mode: every folder 2770 (``runs/`` also sticky: nobody renames another's run),
+        given to ``gid`` when set. Otherwise 0700: nobody else reads the run.
+        """
+        if modes is None:
+            modes, gid = run_modes(self.root.parent.parent.parent)
+        experiments = self.root.parent.parent.parent
+        try:
+            for folder in (self.root.parent.parent, self.root.parent):
+                created = not folder.is_dir()
+                make_dir(folder, modes)
+                if created:
+                    _give_group(folder, gid, modes)
+                    if folder.name == "runs" and modes is GROUP:
+                        with contextlib.suppress(OSError):
+                            folder.chmod(modes.folder | stat.S_ISVTX)
+            make_dir(self.root, modes, root=experiments)
+            _give_group(self.root, gid, modes)
+            for d in (self.logs, self.pids, self.errors):
+                make_dir(d, modes, root=experiments)
+        except PermissionError as e:
+            raise PermissionDeniedError(
+                f"cannot create the run folder {self.root}: {e.strerror}",
+                hint="the experiment belongs to another user; choose another experiment name, or share the "
+                "experiments root with STARVERSE_SHARED_GROUP (docs/sharing.md)",
+            ) from None
 
 
 def new_job_id(name: str) -> str:
@@ -162,8 +209,10 @@ def find_run(experiments: Path, job_id: str) -> RunPaths:
     if root.is_dir():
         for exp in root.iterdir():
             candidate = exp / "runs" / job_id
-            if (candidate / "spec.json").is_file():
-                return RunPaths(candidate)
+            with contextlib.suppress(OSError):
+                folders = all(_plain_folder(f) for f in (exp, exp / "runs", candidate))
+                if folders and stat.S_ISREG(os.lstat(candidate / "spec.json").st_mode):
+                    return RunPaths(candidate)
     raise NotFoundError(f"no job {job_id!r} under {root}", hint="list jobs with `starverse jobs ls`")
 
 
@@ -172,8 +221,17 @@ def list_runs(experiments: Path) -> list[RunPaths]:
     root = Path(experiments)
     if not root.is_dir():
         return []
-    runs = [RunPaths(p.parent) for p in root.glob("*/runs/*/spec.json")]
+    runs = []
+    for p in root.glob("*/runs/*/spec.json"):
+        with contextlib.suppress(OSError):  # a linked experiment, runs/ or run folder is not listed
+            if all(_plain_folder(f) for f in (p.parent.parent.parent, p.parent.parent, p.parent)):
+                runs.append(RunPaths(p.parent))
     return sorted(runs, key=lambda r: _created(r), reverse=True)
+
+
+def _plain_folder(path: Path) -> bool:
+    """A real folder, not a link to one."""
+    return stat.S_ISDIR(os.lstat(path).st_mode)
 
 
 def _created(run: RunPaths) -> float:
@@ -183,70 +241,130 @@ def _created(run: RunPaths) -> float:
         return 0.0
 
 
-def _umask() -> int:
-    """The process umask, read without changing it where Linux allows (threads may be writing)."""
-    with contextlib.suppress(OSError, ValueError):
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+def run_modes(experiments: Path, shared_group: str | None = None) -> tuple[Modes, int | None]:
+    """Modes (and group) of a new run folder: ``GROUP`` when the root is shared, else ``PRIVATE``.
+
+    Shared means ``STARVERSE_SHARED_GROUP`` is set (its gid is returned, the folders are given
+    to it) or the experiments root (or the experiment's folder) is setgid.
+    """
+    gid = group_id(shared_group)
+    if gid is not None:
+        return GROUP, gid
+    return (GROUP if _shared(_existing(experiments)) else PRIVATE), None
 
 
-def _shared(folder: Path) -> bool:
-    """True when ``folder`` is setgid: the experiments root is shared by a group (docs/sharing.md)."""
-    try:
-        return bool(folder.stat().st_mode & stat.S_ISGID)
-    except OSError:
-        return False
+def _give_group(folder: Path, gid: int | None, modes: Modes) -> None:
+    """Hand a folder of ours to the shared group (we belong to it) and set its mode again."""
+    if gid is None:
+        return
+    with contextlib.suppress(OSError):
+        st = os.lstat(folder)
+        if st.st_uid == os.geteuid() and stat.S_ISDIR(st.st_mode):
+            if st.st_gid != gid:
+                os.chown(folder, -1, gid)
+            folder.chmod(modes.folder | (stat.S_ISVTX if folder.name == "runs" else 0))
 
 
-def _make_dir(path: Path) -> None:
-    """``mkdir -p``; folders created in a setgid (group-shared) folder become 2770 + the umask's other bits."""
-    missing = []
-    p = path
-    while not p.is_dir() and p.parent != p:
-        missing.append(p)
-        p = p.parent
-    for folder in reversed(missing):
-        try:
-            folder.mkdir()
-        except FileExistsError:
-            continue
-        if _shared(folder.parent):
-            with contextlib.suppress(OSError):
-                folder.chmod(0o2770 | (0o005 & ~_umask()))
+def _make_dir(path: Path, modes: Modes | None = None) -> None:
+    """``mkdir -p`` with the modes of the nearest existing folder (or ``modes``), whatever the umask."""
+    make_dir(path, modes or folder_modes(path))
 
 
-def _file_mode(folder: Path) -> int:
-    """What ``open()`` would give (0644 under umask 022), and always group-readable in a shared folder."""
-    mode = 0o666 & ~_umask()
-    return mode | 0o040 if _shared(folder) else mode
+def _to_bytes(data: Any) -> bytes:
+    return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
 
 
-def write_json(path: Path, data: Any) -> None:
+def write_json(path: Path, data: Any, *, gid: int | None = None, mode: int | None = None) -> None:
     """Write JSON atomically (temp file + rename): readers never see half a file.
 
-    The file gets the mode a plain ``open()`` gives (mkstemp's 0600 would hide a job's spec
-    and status from the other users of a shared experiments folder).
+    The file gets the mode of its folder (:func:`folder_modes`: 0600 in a private run folder,
+    0640 in a group one) whatever the umask, and a link planted at ``path`` is replaced, never
+    written through. ``gid`` (a group we belong to) and ``mode``: a record another identity must
+    recognise, e.g. a cancel by a member of the admin group.
     """
     _make_dir(path.parent)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            os.fchmod(f.fileno(), _file_mode(path.parent))
-            json.dump(data, f, indent=1, sort_keys=True)
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    modes = folder_modes(path.parent)
+    if gid is None:
+        write_atomic(path, _to_bytes(data), mode if mode is not None else modes.file)
+    else:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                os.fchown(f.fileno(), -1, gid)
+                os.fchmod(f.fileno(), mode if mode is not None else 0o644)
+                f.write(_to_bytes(data))
+            Path(tmp).replace(path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
     note_change(path)  # a run's spec/status/record: the job index re-reads that run
 
 
-def read_json(path: Path) -> Any:
-    """Read a JSON file written by :func:`write_json`; ``None`` if it does not exist."""
+_WARNED: set[tuple[str, int]] = set()
+
+
+def _warn_once(path: Path, uid: int, what: str) -> None:
+    key = (str(path), uid)
+    if key in _WARNED:
+        return
+    if len(_WARNED) > 10_000:
+        _WARNED.clear()
+    _WARNED.add(key)
+    warnings.warn(f"{path}: {what}; ignored", stacklevel=3)
+
+
+def run_root_of(path: Path) -> Path:
+    """The run folder a record lies in (``<experiments>/<experiment>/runs/<id>/...``), else its folder."""
+    p = Path(path).parent
+    for candidate in (p, *p.parents):
+        if candidate.parent.name == "runs":
+            return candidate
+    return Path(path).parent
+
+
+def trusted_record(path: Path, *, owner: int | None = None, admin_gid: int | None = None) -> bool:
+    """Whether ``path`` may be believed: written by the run folder's owner (or root, or the admin group).
+
+    In a group-shared run folder other members can create files; what they wrote is data of
+    theirs, not the job's record (a forged ``status.json``, ``cost.json``, ``cancel.json``,
+    pid file). ``admin_gid``: a record whose group is the admin group (only its members can give a
+    file that group) is believed too: a cancel or preemption by an administrator. A missing file
+    is not trusted; a link never is.
+    """
     try:
-        return json.loads(path.read_text())
+        st = os.lstat(path)
+        if owner is None:
+            owner = os.lstat(run_root_of(path)).st_uid
+    except OSError:
+        return False
+    if stat.S_ISLNK(st.st_mode):
+        _warn_once(path, st.st_uid, "a symbolic link where a record should be")
+        return False
+    if st.st_uid in (owner, 0) or (admin_gid is not None and st.st_gid == admin_gid):
+        return True
+    _warn_once(path, st.st_uid, f"written by uid {st.st_uid}, not by the run's owner (uid {owner})")
+    return False
+
+
+def read_record(path: Path, *, owner: int | None = None, admin_gid: int | None = None) -> Any:
+    """:func:`read_json` of a record, or ``None`` when it is missing, not JSON, or not trusted."""
+    if not trusted_record(path, owner=owner, admin_gid=admin_gid):
+        return None
+    try:
+        return read_json(path)
+    except (OSError, ValueError):
+        return None
+
+
+def read_json(path: Path) -> Any:
+    """Read a JSON file written by :func:`write_json`; ``None`` if it does not exist.
+
+    A link is not followed (``O_NOFOLLOW``: refused with ``OSError``); a file that is not JSON
+    raises ``ValueError``.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         return None
+    with os.fdopen(fd, "rb") as f:
+        return json.loads(f.read())

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_starverse._procs import ProcessRecord
+from jupyter_starverse.errors import BadInputError
 
-from ._layout import RunPaths, read_json, write_json
+from ._layout import RunPaths, read_json, trusted_record, write_json
 
 __all__ = ["NodeInterval", "NodeRecord", "RunEvent", "RunStatus", "node_intervals", "read_status", "write_status"]
 
@@ -206,10 +207,24 @@ def _number(value: Any) -> float | None:
 
 
 def read_status(run_dir: Path | RunPaths) -> RunStatus | None:
-    """The run's recorded status, or ``None`` when no status was written yet."""
+    """The run's recorded status, or ``None`` when no status was written yet.
+
+    A ``status.json`` written by another uid than the run folder's owner (a forged record in a
+    group-shared folder) is ignored with a warning: ``None``. One that is not a status raises
+    :class:`~jupyter_starverse.errors.BadInputError` naming the file.
+    """
     paths = run_dir if isinstance(run_dir, RunPaths) else RunPaths(Path(run_dir))
-    data = read_json(paths.status)
-    return RunStatus.from_json(data) if data else None
+    if not trusted_record(paths.status):
+        return None
+    try:
+        data = read_json(paths.status)
+        return RunStatus.from_json(data) if data else None
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        raise BadInputError(
+            f"{paths.status} is not a run status ({type(e).__name__}: {str(e)[:200]})",
+            field="status",
+            hint="the run folder is damaged; its owner can remove it (`rm -r` the folder)",
+        ) from None
 
 
 def write_status(run_dir: Path | RunPaths, status: RunStatus) -> None:

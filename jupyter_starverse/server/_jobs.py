@@ -39,8 +39,14 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 
 from jupyter_starverse._settings import BACKENDS
-from jupyter_starverse.errors import BackendUnavailableError, BadInputError, MissingDependencyError, NotFoundError
-from jupyter_starverse.experiments import JobSummary, RunPaths
+from jupyter_starverse.errors import (
+    BackendUnavailableError,
+    BadInputError,
+    MissingDependencyError,
+    NotFoundError,
+    StarverseError,
+)
+from jupyter_starverse.experiments import JobSummary, RunPaths, skipped_text
 from jupyter_starverse.jobmodel import Job, JobSpec, JobState, LaunchBackend, LogLine
 from jupyter_starverse.watch import JobProgress
 
@@ -239,6 +245,7 @@ class JobListView:
     limit: int | None
     now: float
     notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()  # run folders left out (malformed, foreign, half-written): ``folder: why``
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -248,6 +255,7 @@ class JobListView:
             "limit": self.limit,
             "now": self.now,
             "notes": list(self.notes),
+            "warnings": list(self.warnings),
         }
 
 
@@ -335,13 +343,18 @@ class JobsHandler(_JobsBase):
             return
 
         def views() -> JobListView:
-            out, notes = [], list(page.notes)
+            out, notes, skipped = [], list(page.notes), list(page.warnings)
             for row in page.items:
                 try:
                     out.append(self.view(self.client.backend(row.backend).get(row.id), points=False))
                 except (BackendUnavailableError, NotFoundError) as e:
                     notes.append(f"{row.id} ({row.backend}) left out: {e.message}")
-            return JobListView(tuple(out), page.total, page.offset, page.limit, now, tuple(dict.fromkeys(notes)))
+                except StarverseError as e:  # one broken run folder never fails the panel's list
+                    skipped.append(f"{row.run_dir}: {e.message}")
+            footer = skipped_text(skipped)
+            notes += [footer] if footer else []  # the panel shows notes
+            return JobListView(tuple(out), page.total, page.offset, page.limit, now, tuple(dict.fromkeys(notes)),
+                               tuple(skipped))  # fmt: skip
 
         self.finish_json(await self.run(views))
 

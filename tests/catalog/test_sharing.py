@@ -103,7 +103,7 @@ def test_without_group_mode_a_second_user_gets_a_hint_not_a_traceback(shared_tmp
 
 @as_root
 def test_second_user_lists_the_first_users_jobs(shared_tmp: Path) -> None:
-    env = _env(shared_tmp)
+    """Group mode: a member lists and reads another member's run; otherwise run folders are private."""
     code = """
         import time
         from pathlib import Path
@@ -113,17 +113,28 @@ def test_second_user_lists_the_first_users_jobs(shared_tmp: Path) -> None:
         run.make()
         write_json(run.spec, JobSpec(name="demo", script="train.py").to_json())
         write_status(run, RunStatus(job_id=run.job_id, state="succeeded", created=time.time(), finished=time.time()))
-    """.replace("{exp}", str(shared_tmp / "experiments"))
-    made = as_user(ALICE, [], code, env, shared_tmp)
-    assert made.returncode == 0, made.stderr
-    run = RunPaths(shared_tmp / "experiments" / "demo" / "runs" / "demo-20250101-000000-abcd")
-    assert stat.S_IMODE(run.spec.stat().st_mode) & 0o044 == 0o044  # not mkstemp's 0600
-    assert stat.S_IMODE(run.status.stat().st_mode) & 0o044 == 0o044
+    """
+    for group_mode in (True, False):
+        base = shared_tmp / ("group" if group_mode else "private")
+        base.mkdir(mode=0o777)
+        base.chmod(0o777)
+        (base / "experiments").mkdir()
+        if group_mode:  # the root as docs/sharing.md says: the group's, setgid
+            os.chown(base / "experiments", 0, TEAM)
+        (base / "experiments").chmod(0o2775 if group_mode else 0o777)
+        env = _env(base, STARVERSE_SHARED_GROUP=str(TEAM)) if group_mode else _env(base)
+        groups = [TEAM] if group_mode else []
+        made = as_user(ALICE, groups, code.replace("{exp}", str(base / "experiments")), env, base)
+        assert made.returncode == 0, made.stderr
+        run = RunPaths(base / "experiments" / "demo" / "runs" / "demo-20250101-000000-abcd")
+        for f in (run.spec, run.status):
+            assert stat.S_IMODE(f.stat().st_mode) == (0o640 if group_mode else 0o600), (f, oct(f.stat().st_mode))
+        assert stat.S_IMODE(run.root.stat().st_mode) == (0o2770 if group_mode else 0o700)
 
-    listed = cli_as(BOB, [], env, shared_tmp, "jobs", "ls", "--json")
-    assert listed.returncode == 0, listed.stderr
-    jobs = json.loads(listed.stdout)
-    assert [(j["id"], j["state"]) for j in jobs] == [("demo-20250101-000000-abcd", "succeeded")]
+        listed = cli_as(BOB, groups, env, base, "jobs", "ls", "--json")
+        assert listed.returncode == 0, listed.stderr
+        jobs = [(j["id"], j["state"]) for j in json.loads(listed.stdout)]
+        assert jobs == ([("demo-20250101-000000-abcd", "succeeded")] if group_mode else []), jobs
 
 
 @as_root

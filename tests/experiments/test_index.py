@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -74,7 +75,7 @@ def test_a_status_change_is_seen_at_once_and_a_foreign_write_by_the_sweep(tmp_pa
 def test_removed_runs_leave_and_a_corrupt_index_is_rebuilt(tmp_path: Path) -> None:
     ids = [_run(tmp_path, "a", i) for i in range(4)]
     assert JobIndex(tmp_path).page().total == 4
-    saved = tmp_path / ".jobindex" / "index.json"
+    saved = tmp_path / ".jobindex" / f"index-{os.geteuid()}.json"  # one cache per uid
     assert saved.is_file()
     import shutil
 

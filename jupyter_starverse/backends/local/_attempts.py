@@ -19,14 +19,17 @@ moved to ``errors/attempt-N/`` and ``stops/attempt-N/`` so the next attempt star
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jupyter_starverse._volume import make_dir, open_under
 from jupyter_starverse.backends._restarts import PREEMPT_EXIT, PREEMPT_RESTARTS, archive_attempt, lost_work
-from jupyter_starverse.experiments import RunPaths, read_json
+from jupyter_starverse.errors import StarverseError
+from jupyter_starverse.experiments import RunPaths, folder_modes, read_json
 
 __all__ = [
     "PREEMPT_EXIT",
@@ -189,7 +192,10 @@ def classify(
 
 def banner(run: RunPaths, world_size: int, text: str) -> None:
     """Append ``text`` to every rank's log: where one attempt ends and the next begins."""
-    run.logs.mkdir(parents=True, exist_ok=True)
+    make_dir(run.logs, folder_modes(run.root), root=run.root)
     for rank in range(world_size):
-        with contextlib.suppress(OSError), run.rank_log(rank).open("a") as f:
-            f.write(text.rstrip("\n") + "\n")
+        with contextlib.suppress(OSError, StarverseError):  # a link in logs/ is refused, never written through
+            fd = open_under(run.root, run.rank_log(rank), os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                            folder_modes(run.logs).file)  # fmt: skip
+            with os.fdopen(fd, "a") as f:
+                f.write(text.rstrip("\n") + "\n")

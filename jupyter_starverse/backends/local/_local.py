@@ -9,14 +9,23 @@ reader judges it by pid and start time and, when it died, stops the job's proces
 it failed at once; another host cannot see its pid, judges it only by the heartbeat in
 ``status.json`` (dead once older than ``STALE_BEATS`` beats plus ``STALE_MARGIN_S``) and cancels
 by writing ``cancel.json``, which the supervisor acts on.
+
+Many users may share the experiments root (docs/sharing.md). A reader acts on a run folder
+(takes over a dead supervisor, marks it failed, stops processes) only when the folder, its
+``spec.json`` and ``plan.json`` belong to the reader's own uid; anyone else's folder is read,
+never changed. A take-over runs nothing a record says: the new supervisor's plan is rebuilt
+from the owner's validated ``spec.json`` and handed to it on stdin. Only the owner (or root,
+or a member of ``STARVERSE_ADMIN_GROUP``) may cancel or preempt a job.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -25,7 +34,8 @@ from pathlib import Path
 
 from jupyter_starverse._procs import ProcessRecord, alive, host_identity, job_processes, process_record, stop_pids
 from jupyter_starverse._settings import Settings
-from jupyter_starverse.errors import BadInputError, ConflictError, StarverseError
+from jupyter_starverse._volume import check_owned, group_id, open_under, write_atomic
+from jupyter_starverse.errors import BadInputError, ConflictError, PermissionDeniedError, StarverseError
 from jupyter_starverse.experiments import (
     ExperimentPaths,
     NodeRecord,
@@ -33,12 +43,16 @@ from jupyter_starverse.experiments import (
     RunPaths,
     RunStatus,
     find_run,
+    folder_modes,
     latest_checkpoint,
     list_runs,
     new_job_id,
     plan_resume,
     read_json,
+    read_record,
     read_status,
+    run_modes,
+    trusted_record,
     write_json,
     write_status,
 )
@@ -194,9 +208,10 @@ class LocalBackend(RunFolderBackend):
         try:
             port = sock.getsockname()[1]
             plan, _ = self._plan(spec, job_id, port, mounts=mounts, store_env=store_env)
-            run.make()
+            modes, gid = run_modes(self.settings.experiments, self.settings.shared_group)
+            run.make(modes, gid=gid)  # 0700 (2770 in group mode) whatever the umask
             if spec.code is not None:
-                run.script.write_text(spec.code)
+                write_atomic(run.script, spec.code.encode(), modes.file)
             write_framework_files(spec, run.root)
             write_json(run.spec, spec.to_json())
             write_json(run.plan, plan.to_json())
@@ -205,7 +220,7 @@ class LocalBackend(RunFolderBackend):
             # `store rm`/`evict` refuse what a live job reads: held by us until the
             # supervisor runs, then by the supervisor for as long as it lives.
             with self._holds(spec, job_id, pid=None):
-                self._holds(spec, job_id, pid=self._start_supervisor(run, sock))
+                self._holds(spec, job_id, pid=self._start_supervisor(run, sock, plan=plan, spec=spec))
         except BaseException as e:
             sock.close()
             if run.status.exists() and not isinstance(e, KeyboardInterrupt):
@@ -232,9 +247,9 @@ class LocalBackend(RunFolderBackend):
                 stack.callback(catalog.hold(name, job_id, pid=pid).release)
         return stack
 
-    def _start_supervisor(self, run: RunPaths, sock: socket.socket | None) -> int:
-        return start_supervisor(run, self.settings, sock, grace=self.grace, preempt_restarts=self.preempt_restarts,
-                                secrets=True)  # fmt: skip
+    def _start_supervisor(self, run: RunPaths, sock: socket.socket | None, *, plan: LaunchPlan, spec: JobSpec) -> int:
+        return start_supervisor(run, self.settings, sock, plan=plan, spec=spec, grace=self.grace,
+                                preempt_restarts=self.preempt_restarts, secrets=True)  # fmt: skip
 
     def preempt(self, job_id: str, *, node: int | None = None) -> Job:
         """The preemption drill: the supervisor SIGTERMs the workers of ``node`` (default: the last).
@@ -243,6 +258,7 @@ class LocalBackend(RunFolderBackend):
         ``preempted -> resuming -> running`` and resumes from that checkpoint.
         """
         run = self.run_paths(job_id)
+        self._may_act(run, f"preempt job {job_id}")
         job = self.get(job_id)
         if not job.state.active:
             raise ConflictError(
@@ -251,16 +267,55 @@ class LocalBackend(RunFolderBackend):
             )
         if node is not None and not 0 <= node < job.spec.nodes:
             raise BadInputError(f"node {node} is not a node of {job_id} (0..{job.spec.nodes - 1})", field="node")
-        by = {"host": host_identity().host, "pid": os.getpid(), "user": self.settings.user}
-        write_json(run.preempt, {"node": node, "time": time.time(), "by": by})
+        by = {"host": host_identity().host, "pid": os.getpid(), "user": self.settings.user, "uid": os.geteuid()}
+        self._request(run, run.preempt, {"node": node, "time": time.time(), "by": by})
         return self.get(job_id)
+
+    # -- who may act ----------------------------------------------------------------
+    @property
+    def admin_gid(self) -> int | None:
+        return group_id(self.settings.admin_group)
+
+    def _may_act(self, run: RunPaths, action: str) -> None:
+        """Only the job's owner, root or a member of ``STARVERSE_ADMIN_GROUP`` may change a job."""
+        try:
+            check_owned(run.root, action, self.admin_gid)
+        except PermissionDeniedError as e:
+            raise PermissionDeniedError(
+                e.message,
+                hint=f"only its owner can {action.split()[0]} it (or a member of STARVERSE_ADMIN_GROUP); "
+                "ask them, or see `starverse jobs show` for who that is",
+            ) from None
+
+    def _request(self, run: RunPaths, path: Path, data: dict[str, object]) -> None:
+        """Write a request the supervisor believes: ours, or an administrator's (given the admin group)."""
+        me = os.geteuid()
+        if me in (0, run.owner) or self.admin_gid is None:
+            write_json(path, data)
+        else:  # a member of the admin group: only its members can give a file that group
+            write_json(path, data, gid=self.admin_gid, mode=0o644)
 
     # -- reading ------------------------------------------------------------------
     def _job(self, run: RunPaths) -> Job:
-        spec = JobSpec.from_json(read_json(run.spec))
-        status = read_status(run) or RunStatus(job_id=run.job_id)
+        try:
+            spec = JobSpec.from_json(read_json(run.spec))
+            status = read_status(run) or RunStatus(job_id=run.job_id)
+        except PermissionError:
+            raise PermissionDeniedError(
+                f"cannot read job {run.job_id}: its run folder {run.root} belongs to uid {_uid(run.root)}",
+                hint="run folders are private unless the experiments root is shared with STARVERSE_SHARED_GROUP "
+                "(docs/sharing.md)",
+            ) from None
+        except (OSError, ValueError) as e:
+            raise BadInputError(
+                f"job {run.job_id}: {run.spec} cannot be read ({e})", field="spec",
+                hint="the run folder is damaged; its owner can remove it",
+            ) from None  # fmt: skip
         if not status.finished_state:
-            status = _fail_if_supervisor_gone(run, status, self.settings)
+            if _owned_by_me(run):
+                status = _fail_if_supervisor_gone(run, status, self.settings)
+            else:
+                status = _foreign_view(run, status)
         state, reason = status.state, status.reason
         nodes = tuple(
             NodeStatus(
@@ -301,8 +356,8 @@ class LocalBackend(RunFolderBackend):
         for run in list_runs(self.settings.experiments):
             try:
                 jobs.append(self._job(run))
-            except (StarverseError, ValueError, KeyError, TypeError):
-                continue  # a half-written or foreign folder is not a job
+            except (StarverseError, OSError, ValueError, KeyError, TypeError, AttributeError):
+                continue  # a half-written, malformed or unreadable folder is not a job (the index names it)
         return sorted(jobs, key=lambda j: j.created, reverse=True)
 
     def run_of(self, job_id: str) -> RunPaths:
@@ -310,13 +365,17 @@ class LocalBackend(RunFolderBackend):
 
     def cancel(self, job_id: str, *, reason: str = "cancelled by user", timeout: float = 60.0) -> Job:
         run = self.run_paths(job_id)
+        self._may_act(run, f"cancel job {job_id}")
         job = self.get(job_id)
         if job.state.finished:
             return job
-        by = {"host": host_identity().host, "pid": os.getpid(), "user": self.settings.user}
-        write_json(run.cancel, {"reason": reason, "time": time.time(), "by": by})
+        by = {"host": host_identity().host, "pid": os.getpid(), "user": self.settings.user, "uid": os.geteuid()}
+        self._request(run, run.cancel, {"reason": reason, "time": time.time(), "by": by})
         status = read_status(run) or RunStatus(job_id=job_id)
         verdict = _supervisor_alive(run, status)
+        if verdict is not True and os.geteuid() not in (0, run.owner):
+            # an administrator can only ask: the owner's supervisor (or next look) acts on it
+            return self.wait(job_id, timeout=timeout) if verdict is None else self.get(job_id)
         if verdict is None:
             # its supervisor runs on another host: it acts on cancel.json (or its heartbeat stops)
             return self.wait(job_id, timeout=timeout)
@@ -345,6 +404,8 @@ def start_supervisor(
     settings: Settings,
     sock: socket.socket | None,
     *,
+    plan: LaunchPlan,
+    spec: JobSpec,
     grace: float = GRACE_S,
     preempt_restarts: int = PREEMPT_RESTARTS,
     resume: bool = False,
@@ -367,17 +428,23 @@ def start_supervisor(
     argv += ["--heartbeat", str(HEARTBEAT_S), "--grace", f"{grace:g}", "--preempt-restarts", str(preempt_restarts)]
     if resume:
         argv.append("--resume")
-    with run.root.joinpath("supervisor.log").open("ab") as log:
+    # a link planted at supervisor.log is refused, never appended through
+    log_fd = open_under(run.root, run.root / "supervisor.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                        folder_modes(run.root).file)  # fmt: skip
+    with os.fdopen(log_fd, "ab") as log:
         proc = subprocess.Popen(
             argv,
             env=env,
             cwd=run.root,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             stdout=log,
             stderr=subprocess.STDOUT,
             pass_fds=fds,
             start_new_session=True,
         )
+    assert proc.stdin is not None
+    with contextlib.suppress(BrokenPipeError), proc.stdin:  # what it runs: from us, never from the folder
+        proc.stdin.write(json.dumps({"spec": spec.to_json(), "plan": plan.to_json()}).encode())
     # status.json belongs to the supervisor from now on; its pid goes into a file of its own
     record = process_record(proc.pid).to_json()
     write_json(
@@ -401,7 +468,7 @@ def _supervisor_record(run: RunPaths, status: RunStatus) -> ProcessRecord | None
     """
     if status.supervisor is not None:
         return status.supervisor
-    data = read_json(run.root / "supervisor.json")
+    data = read_record(run.root / "supervisor.json")
     launched = ProcessRecord.from_json(data.get("process")) if isinstance(data, dict) else None
     pid = status.supervisor_pid or (launched.pid if launched else None)
     if pid is None:
@@ -429,7 +496,7 @@ def _heartbeat_age(run: RunPaths, status: RunStatus) -> tuple[float, float]:
     if status.heartbeat is not None:
         every = status.heartbeat_every if status.heartbeat_every and status.heartbeat_every > 0 else HEARTBEAT_S
         return time.time() - status.heartbeat, STALE_BEATS * every + STALE_MARGIN_S
-    data = read_json(run.root / "supervisor.json")  # not started yet: judged from its launch
+    data = read_record(run.root / "supervisor.json")  # not started yet: judged from its launch
     launched = data.get("started") if isinstance(data, dict) else None
     since = launched if isinstance(launched, (int, float)) else status.created
     return time.time() - since, STARTUP_GRACE_S + STALE_MARGIN_S
@@ -478,6 +545,46 @@ def _fail_if_supervisor_gone(run: RunPaths, status: RunStatus, settings: Setting
     return fresh
 
 
+def _uid(path: Path) -> int | str:
+    try:
+        return os.lstat(path).st_uid
+    except OSError:
+        return "?"
+
+
+def _owned_by_me(run: RunPaths) -> bool:
+    """The run folder and the records that say what it runs are this uid's own (``lstat``, no link)."""
+    me = os.geteuid()
+    try:
+        if run.owner != me:
+            return False
+        for record in (run.spec, run.plan):
+            st = os.lstat(record)
+            if st.st_uid != me or not stat.S_ISREG(st.st_mode):
+                return False
+    except FileNotFoundError:
+        return run.spec.is_file() and not run.spec.is_symlink()  # no plan.json yet (an older version)
+    except OSError:
+        return False
+    return True
+
+
+def _foreign_view(run: RunPaths, status: RunStatus) -> RunStatus:
+    """Another user's job as recorded; a dead supervisor is named, but nothing is written or started."""
+    try:
+        verdict = _supervisor_alive(run, status)
+        if verdict is None:
+            age, limit = _heartbeat_age(run, status)
+            verdict = None if age <= limit else False
+    except (OSError, ValueError, TypeError):
+        return status
+    if verdict is not False:
+        return status
+    owner = _uid(run.root)
+    return replace(status, reason=f"its supervisor is gone; it is resumed or marked failed when its owner "
+                   f"(uid {owner}) next looks at it")  # fmt: skip
+
+
 def _closed(status: RunStatus, end: float, state: str) -> tuple[NodeRecord, ...]:
     """The nodes with every open billing interval ended at ``end`` (the last heartbeat)."""
     nodes = []
@@ -499,19 +606,39 @@ def _claim(run: RunPaths, attempt: int, what: str) -> bool:
 
 
 def _take_over(run: RunPaths, status: RunStatus, settings: Settings, end: float) -> RunStatus | None:
-    """Start a new supervisor that resumes the job, if its preemption budget allows; else ``None``."""
-    data = read_json(run.root / "supervisor.json")
+    """Start a new supervisor that resumes the job, if its preemption budget allows; else ``None``.
+
+    Only for a run folder of this uid; the supervisor's plan is rebuilt here from the validated
+    spec (``plan.json`` is never run), and a spec that does not plan (a mount gone) is ``None``.
+    """
+    if not _owned_by_me(run):
+        return None
+    data = read_record(run.root / "supervisor.json")
     data = data if isinstance(data, dict) else {}
-    budget = int(data.get("preempt_restarts", PREEMPT_RESTARTS))
-    grace = float(data.get("grace", GRACE_S))
-    if status.preemptions >= budget or run.cancel.exists():
+    try:
+        budget = max(0, min(100, int(data.get("preempt_restarts", PREEMPT_RESTARTS))))
+        grace = max(0.5, min(3600.0, float(data.get("grace", GRACE_S))))
+    except (TypeError, ValueError, OverflowError):
+        budget, grace = PREEMPT_RESTARTS, GRACE_S
+    cancelled = trusted_record(run.cancel, admin_gid=group_id(settings.admin_group))
+    if status.preemptions >= budget or cancelled:
+        return None
+    try:
+        spec = JobSpec.from_json(read_json(run.spec))
+        backend = LocalBackend(settings, grace=grace, preempt_restarts=budget)
+        if ExperimentPaths.of(settings.experiments, spec.experiment_name).run(run.job_id).root != run.root:
+            return None  # a spec of another experiment copied here: not this run's
+        mounts, store_env = backend.mounts(spec)
+        plan, _ = backend._plan(spec, run.job_id, None, mounts=mounts, store_env=store_env)
+    except (StarverseError, OSError, ValueError, TypeError):
         return None
     if not _claim(run, status.attempt, "takeover"):
         return read_status(run) or status
     reason = "lost: the job's supervisor died; a new one resumes the job from its newest checkpoint"
     fresh = replace(status, state="preempted", reason=reason, nodes=_closed(status, end, "preempted"))
     write_status(run, fresh)
-    pid = start_supervisor(run, settings, None, grace=grace, preempt_restarts=budget, resume=True)
+    pid = start_supervisor(run, settings, None, plan=plan, spec=spec, grace=grace, preempt_restarts=budget,
+                           resume=True)  # fmt: skip
     fresh = replace(fresh, supervisor=None, supervisor_pid=pid)
     write_status(run, fresh)
     return fresh

@@ -14,6 +14,12 @@ with a margin of the real grace period, SIGKILL at the cap), honours ``cancel.js
 get SIGTERM when it dies (``PR_SET_PDEATHSIG``). It outlives the kernel or shell that
 submitted the job.
 
+What it runs comes from the process that started it, never from the folder: the job's spec and
+launch plan arrive as JSON on its stdin (``submit``, or a take-over that rebuilt the plan from the
+owner's validated spec); ``plan.json`` is a record for people. Requests in the folder
+(``cancel.json``, ``preempt.json``, ``pids/``) count only when the run's owner (or root, or the
+admin group) wrote them: in a group-shared folder other members can create files too.
+
 Every ``--heartbeat`` seconds it stamps ``heartbeat`` into ``status.json``: a reader on another
 host (a second pod sharing the experiments folder) cannot see its pid and judges it by that
 alone; a job is cancelled from there through ``cancel.json``, which this loop polls.
@@ -24,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import json
 import os
 import signal
 import socket
@@ -37,14 +44,16 @@ from typing import Any, BinaryIO
 
 from jupyter_starverse._procs import job_processes, pid_alive, process_record, signal_pids, stop_pids
 from jupyter_starverse._settings import Settings
+from jupyter_starverse._volume import group_id, open_under
 from jupyter_starverse.errors import StarverseError
 from jupyter_starverse.experiments import (
     NodeRecord,
     RunEvent,
     RunPaths,
     RunStatus,
+    folder_modes,
     node_intervals,
-    read_json,
+    read_record,
     read_status,
     write_status,
 )
@@ -83,15 +92,19 @@ class _Supervisor:
         listen_fd: int | None,
         heartbeat: float = HEARTBEAT_S,
         *,
+        spec: JobSpec,
+        plan: LaunchPlan,
         grace: float = GRACE_S,
         preempt_restarts: int = PREEMPT_RESTARTS,
         resume: bool = False,
     ) -> None:
         self.run = run
-        self.spec = JobSpec.from_json(read_json(run.spec))
-        self.plan = LaunchPlan.from_json(read_json(run.plan))
+        self.spec = spec
+        self.plan = plan
         self.listen_fd = listen_fd
         self.settings = Settings.from_env()
+        self.owner = run.owner
+        self.admin_gid = group_id(self.settings.admin_group)
         status = read_status(run)
         self.status = status if status is not None else RunStatus(job_id=self.plan.job_id, created=time.time())
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
@@ -178,7 +191,7 @@ class _Supervisor:
     def start_node(self, node: NodePlan) -> None:
         log = self.logs.get(node.index)
         if log is None:
-            log = self.logs[node.index] = self.run.node_log(node.index).open("ab")
+            log = self.logs[node.index] = open_log(self.run, self.run.node_log(node.index))
         env = {
             **self.base_env(),
             **node.env,
@@ -241,10 +254,10 @@ class _Supervisor:
     def tick(self) -> None:
         """Heartbeat, cancel.json, the preemption drill and the budget: once per poll."""
         self.beat()
-        cancel = read_json(self.run.cancel)
+        cancel = self.request_file(self.run.cancel)
         if isinstance(cancel, dict):
-            self.request_stop(str(cancel.get("reason") or "cancelled"), "cancelled")
-        drill = read_json(self.run.preempt)
+            self.request_stop(str(cancel.get("reason") or "cancelled")[:500], "cancelled")
+        drill = self.request_file(self.run.preempt)
         if isinstance(drill, dict) and self.stop_reason is None:
             with contextlib.suppress(OSError):
                 self.run.preempt.unlink()
@@ -254,6 +267,12 @@ class _Supervisor:
             self.drill_deadline = None
         self.check_budget()
         self.check_idle()
+
+    def request_file(self, path: Path) -> Any:
+        """A cancel or drill request, when its writer may ask it (the owner, root, the admin group)."""
+        if not path.exists() and not path.is_symlink():
+            return None
+        return read_record(path, owner=self.owner, admin_gid=self.admin_gid)
 
     def check_idle(self) -> None:
         """GPUs idle for ``job_idle_minutes``: a warning in the job's reason, then a graceful stop."""
@@ -370,7 +389,7 @@ class _Supervisor:
         if len(self.workers) >= self.spec.world_size:
             return
         for f in self.run.pids.glob("rank*.json") if self.run.pids.is_dir() else ():
-            data = read_json(f) if f.is_file() else None
+            data = read_record(f, owner=self.owner) if f.is_file() else None  # a pid another uid wrote is not ours
             if not isinstance(data, dict) or float(data.get("started") or 0) < self.attempt_started - 1.0:
                 continue
             rank = int(data.get("rank", -1))
@@ -659,6 +678,12 @@ class _Supervisor:
             log.close()
 
 
+def open_log(run: RunPaths, path: Path) -> BinaryIO:
+    """Append to a log of the run without following a link (one planted in ``logs/`` is refused)."""
+    fd = open_under(run.root, path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, folder_modes(path.parent).file)
+    return os.fdopen(fd, "ab")
+
+
 def _load_libc() -> Any:
     if not sys.platform.startswith("linux"):
         return None
@@ -686,8 +711,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preempt-restarts", type=int, default=PREEMPT_RESTARTS, help="relaunches after preemptions")
     parser.add_argument("--resume", action="store_true", help="take over a job whose supervisor died")
     args = parser.parse_args(argv)
+    run = RunPaths(Path(args.run_dir))
+    try:
+        # what to run comes from our parent on stdin (never from the shared folder)
+        given = json.loads(sys.stdin.buffer.read() or b"null")
+        spec, plan = JobSpec.from_json(given["spec"]), LaunchPlan.from_json(given["plan"])
+        if run.owner != os.geteuid() or plan.job_id != run.job_id:
+            raise StarverseError(f"{run.root} is not a run folder of this uid for job {plan.job_id}")
+    except (ValueError, KeyError, TypeError, OSError, StarverseError) as e:
+        print(f"supervisor: refusing to start: {e}", file=sys.stderr, flush=True)
+        return 2
     sup = _Supervisor(
-        RunPaths(Path(args.run_dir)), args.listen_fd, args.heartbeat,
+        run, args.listen_fd, args.heartbeat, spec=spec, plan=plan,
         grace=args.grace, preempt_restarts=args.preempt_restarts, resume=args.resume,
     )  # fmt: skip
 
