@@ -7,7 +7,6 @@ import dataclasses
 import json
 import logging
 import os
-import shutil
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -29,12 +28,12 @@ from . import _download
 from ._fetch import (
     LeaseLostError,
     SourceFile,
+    check_space,
     fetch_file,
     is_local,
     list_source,
     open_source,
     remove_old_parts,
-    store_full,
 )
 from ._holds import Hold, live_holds, new_hold
 from ._layout import Layout, Manifest, dir_bytes, store_root
@@ -403,6 +402,23 @@ class Catalog:
         self._single_flight(resolved, tracker, lambda lease: self._pull_dataset(resolved, entry, tracker, lease, n))
         return self._finish(resolved, tracker)
 
+    @translate_permissions("pull into the store")
+    def check_pull(self, ref: str) -> None:
+        """PermissionDeniedError now when :meth:`pull` of ``ref`` would be refused for its owner
+        (REST checks before it starts a pull in a thread); NotFoundError for an unknown dataset."""
+        parsed = parse_ref(ref)
+        if isinstance(parsed, ModelRef) and not self.layout.record_path(parsed).exists():
+            owner = self.layout.name_owner(parsed)
+            if owner is not None and not may_act(owner.uid, self._admin_gid):
+                raise PermissionDeniedError(
+                    f"{parsed.name} in this store belongs to {owner.name} (uid {owner.uid})",
+                    hint=f"ask {owner.name} to pull it, or an admin (STARVERSE_ADMIN_GROUP)",
+                )
+            return
+        resolved = self.layout.resolve(parsed)
+        if self.layout.read_manifest(resolved) is None:
+            self._check_owner(resolved, "pull")
+
     def _tracker(self, ref: Ref, progress: ProgressCallback | None) -> ProgressTracker:
         return ProgressTracker(str(ref), self.layout.progress_path(self.layout.key(ref)), progress)
 
@@ -468,10 +484,11 @@ class Catalog:
         remove_old_parts(data_dir)
         first = not any(os.scandir(data_dir))
         batch = is_local(fs) and first  # a first pull of a folder
-        present = 0 if batch else sum(f.size or 0 for f in files if self._present(safe_join(data_dir, f.rel), f))
+        done = set() if batch else {f.rel for f in files if self._present(safe_join(data_dir, f.rel), f)}
+        present = sum(f.size or 0 for f in files if f.rel in done)
         total = sum(f.size or 0 for f in files)
-        if shutil.disk_usage(data_dir).free < total - present:
-            raise store_full(data_dir, total - present)
+        # what parts and a staged batch hold already counts as done (a re-pull after a full disk)
+        check_space(data_dir, [f for f in files if f.rel not in done], staging=staging_dir(data_dir))
         tracker.start(bytes_total=total, files_total=len(files), already=present)
         if batch:  # one batch, staged, synced once and renamed into place (see _localbatch)
             copied = copy_batch(files, data_dir, lease=lease, tracker=tracker, workers=min(connections, 2))

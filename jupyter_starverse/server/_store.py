@@ -11,7 +11,9 @@
 
 ``allow``/``ignore`` are lists of glob patterns choosing files of a Hugging Face repo and
 ``connections`` a whole number from 1 to 64, as for ``starverse store pull``; they are checked
-before the pull starts (a 400 with a hint). A pull runs in a server thread and persists its
+before the pull starts (a 400 with a hint), and so is the owner: only an entry's owner (or an
+admin) fills it, another user's pull of it is a 403. Listings and entries carry ``owner``
+(``{uid, name}``). A pull runs in a server thread and persists its
 progress on the store, so ``store/pulls`` shows it, and also pulls started by notebooks, the
 CLI or other nodes.
 """
@@ -142,6 +144,7 @@ class PullHandler(StarverseHandler):
         )
         if parsed.kind == "dataset":
             await self.run(self.client.catalog.status, ref)  # unknown datasets are a 404
+        await self.run(self.client.catalog.check_pull, ref)  # another user's entry is a 403, not a silent thread
         self.finish_json(_Pulls.start(self.client, ref, connections=n, allow=allow, ignore=ignore), status=202)
 
 

@@ -393,3 +393,24 @@ async def test_rest_listing_shows_the_owner(jp_fetch: object, tmp_path: Path) ->
     assert entry["owner"]["uid"] == os.geteuid()
     reply = await jp_fetch("jupyter-starverse", "store", "entry", params={"ref": "toy"})  # type: ignore[operator]
     assert json.loads(reply.body)["owner"]["uid"] == os.geteuid()
+
+
+@as_root
+def test_only_the_owner_fills_an_entry(shared_tmp: Path) -> None:
+    env = _group(shared_tmp)
+    _ok(cli_as(ALICE, [TEAM], env, shared_tmp, "store", "add", "apend", str(_source(shared_tmp))))
+    pull = cli_as(BOB, [TEAM], env, shared_tmp, "store", "pull", "apend")
+    assert pull.returncode == 6 and "belongs to" in pull.stderr and "Traceback" not in pull.stderr
+    code = """
+        from jupyter_starverse._settings import Settings
+        from jupyter_starverse.catalog import Catalog
+        from jupyter_starverse.errors import PermissionDeniedError
+        try:
+            Catalog(Settings.from_env()).check_pull("apend")  # what REST asks before starting a thread
+        except PermissionDeniedError as e:
+            print("denied", e.hint)
+    """
+    assert as_user(BOB, [TEAM], code, env, shared_tmp).stdout.startswith("denied")
+    assert not (shared_tmp / "store" / "data" / "apend").exists()
+    _ok(cli_as(ALICE, [TEAM], env, shared_tmp, "store", "pull", "apend"))
+    _ok(cli_as(BOB, [TEAM], env, shared_tmp, "store", "pull", "apend"))  # cached: a no-op read for bob
