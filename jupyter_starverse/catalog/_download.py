@@ -25,6 +25,7 @@ clear error naming the file.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import http.client
 import json
@@ -398,11 +399,34 @@ def _read_sidecar(path: Path) -> dict[str, Any] | None:
     return data
 
 
+def _sidecar_room(data: dict[str, Any]) -> int:
+    """Bytes a sidecar of this file takes with every piece done: every sidecar is padded to it."""
+    pieces = -(-int(data["size"]) // max(1, int(data["piece"])))
+    return len(json.dumps({**data, "done": list(range(pieces))})) + 1
+
+
 def _write_sidecar(path: Path, data: dict[str, Any]) -> None:
+    """Write the sidecar atomically, padded (JSON allows trailing blanks) to the size it has when complete.
+
+    On a full disk (the moment a pull most needs it to keep its pieces) the new copy cannot be
+    written; the sidecar already on disk holds blocks enough for any content, so it is rewritten
+    in place instead, needing no new space.
+    """
+    text = json.dumps(data)
+    raw = text.encode().ljust(_sidecar_room(data), b" ")
     tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
-        tmp.write_text(json.dumps(data))
+        tmp.write_bytes(raw)
         tmp.replace(path)
+    except OSError as e:
+        if e.errno != errno.ENOSPC or not path.exists():
+            raise
+        fd = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            os.pwrite(fd, raw, 0)
+            _datasync(fd)
+        finally:
+            os.close(fd)
     finally:
         tmp.unlink(missing_ok=True)
 

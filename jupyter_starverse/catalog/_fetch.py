@@ -12,12 +12,14 @@ from __future__ import annotations
 import errno
 import os
 import re
+import shutil
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jupyter_starverse._format import format_bytes
 from jupyter_starverse.errors import (
     BackendUnavailableError,
     BadInputError,
@@ -54,6 +56,7 @@ from ._types import FileRecord
 __all__ = [
     "LeaseLostError",
     "SourceFile",
+    "check_space",
     "fetch_file",
     "is_local",
     "list_source",
@@ -90,11 +93,62 @@ class SourceFile:
     etag: str | None
 
 
-def store_full(where: Path, needed: int | None = None) -> StoreError:
-    msg = f"The store at {where} is full" + (f" ({needed} more bytes needed)" if needed else "")
+def _free(where: Path) -> int | None:
+    p = where
+    while not p.exists() and p.parent != p:
+        p = p.parent
+    try:
+        return shutil.disk_usage(p).free
+    except OSError:
+        return None
+
+
+def store_full(where: Path, needed: int | None = None, *, free: int | None = None) -> StoreError:
+    """The store's file system has too little room: what is free, how much more is needed, and where."""
+    free = _free(where) if free is None else free
+    have = f"{format_bytes(free)} free" if free is not None else "its file system is full"
+    need = f", {format_bytes(needed)} more needed" if needed else ""
     return StoreError(
-        msg, hint="free space with `starverse store evict --max-bytes N` or `starverse store rm NAME`, then pull again"
+        f"not enough space in the store at {where}: {have}{need}",
+        hint="free space with `starverse store evict --max-bytes N` or `starverse store rm NAME`, then pull again: "
+        "the bytes already on disk are kept and only what is missing is fetched",
     )
+
+
+def _allocated(path: Path) -> int:
+    try:
+        st = path.stat()
+    except OSError:
+        return 0
+    return min(st.st_size, st.st_blocks * 512) if hasattr(st, "st_blocks") else st.st_size
+
+
+def _tree_allocated(top: Path) -> int:
+    total = 0
+    for dirpath, _dirs, names in os.walk(top):
+        for name in names:
+            total += _allocated(Path(dirpath, name))
+    return total
+
+
+def check_space(data_dir: Path, missing: Sequence[SourceFile], *, staging: Path | None = None) -> None:
+    """Refuse a pull whose ``missing`` files cannot fit: a StoreError naming free, needed and the path.
+
+    What is on disk already counts as done: the blocks of a file's ``.part`` (a ranged download
+    resumes its pieces in place; a restarted one overwrites or truncates them) and a batch's
+    ``staging`` folder (discarded before the batch is staged again). So a pull that stopped on a
+    full disk is not refused again, after space was freed, for the bytes it already holds.
+    """
+    free = _free(data_dir)
+    if free is None:
+        return
+    needed = 0
+    for f in missing:
+        if f.size:
+            needed += max(0, f.size - _allocated(part_paths(data_dir / f.rel)[0]))
+    reusable = _tree_allocated(staging) if staging is not None and staging.is_dir() else 0
+    if free + reusable < needed:
+        raise store_full(data_dir, needed - free - reusable, free=free)
 
 
 def open_source(source: str) -> tuple[Any, str]:
