@@ -7,7 +7,7 @@ up. Older checkpoints beyond ``keep`` are removed.
 
 Every checkpoint carries its health: one saved while the last logged loss was not finite (the
 NaN guard of ``log_metrics``) or whose weights or optimizer state hold a NaN or an infinity
-(one ``isfinite`` per tensor on every rank, one all-reduce) is recorded unhealthy, is never
+(one reduction per tensor on every rank, one all-reduce) is recorded unhealthy, is never
 resumed from and does not count toward ``keep``, so a diverged run never deletes the newest
 healthy checkpoint.
 
@@ -75,16 +75,39 @@ def _tensors(value: Any) -> Iterator[Any]:
             yield from _tensors(v)
 
 
-def _finite(state: dict[str, Any]) -> bool:
-    """Whether every floating-point tensor of this rank's part of ``state`` is finite (one sync)."""
+def _probe(local: Any) -> Any:
+    """A 0-d float32 that is not finite when ``local`` holds a NaN or an infinity (one pass, no copy).
+
+    A sum for most tensors; float16 would overflow a sum, so its min plus max instead. A sum may
+    also overflow without any NaN (huge weights): :func:`_finite` confirms such a tensor exactly.
+    """
     import torch
 
-    by_device: dict[Any, list[Any]] = {}
+    if local.dtype == torch.float16:
+        low, high = torch.aminmax(local)
+        return low.float() + high.float()
+    if local.is_complex():
+        return torch.isfinite(local).all().float().log()  # 0 when finite, -inf when not
+    return local.sum().float()
+
+
+def _finite(state: dict[str, Any]) -> bool:
+    """Whether every floating-point tensor of this rank's part of ``state`` is finite (one sync per device)."""
+    import torch
+
+    by_device: dict[Any, list[tuple[Any, Any]]] = {}
     for t in _tensors(state):
         local = t.to_local() if hasattr(t, "to_local") else t  # a DTensor: this rank's shard
-        if local.is_floating_point() or local.is_complex():
-            by_device.setdefault(local.device, []).append(torch.isfinite(local).all())
-    return all(bool(torch.stack(flags).all().item()) for flags in by_device.values())
+        if (local.is_floating_point() or local.is_complex()) and local.numel():
+            by_device.setdefault(local.device, []).append((_probe(local), local))
+    for items in by_device.values():
+        finite = torch.isfinite(torch.stack([probe for probe, _ in items]))
+        if bool(finite.all().item()):
+            continue
+        suspects = [local for ok, (_, local) in zip(finite.tolist(), items, strict=True) if not ok]
+        if not all(bool(torch.isfinite(local).all().item()) for local in suspects):
+            return False
+    return True
 
 
 def checkpoint_problem(state: dict[str, Any]) -> str | None:
