@@ -144,6 +144,20 @@ def test_a_secret_anyone_may_read_vouches_for_nothing(exp: ExperimentPaths) -> N
     assert stat.S_IMODE((exp.run("a").root / RUN_SECRET).stat().st_mode) == 0o600
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a file to another uid (65534)")
+def test_a_secret_another_uid_planted_in_our_run_folder_is_replaced(tmp_path: Path) -> None:
+    run = tmp_path / "e" / "runs" / "r"
+    run.mkdir(parents=True)
+    planted = run / RUN_SECRET
+    planted.write_text("ab" * 32 + "\n")  # the planter knows this key
+    os.chown(planted, 65534, -1)
+    planted.chmod(0o600)
+    _fake(run, 1, 1.0)
+    assert planted.stat().st_uid == os.geteuid() and planted.read_text().strip() != "ab" * 32
+    ckpt = latest_checkpoint(run)
+    assert ckpt is not None and ckpt.step == 1
+
+
 # ------------------------------------------------------------------------------ umask 002 (issue 34)
 PREEMPTED = """
 import os, signal, torch
