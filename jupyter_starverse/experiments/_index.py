@@ -42,7 +42,9 @@ from typing import Any
 from jupyter_starverse._volume import GROUP, PRIVATE, make_dir, write_atomic
 from jupyter_starverse.errors import BadInputError
 
+from ._journal import _JOURNAL, INDEX_DIR, WATCHED, note_change
 from ._modes import folder_modes
+from ._status import RunStatus
 
 __all__ = [
     "INDEX_DIR",
@@ -56,32 +58,12 @@ __all__ = [
     "summarize_run",
 ]
 
-INDEX_DIR = ".jobindex"
 _VERSION = 4
-_JOURNAL = "changes.log"
 _INCOMPLETE_S = 60.0  # a run folder without a spec this young is being created, not broken
 _NO_SPEC = "no spec.json"
-#: Files of a run folder a summary is made of; writing one of them is a change.
-WATCHED = ("spec.json", "status.json", "kubernetes.json", "slurm.json")
 _RECORDS = {"kubernetes.json": "kubernetes", "slurm.json": "slurm"}
 _FINISHED = ("succeeded", "failed", "cancelled")
 _JOURNAL_MAX = 1 << 20  # bytes; beyond this the journal starts again (a sweep covers the gap)
-
-
-def note_change(path: Path) -> None:
-    """Record that ``path`` (a watched file of a run folder) was rewritten; never fails the writer."""
-    if path.name not in WATCHED or path.parent.parent.name != "runs":
-        return
-    root = path.parent.parent.parent.parent  # <experiments>/<experiment>/runs/<id>/<file>
-    journal = root / INDEX_DIR / _JOURNAL
-    with contextlib.suppress(OSError):
-        if not journal.parent.is_dir():
-            return  # no index yet: whoever builds it reads every folder anyway
-        fd = os.open(journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-        try:
-            os.write(fd, (str(path.parent.relative_to(root)) + "\n").encode())
-        finally:
-            os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -332,6 +314,11 @@ def _inspect(run: Path, experiment: str, owner: int, check: SpecCheck | None) ->
             raise
         status, note = None, f"{e}; ignored"  # a forged status: the job is listed without it
     status = status if isinstance(status, dict) else {}
+    if status:
+        try:
+            RunStatus.from_json(status)  # what the backend reads next: a status it cannot read is not listed
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
+            raise _Skip(f"status.json is not a run status ({type(e).__name__}: {str(e)[:120]})") from None
     final_record = record.get("final")
     final: dict[str, Any] = final_record if isinstance(final_record, dict) else {}
     backend = _RECORDS.get(record_name or "", "local")

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import secrets
 import stat
 import tempfile
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ from typing import Any
 from jupyter_starverse._volume import GROUP, PRIVATE, Modes, group_id, make_dir, write_atomic
 from jupyter_starverse.errors import InvalidNameError, NotFoundError, PermissionDeniedError
 
-from ._index import note_change
+from ._journal import note_change
 from ._modes import _existing, _shared, folder_modes
 
 __all__ = [
@@ -300,6 +300,7 @@ def write_json(path: Path, data: Any, *, gid: int | None = None, mode: int | Non
     note_change(path)  # a run's spec/status/record: the job index re-reads that run
 
 
+_log = logging.getLogger("jupyter_starverse")
 _WARNED: set[tuple[str, int]] = set()
 
 
@@ -310,7 +311,7 @@ def _warn_once(path: Path, uid: int, what: str) -> None:
     if len(_WARNED) > 10_000:
         _WARNED.clear()
     _WARNED.add(key)
-    warnings.warn(f"{path}: {what}; ignored", stacklevel=3)
+    _log.warning("%s: %s; ignored", path, what)
 
 
 def run_root_of(path: Path) -> Path:
