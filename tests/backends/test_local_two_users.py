@@ -418,3 +418,26 @@ def test_a_link_in_logs_is_refused_not_written_through(settings: Settings, tmp_p
     )  # fmt: skip
     assert worker.returncode != 0 and b"Too many levels of symbolic links" in worker.stderr
     assert victim.read_text() == "mine\n"
+
+
+@as_root
+async def test_rest_cancel_of_another_users_job_is_403(
+    jp_fetch: Any, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tornado.httpclient import HTTPClientError
+
+    run = ExperimentPaths.of(settings.experiments, "shared").run("alice-20250101-000000-0001")
+    run.make()
+    write_json(run.spec, JobSpec(name="alice", command=("true",)).to_json())
+    now = time.time()
+    write_status(run, RunStatus(job_id=run.job_id, state="running", created=now, started=now, heartbeat=now))
+    for path in (run.root, run.spec, run.status):
+        os.chown(path, ALICE, ALICE)
+    monkeypatch.setattr(os, "geteuid", lambda: BOB)  # the server's user is bob (root only sets the files up)
+    for method, path in (("DELETE", ()), ("POST", ("cancel",)), ("POST", ("preempt",))):
+        with pytest.raises(HTTPClientError) as err:
+            await jp_fetch("jupyter-starverse", "jobs", run.job_id, *path, method=method,
+                           **({"body": "{}"} if method == "POST" else {}))  # fmt: skip
+        assert err.value.code == 403
+        assert "belongs to" in json.loads(err.value.response.body)["message"]
+    assert not run.cancel.exists() and not run.preempt.exists()
