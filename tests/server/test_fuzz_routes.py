@@ -326,7 +326,7 @@ async def _send(jp_fetch: Any, verb: str, path: str, params: dict[str, str], bod
         code = e.code
         if 400 <= code < 500 and e.response is not None and e.response.body:
             reply = json.loads(e.response.body)
-            assert reply.get("message"), (verb, path, reply)  # every 4xx says what was wrong
+            assert reply.get("message") and reply.get("hint"), (verb, path, reply)  # what was wrong, what to do
     return code, time.monotonic() - started
 
 
