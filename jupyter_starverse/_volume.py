@@ -207,9 +207,11 @@ def remove_under(root: Path, path: Path) -> None:
     """Delete ``path`` below ``root``: a link is unlinked (its target untouched), a folder removed
     with every write bit given back first (published entries are read-only). A link among the
     components above ``path`` is refused, so a swapped parent never redirects the removal."""
-    target = inside(root, path)
-    if Path(os.path.abspath(target)) == Path(os.path.abspath(root)):
+    parts = _relative(root, path)
+    if not parts:
         raise BadInputError(f"refusing to remove the root {root}", hint="name something inside it")
+    parent = inside(root, Path(os.path.abspath(root)).joinpath(*parts[:-1]))  # the last part may be a link
+    target = parent / parts[-1]
     try:
         st = os.lstat(target)
     except FileNotFoundError:
