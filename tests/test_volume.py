@@ -1,6 +1,7 @@
 import os
-from pathlib import Path
+
 import pytest
+
 from jupyter_starverse import _volume as v
 from jupyter_starverse.errors import PermissionDeniedError
 
