@@ -330,14 +330,22 @@ def test_an_unreachable_store_folder_is_permission_denied_with_a_hint(catalog: C
     assert "STARVERSE_SHARED_GROUP" in str(err.value.hint) and "docs/sharing.md" in str(err.value.hint)
 
 
-def test_experiment_json_is_readable_by_others(tmp_path: Path) -> None:
-    run = RunPaths(tmp_path / "exp" / "runs" / "job-1")
-    run.make()
-    write_json(run.spec, {"name": "x"})
-    old = os.umask(0o022)
-    try:
-        write_json(run.status, {"state": "running"})
-    finally:
-        os.umask(old)
-    assert stat.S_IMODE(run.status.stat().st_mode) == 0o644
-    assert stat.S_IMODE(run.spec.stat().st_mode) & 0o040
+def test_experiment_json_is_private_or_the_groups_whatever_the_umask(tmp_path: Path) -> None:
+    """Run folders are 0700/0600 by default, 2770/0640 under a setgid (group-shared) root."""
+    for shared in (False, True):
+        root = tmp_path / ("group" if shared else "private")
+        root.mkdir()
+        if shared:
+            root.chmod(0o2775)
+        run = RunPaths(root / "exp" / "runs" / "job-1")
+        old = os.umask(0o002)
+        try:
+            run.make()
+            write_json(run.spec, {"name": "x"})
+            write_json(run.status, {"state": "running"})
+        finally:
+            os.umask(old)
+        folder, files = (0o2770, 0o640) if shared else (0o700, 0o600)
+        assert stat.S_IMODE(run.root.stat().st_mode) == folder
+        for f in (run.spec, run.status):
+            assert stat.S_IMODE(f.stat().st_mode) == files, (f, oct(f.stat().st_mode))
