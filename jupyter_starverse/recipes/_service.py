@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from html import escape
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from jupyter_starverse._format import html_table, pretty_text
 from jupyter_starverse._inputs import check_path
 from jupyter_starverse._settings import Settings
-from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError
+from jupyter_starverse.errors import BadInputError, ConflictError, IntegrityError, NotFoundError
 from jupyter_starverse.jobmodel import JobSpec
 
 from ._catalog import RECIPES, get_recipe
@@ -351,11 +352,21 @@ class RecipeService:
         return self.catalog.import_model(folder, repo=repo)
 
     def lineage(self, model: str) -> Lineage:
-        """The lineage recorded in a published model version (empty for a model pulled from a hub)."""
-        from jupyter_starverse.experiments import read_json
+        """The lineage recorded in a published model version (empty for a model pulled from a hub).
 
+        A model snapshot's files are links to the store's blobs (the Hub's cache layout), so the
+        file is read through its link; ``mount`` has checked the version (owner, read-only).
+        """
         path = self.catalog.mount(model) / LINEAGE_FILE
-        return Lineage(self.catalog.status(model).ref, dict(read_json(path)) if path.is_file() else {})
+        if not path.is_file():
+            return Lineage(self.catalog.status(model).ref, {})
+        try:
+            data = json.loads(path.read_bytes())
+        except ValueError as e:
+            raise IntegrityError(
+                f"{path} is not JSON: {e}", hint=f"run `starverse store verify {model}`, then pull or publish it again"
+            ) from e
+        return Lineage(self.catalog.status(model).ref, dict(data) if isinstance(data, dict) else {})
 
     def pretokenize(self, data: str, *, model: str, name: str, version: str = "v1") -> EntryStatus:
         """Megatron-LM input: ``data``'s text tokenized with ``model``'s tokenizer into ``text_document.bin/.idx``,
