@@ -21,11 +21,16 @@ from typing import Any
 
 from jupyter_starverse.errors import MissingDependencyError
 
-__all__ = ["LshIndex", "MinHasher", "Pair", "greedy", "lsh_params", "normalize"]
+__all__ = ["PEAK_PER_BYTE", "LshIndex", "MinHasher", "Pair", "greedy", "lsh_params", "normalize"]
 
 _FMIX32 = (16, 0x85EBCA6B, 13, 0xC2B2AE35, 16)
 _WS = re.compile(r"\s+")
 _RECORD = 16  # bytes per (band key, doc) record
+_BLOCK = 1 << 20  # characters hashed at once into shingles
+_SIG_ROWS = 4096  # shingles per block of the signature's (shingles x num_perm) products
+PEAK_PER_BYTE = 16
+"""Peak bytes per byte of the largest document while it is signed: its line and decoded text, the
+normalized copy, its 4-byte shingle hashes, their sort and the unique ones (measured: see tests)."""
 
 
 def _np() -> Any:
@@ -69,29 +74,52 @@ class MinHasher:
         self._powers = np.array([pow(1_000_003, k, 1 << 64) for k in range(ngram)][::-1], dtype=np.uint64)
 
     def shingles(self, norm: str) -> Any:
-        """Sorted unique 32-bit hashes of the character ``ngram``s of a normalized text."""
+        """Sorted unique 32-bit hashes of the character ``ngram``s of a normalized text.
+
+        Computed :data:`_BLOCK` characters at a time: a document of L characters holds its 4-byte
+        hashes (and their sort) at once, never the 8-byte code points and products of all of it.
+        """
         np = self.np
-        cps = np.frombuffer(norm.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
         n = self.ngram
-        if len(cps) < n:
-            cps = np.concatenate([cps, np.zeros(n - len(cps), dtype=np.uint64)])
-        h = np.zeros(len(cps) - n + 1, dtype=np.uint64)
-        for k in range(n):
-            h += cps[k : len(cps) - n + 1 + k] * self._powers[k]
-        h *= np.uint64(0x9E3779B97F4A7C15)
-        return np.unique((h >> np.uint64(32)).astype(np.uint32))
+        if len(norm) < n:
+            norm = norm + "\0" * (n - len(norm))
+        count = len(norm) - n + 1
+        out = np.empty(count, dtype=np.uint32)
+        for at in range(0, count, _BLOCK):
+            piece = norm[at : min(len(norm), at + _BLOCK + n - 1)]
+            cps = np.frombuffer(piece.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
+            m = len(cps) - n + 1
+            h = np.zeros(m, dtype=np.uint64)
+            for k in range(n):
+                h += cps[k : k + m] * self._powers[k]
+            h *= np.uint64(0x9E3779B97F4A7C15)
+            out[at : at + m] = (h >> np.uint64(32)).astype(np.uint32)
+        out.sort()
+        keep = np.empty(len(out), dtype=bool)
+        keep[:1] = True
+        np.not_equal(out[1:], out[:-1], out=keep[1:])
+        return out[keep]
 
     def signature(self, shingles: Any) -> Any:
-        """The MinHash of a set of 32-bit hashes (what ``datasketch.MinHash.update_batch`` gives)."""
+        """The MinHash of a set of 32-bit hashes (what ``datasketch.MinHash.update_batch`` gives).
+
+        Rows of :data:`_SIG_ROWS` shingles at a time: the ``shingles x num_perm`` products of one
+        large document would otherwise be 512 bytes per shingle (a 100 MB line: tens of GB).
+        """
         np = self.np
         s1, m1, s2, m2, s3 = _FMIX32
-        hv = shingles.astype(np.uint32)
-        hv = hv ^ (hv >> np.uint32(s1))
-        hv = hv * np.uint32(m1)
-        hv = hv ^ (hv >> np.uint32(s2))
-        hv = hv * np.uint32(m2)
-        hv = hv ^ (hv >> np.uint32(s3))
-        return (hv[:, None] * self._a + self._b).min(axis=0)
+        sig = np.full(self.num_perm, np.iinfo(np.uint32).max, dtype=np.uint32)
+        for at in range(0, max(1, len(shingles)), _SIG_ROWS):
+            hv = shingles[at : at + _SIG_ROWS].astype(np.uint32)
+            if not len(hv):
+                break
+            hv = hv ^ (hv >> np.uint32(s1))
+            hv = hv * np.uint32(m1)
+            hv = hv ^ (hv >> np.uint32(s2))
+            hv = hv * np.uint32(m2)
+            hv = hv ^ (hv >> np.uint32(s3))
+            np.minimum(sig, (hv[:, None] * self._a + self._b).min(axis=0), out=sig)
+        return sig
 
     @staticmethod
     def jaccard(a: Any, b: Any) -> float:

@@ -30,7 +30,7 @@ class StepProgress:
     """
 
     step: str
-    phase: str  # estimating | reading | publishing | done
+    phase: str  # estimating | reading | comparing (between passes: no fraction, no ETA) | publishing | done
     docs_done: int = 0  # documents read in the current pass
     docs_total: int | None = None
     total_exact: bool = False
@@ -46,6 +46,12 @@ class StepProgress:
         return asdict(self)
 
     def __str__(self) -> str:
+        if self.phase == "comparing":  # work between passes whose length nothing read so far tells
+            return (
+                f"{self.step}: comparing documents after pass {self.pass_no}/{self.passes} "
+                f"({format_count(self.docs_done)} documents read), "
+                f"ETA unknown ({format_duration(self.elapsed_s)} so far)"
+            )
         if self.phase != "reading":
             return f"{self.step}: {self.phase} ({format_duration(self.elapsed_s)})"
         share = self.fraction or 0.0
@@ -144,4 +150,9 @@ class ProgressMeter:
         self.state = replace(self.state, docs_total=self._in_pass, total_exact=True)  # now it is known
         self._emit(force=True)
         self._done_before += self._in_pass
+        if self.state.pass_no < self.state.passes:
+            # Until the next pass starts the step compares what it read (dedup: candidate pairs, as many
+            # as the documents are alike): its length is unknown, so no fraction and no ETA are claimed.
+            self.state = replace(self.state, phase="comparing")
+            self._emit(force=True)
         self._in_pass = 0

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from jupyter_starverse._format import format_bytes
 from jupyter_starverse._inputs import check_path, check_text
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.catalog import Catalog, DatasetRef, parse_ref
@@ -252,12 +253,18 @@ class DataPrep:
         per_doc = (read_s + work_s * per_doc_factor) / max(1, len(sample))
         model_bytes = sum(getattr(m, "params", 0) * 4 * 3 for m in models)
         memory = 200 << 20  # the interpreter, numpy and jieba's dictionary
+        basis = f"{len(sample)} sampled documents, {per_doc * 1e3:.2f} ms each"
         if step == "dedup":
-            memory += int(options.get("max_memory", 256 << 20)) + docs * 24
+            from ._minhash import PEAK_PER_BYTE
+
+            # one document is signed at a time: its shingles bound the memory beyond the tables
+            longest, scanned = _longest_record(inp.source, max((len(d.text.encode()) for d in sample), default=0))
+            memory += int(options.get("max_memory", 256 << 20)) + docs * 24 + PEAK_PER_BYTE * longest
             if any(hasattr(m, "embed") for m in models):
                 memory += docs * 4 * 384
+            basis += f"; longest document {format_bytes(longest)}" + ("" if scanned else " (in the sample)")
+            basis += "; comparing near duplicates is not in the time: it grows with how alike the documents are"
         memory += model_bytes
-        basis = f"{len(sample)} sampled documents, {per_doc * 1e3:.2f} ms each"
         return StepEstimate(step, inp.label, size, docs, setup_s + per_doc * docs, memory, basis)
 
     # -- steps --------------------------------------------------------------------------------
@@ -697,3 +704,43 @@ def _write_text(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
+
+
+_SCAN_BYTES = 4 << 30  # line lengths of up to this much of a corpus are measured for the estimate
+
+
+def _longest_record(source: Source, sampled: int) -> tuple[int, bool]:
+    """The longest line of the corpus's line files (JSON lines, text), in bytes, and whether all were measured.
+
+    One pass over newline positions (numpy, no decoding: gigabytes a second). Other formats,
+    compressed files and what lies past :data:`_SCAN_BYTES` count only by the sampled documents.
+    """
+    import numpy as np
+
+    longest, budget, complete = sampled, _SCAN_BYTES, True
+    for rel in source.files:
+        if not rel.lower().endswith((".jsonl", ".ndjson", ".txt")):
+            complete = False
+            continue
+        run = 0
+        try:
+            with source.fs.open(source._full(rel), "rb") as f:
+                while budget > 0:
+                    chunk = f.read(min(8 << 20, budget))
+                    if not chunk:
+                        break
+                    budget -= len(chunk)
+                    ends = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10)
+                    if not len(ends):
+                        run += len(chunk)
+                        continue
+                    longest = max(longest, run + int(ends[0]))
+                    if len(ends) > 1:
+                        longest = max(longest, int(np.diff(ends).max()) - 1)
+                    run = len(chunk) - int(ends[-1]) - 1
+                else:
+                    complete = False
+        except OSError:
+            complete = False
+        longest = max(longest, run)
+    return longest, complete
