@@ -9,6 +9,7 @@ Reports are also kept under ``prepared/_reports`` on the store for listing.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
@@ -569,6 +570,15 @@ class DataPrep:
             say(f"{step}: wrote {target} ({result.docs_out:,} of {result.docs_in:,} documents)")
             meter.phase("done")
             return rep
+        except OSError as e:
+            if e.errno != errno.ENOSPC:
+                raise
+            free = shutil.disk_usage(self.prepared).free if self.prepared.is_dir() else 0
+            raise StoreError(
+                f"the store at {self.prepared} is full ({format_bytes(free)} free): {step} wrote nothing",
+                hint="free space with `starverse store evict --max-bytes N` or `starverse store rm NAME`, "
+                "then run the step again",
+            ) from e
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
