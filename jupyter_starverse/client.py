@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .catalog import Catalog
     from .costs import CostService, Preview, PriceTable, UserTotal
     from .data import DataPrep
+    from .envs import EnvPlan, JobEnvs
     from .experiments import JobIndex, JobPage, ResumePlan
     from .export import ExportService
     from .feedback import ChatSessions, FeedbackService
@@ -53,10 +54,12 @@ class LaunchPreview:
     cost: Preview | str | None = None  # per-hour price, estimate and cap, shown before launch
     recipe: RecipePlan | None = None  # a recipe job's batch plan (and what a resume recomputes)
     warnings: tuple[str, ...] = ()  # e.g. an --env value that looks like a secret (use --secret)
+    env: EnvPlan | None = None  # what the job's environment installs over the image, and the working folder
 
     def to_json(self) -> dict[str, Any]:
         cost = self.cost if self.cost is None or isinstance(self.cost, str) else self.cost.to_json()
         return {
+            "env": self.env.to_json() if self.env else None,
             "output": self.output,
             "rendered": self.rendered,
             "resume": self.resume.to_json() if self.resume else None,
@@ -69,6 +72,8 @@ class LaunchPreview:
     def notes(self) -> tuple[str, ...]:
         """What goes with the plan but is not part of it: the price and the resume plan."""
         out: list[str] = [f"warning: {w}" for w in self.warnings]
+        if self.env is not None:
+            out += self.env.lines()
         if self.cost is not None:
             out += [f"cost: {line.strip()}" for line in str(self.cost).splitlines() if line.strip()]
         if self.resume:
@@ -96,6 +101,7 @@ class LaunchPreview:
             return head + self.document.rstrip()
         head = f"# {self.resume}\n" if self.resume else ""
         head += f"# {self.recipe}\n" if self.recipe else ""
+        head += "".join(f"# {line}\n" for line in (self.env.lines() if self.env else ()))
         if self.cost is not None:  # a comment line, so the text stays valid YAML
             head = "".join(f"# cost: {line.strip()}\n" for line in str(self.cost).splitlines()) + head
         return head + self.rendered.rstrip()
@@ -217,6 +223,13 @@ class Starverse:
         return Catalog(self.settings)
 
     @functools.cached_property
+    def envs(self) -> JobEnvs:
+        """Job environments (the notebook's packages a job's image lacks) and working folders on the store."""
+        from .envs import JobEnvs
+
+        return JobEnvs(self.settings)
+
+    @functools.cached_property
     def data(self) -> DataPrep:
         """Data preparation: scan, clean, dedup and score store datasets into new versions."""
         from .data import DataPrep
@@ -334,9 +347,11 @@ class Starverse:
         if spec.resume:
             exp = ExperimentPaths.of(self.settings.experiments, spec.experiment_name)
             resume = plan_resume(exp.root, new_world_size=spec.world_size)
-        rendered = self._target(backend).render(spec, output=output)
+        target = self._target(backend)
+        spec, env = self.envs.resolve(spec, target.env_target(spec), build=False)
+        rendered = target.render(spec, output=output)
         cost, recipe = self.costs.preview_or_reason(spec), self.recipes.plan(spec)
-        return LaunchPreview(output, rendered, resume, cost, recipe, warnings)
+        return LaunchPreview(output, rendered, resume, cost, recipe, warnings, env)
 
     @overload
     def launch(
@@ -381,11 +396,14 @@ class Starverse:
         """
         target = self._target(backend)
         real = self.prepare(spec)
+        # the job's environment and working folder, built once per hash before anything is billed
+        real, _ = self.envs.resolve(real, target.env_target(real), build=True)
         if not smoke:
             return target.submit(real)
         from .modes import SMOKE_STEPS, make_smoke_spec, smoke_then_submit
 
         rehearsal = make_smoke_spec(spec, steps=smoke_steps or SMOKE_STEPS, cpu_image=self.settings.cpu_image)
+        rehearsal = dataclasses.replace(rehearsal, env_id=real.env_id, workdir_id=real.workdir_id)  # the same env
         return smoke_then_submit(
             real, rehearsal, smoke_backend=self.backend("local"), backend=target, timeout=smoke_timeout
         )

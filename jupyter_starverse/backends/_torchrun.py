@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from jupyter_starverse.envs import activation
 from jupyter_starverse.jobmodel import JobSpec
 
 __all__ = ["WORKER_MODULE", "LaunchPlan", "NodePlan", "job_env", "make_local_plan", "render_plan", "torchrun_argv"]
@@ -142,6 +143,10 @@ def job_env(
         env["STARVERSE_CHECKPOINT_EVERY"] = str(spec.checkpoint_every)
     if resume_from:
         env["STARVERSE_RESUME_FROM"] = resume_from
+    # the job's environment and working folder on the store (envs): PYTHONPATH, STARVERSE_ENV, STARVERSE_WORKDIR
+    env.update(activation(store, spec.env_id, spec.workdir_id))
+    if spec.workdir_id and spec.workdir:
+        env["STARVERSE_WORKDIR_SOURCE"] = spec.workdir  # the worker runs a script of it from the unpacked copy
     env.update(spec.env)
     return env
 

@@ -74,6 +74,7 @@ def main(argv: list[str]) -> int:
         print(f"--- restart {info['attempt']} (node {info['node']}, pid {info['pid']}) ---", flush=True)
     (run_dir / "pids").mkdir(parents=True, exist_ok=True)
     _write(run_dir / "pids" / f"rank{rank}.json", info)
+    script = _in_workdir(script)
     sys.argv = [script, *argv[1:]]
     sys.path.insert(0, str(Path(script).resolve().parent))
     code = 0
@@ -91,6 +92,22 @@ def main(argv: list[str]) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     return code
+
+
+def _in_workdir(script: str) -> str:
+    """With a job working folder (``STARVERSE_WORKDIR``, unpacked read-only): run there, and a script
+    of the packed folder (``STARVERSE_WORKDIR_SOURCE``) from its packed copy, not from the notebook's."""
+    workdir = os.environ.get("STARVERSE_WORKDIR")
+    if not workdir or not Path(workdir).is_dir():
+        return script
+    os.chdir(workdir)
+    source = os.environ.get("STARVERSE_WORKDIR_SOURCE")
+    if source:
+        with contextlib.suppress(ValueError):
+            copy = Path(workdir) / Path(script).absolute().relative_to(Path(source).absolute())
+            if copy.is_file():
+                return str(copy)
+    return script
 
 
 def _record(run_dir: Path, info: dict[str, Any], message: str, tb: str) -> None:

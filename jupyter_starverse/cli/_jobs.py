@@ -165,6 +165,9 @@ class JobDetail:
                          f"{j.spec.accelerator}"),
             ("experiment", j.experiment_dir),
         ]  # fmt: skip
+        if j.spec.env_id or j.spec.workdir_id:  # `starverse env show ID` lists the packages
+            env = f"{j.spec.env_id[:12]} (--env-from {j.spec.env_from})" if j.spec.env_id else "the image's"
+            out.append(("environment", env + (f", workdir {j.spec.workdir_id[:12]}" if j.spec.workdir_id else "")))
         if j.started is not None:
             out.append(("runtime", _duration(j)))
         if j.restarts:

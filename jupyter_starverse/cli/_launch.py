@@ -88,7 +88,17 @@ def job_fields(args: argparse.Namespace, *, default_accelerator: str = "cpu") ->
         "experiment": args.experiment,
         "resume": args.resume,
         "image": args.image,
+        # from a notebook the job gets the kernel's packages by default (--env-from image: only the image's)
+        "env_from": _env_from(args),
+        "workdir": str(Path(args.workdir).expanduser().absolute()) if args.workdir else None,
     }
+
+
+def _env_from(args: argparse.Namespace) -> str | None:
+    value: str | None = args.env_from or ("notebook" if getattr(args, "notebook", False) else None)
+    if value is None or value in ("notebook", "image"):
+        return value
+    return str(Path(value).expanduser().absolute())  # a requirements / pyproject / lock file
 
 
 def spec_from_launch_args(args: argparse.Namespace, *, default_accelerator: str = "cpu") -> JobSpec:
@@ -96,11 +106,14 @@ def spec_from_launch_args(args: argparse.Namespace, *, default_accelerator: str 
     from jupyter_starverse.backends import example_script
 
     script = args.script or str(example_script(args.template))
+    fields = job_fields(args, default_accelerator=default_accelerator)
+    if fields["workdir"] is None and args.script and args.command is None and getattr(args, "notebook", False):
+        fields["workdir"] = str(Path(script).expanduser().absolute().parent)  # in a notebook: the script's folder
     return JobSpec(
         name=args.name or Path(script).stem,  # any display name: JobSpec derives a valid id from it
         script=script if args.command is None else None,
         command=tuple(args.command) if args.command else None,
-        **job_fields(args, default_accelerator=default_accelerator),
+        **fields,
     )
 
 
@@ -277,6 +290,16 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kind", choices=KUBE_KINDS, default=None, help="Kubernetes object kind (kubernetes backend)")
     p.add_argument("--image", default=None, help="container image (kubernetes backend)")
     p.add_argument("--port", type=int, default=None, help="rendezvous port (local backend; default: a free one)")
+    p.add_argument(
+        "--env-from", default=None, metavar="notebook|image|FILE",
+        help="packages of the job beyond its image: notebook (the kernel's; the default in a notebook), image "
+        "(none; the default elsewhere) or a requirements.txt / pyproject.toml / lock; built once on the store",
+    )  # fmt: skip
+    p.add_argument(
+        "--workdir", default=None, metavar="DIR",
+        help="folder packed into the store and unpacked read-only as every rank's working folder (.starverseignore "
+        "or .gitignore rules; default in a notebook: the script's folder)",
+    )  # fmt: skip
     pod = p.add_argument_group("Kubernetes pod options (override the STARVERSE_* defaults and the pool table)")
     pod.add_argument("--pull-secret", action="append", default=[], metavar="NAME", help="imagePullSecret (repeatable)")
     pod.add_argument("--service-account", default=None, metavar="NAME", help="serviceAccountName of the pods")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import collections
 import enum
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -193,6 +194,11 @@ class LaunchBackend(ABC):
             f"the {self.name or type(self).__name__} backend cannot rehearse a preemption",
             hint="run the drill on the local backend (`starverse jobs preempt JOB_ID --backend local`)",
         )
+
+    def env_target(self, spec: JobSpec) -> str:
+        """What runs the job's Python, for its environment's diff (``envs``): ``python:PATH``
+        (default: this interpreter, as for local ranks) or ``image:NAME`` (a container image)."""
+        return f"python:{sys.executable}"
 
     @abstractmethod
     def render(self, spec: JobSpec, *, output: str = "yaml") -> str:

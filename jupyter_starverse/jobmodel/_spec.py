@@ -26,6 +26,7 @@ BILLING_MODES = ("on_demand", "daily", "weekly", "spot")
 
 _NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_HASH_RE = re.compile(r"^[0-9a-f]{64}$")
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _RESERVED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "STARVERSE_EXPERIMENT_DIR")
 
@@ -128,6 +129,14 @@ class JobSpec:
         Continue from the experiment's latest checkpoint.
     image
         Container image (Kubernetes only).
+    env_from
+        What the job's Python has beyond its image: ``"notebook"`` (the kernel's packages the
+        image lacks), ``"image"`` (nothing: the default) or a requirements / pyproject / lock file.
+    workdir
+        A folder packed once into the store and unpacked read-only as every rank's working folder.
+    env_id, workdir_id
+        What the launch resolved them to (lock hash, content hash): set by the facade, read by the
+        backends ("activate env H, unpack workdir W"), recorded in ``spec.json``.
     cpu, memory
         Per-node requests for Kubernetes (``"8"``, ``"64Gi"``).
     """
@@ -159,6 +168,10 @@ class JobSpec:
     memory: str | None = None
     display_name: str | None = None
     after: tuple[str, ...] = ()
+    env_from: str | None = None
+    workdir: str | None = None
+    env_id: str | None = None
+    workdir_id: str | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -258,6 +271,14 @@ class JobSpec:
             set_(self, "budget", budget)
         if self.experiment is not None and not _NAME_RE.match(self.experiment):
             raise _bad("experiment", f"{self.experiment!r} is not a valid experiment name")
+        if self.env_from is not None and (not isinstance(self.env_from, str) or not self.env_from.strip()):
+            raise _bad("env_from", "must be notebook, image or the path of a requirements file")
+        if self.workdir is not None and (not isinstance(self.workdir, str) or not self.workdir.strip()):
+            raise _bad("workdir", "must be the path of a folder")
+        for key in ("env_id", "workdir_id"):
+            value = getattr(self, key)
+            if value is not None and (not isinstance(value, str) or not _HASH_RE.match(value)):
+                raise _bad(key, "must be a sha256 hash (64 hex digits)", "leave it out: the launch sets it")
 
     @property
     def world_size(self) -> int:
@@ -327,9 +348,9 @@ class JobSpec:
 
 # JSON types each field accepts in ``from_json`` (numbers are checked by range in __post_init__).
 _TEXT_FIELDS = ("name", "script", "code", "accelerator", "template", "framework", "billing", "experiment",
-                "image", "cpu", "memory", "display_name")  # fmt: skip
+                "image", "cpu", "memory", "display_name", "env_from", "workdir", "env_id", "workdir_id")  # fmt: skip
 _OPTIONAL = ("script", "code", "command", "steps", "checkpoint_every", "budget", "experiment", "image", "cpu",
-             "memory", "display_name")  # fmt: skip
+             "memory", "display_name", "env_from", "workdir", "env_id", "workdir_id")  # fmt: skip
 _LIST_FIELDS = ("command", "args", "mounts", "after")
 _MAP_FIELDS = ("env", "secrets")
 _INT_FIELDS = ("nodes", "procs_per_node", "tensor_parallel", "pipeline_parallel", "steps", "max_restarts",

@@ -224,6 +224,11 @@ class KubernetesBackend(LaunchBackend):
             check_image(warmup_image(launch, cluster), where="cpu_image")
         return launch, make_manifests(launch, cluster)
 
+    def env_target(self, spec: JobSpec) -> str:
+        """The pods' image (what the job env is diffed against): the spec's, else the CPU or GPU default."""
+        s = self.settings
+        return f"image:{spec.image or ((s.cpu_image or s.image) if not spec.is_gpu else s.image)}"
+
     def render(self, spec: JobSpec, *, output: str = "yaml") -> str:
         _, objects = self.plan(spec)
         docs = [to_dict(o) for o in objects]

@@ -148,6 +148,8 @@ class LocalBackend(RunFolderBackend):
             mounts=mounts,
             resume_from=str(resume.checkpoint.path) if resume and resume.checkpoint else None,
         )
+        if "PYTHONPATH" in env and os.environ.get("PYTHONPATH"):  # the job env layered over what ranks see now
+            env["PYTHONPATH"] += os.pathsep + os.environ["PYTHONPATH"]
         entry, no_python = self._entry(spec, run)
         return make_local_plan(spec, job_id=job_id, port=port, env=env, entry=entry, no_python=no_python), resume
 

@@ -118,6 +118,10 @@ class SlurmBackend(RunFolderBackend):
         self.preempt_restarts = max(0, preempt_restarts)
 
     # -- planning -----------------------------------------------------------------
+    def env_target(self, spec: JobSpec) -> str:
+        """The batch script's Python (``STARVERSE_SLURM_PYTHON``, else this one): what the job env is diffed against."""
+        return f"python:{self.settings.slurm_python or sys.executable}"
+
     def partition(self, spec: JobSpec) -> str | None:
         """The partition of ``spec``'s accelerator (None: the cluster's default partition)."""
         table = dict(self.settings.slurm_partitions)
