@@ -10,6 +10,7 @@ from ._catalog import Catalog, check_pull_options
 from ._holds import Hold
 from ._names import DatasetRef, ModelRef, parse_ref
 from ._progress import ProgressCallback, tqdm_callback
+from ._seal import StatCheck
 from ._types import Entry, EntryStatus, FileRecord, HoldInfo, PullProgress, StoreListing, VerifyReport, format_bytes
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "ModelRef",
     "ProgressCallback",
     "PullProgress",
+    "StatCheck",
     "StoreListing",
     "VerifyReport",
     "check_pull_options",

@@ -43,6 +43,7 @@ from ._models import import_model_folder, pull_model, sha256_file, write_ref
 from ._names import DEFAULT_VERSION, DatasetRef, ModelRef, Ref, check_name, parse_hf, parse_ref, safe_join
 from ._perms import make_dirs, prepare_shared, resolve_group, tighten, translate_permissions
 from ._progress import ProgressCallback, ProgressTracker, read_progress, write_json_atomic
+from ._seal import StatCheck, check
 from ._types import Entry, EntryStatus, FileRecord, HoldInfo, PullProgress, VerifyReport
 
 __all__ = ["Catalog", "check_pull_options"]
@@ -267,9 +268,12 @@ class Catalog:
         last = self.layout.last_used(key)
         if manifest is not None:
             path = self._path(ref, manifest)
+            report = self._corrupt(ref, manifest)
+            seal = self._stat_check(ref, manifest)  # one stat per file: a change since publication shows at once
+            problem = f"`store verify` found {_found(report)}" if report is not None else seal.problem
             return EntryStatus(
                 entry,
-                "corrupt" if self._corrupt(ref, manifest) is not None else "cached",
+                "corrupt" if problem else "cached",
                 manifest.size,
                 len(manifest.files),
                 manifest.size,
@@ -277,6 +281,8 @@ class Catalog:
                 str(path),
                 manifest.commit,
                 pulling,
+                problem=problem,
+                note=seal.note,
             )
         if isinstance(ref, DatasetRef):
             size, files = dir_bytes(self.layout.data_dir(ref))
@@ -287,6 +293,36 @@ class Catalog:
 
     def _path(self, ref: Ref, manifest: Manifest) -> Path:
         return self.layout.mount_dir(ref, manifest)
+
+    def _stat_check(self, ref: Ref, manifest: Manifest) -> StatCheck:
+        """Size, mtime and ctime of every file (and a dataset's folders) against the manifest (``_seal``)."""
+        return check(str(ref), self._path(ref, manifest), manifest.files, manifest.folders)
+
+    @translate_permissions("check a store entry")
+    def check(self, ref: str) -> StatCheck:
+        """The cheap tamper check of a pulled entry: one ``stat`` per file, nothing hashed.
+
+        What ``mount`` refuses on and ``status`` shows; a local job runs it again when it ends
+        (a write into its mounts while it ran). ConflictError when ``ref`` is not pulled.
+        """
+        resolved = self.layout.resolve(parse_ref(ref))
+        manifest = self.layout.read_manifest(resolved)
+        if manifest is None:
+            raise ConflictError(f"{resolved} is not pulled yet", hint=f"run `starverse store pull {resolved}` first")
+        return self._stat_check(resolved, manifest)
+
+    @translate_permissions("read the store")
+    def readonly_paths(self, ref: str) -> list[Path]:
+        """The folders a job's read-only view of ``ref`` covers: its mount folder, and a model's
+        ``blobs/`` (what the snapshot's links point to). Empty when ``ref`` is not pulled."""
+        resolved = self.layout.resolve(parse_ref(ref))
+        manifest = self.layout.read_manifest(resolved)
+        if manifest is None:
+            return []
+        paths = [self._path(resolved, manifest)]
+        if isinstance(resolved, ModelRef):
+            paths.append(self.hf_cache_dir / resolved.folder / "blobs")
+        return [p for p in paths if p.is_dir() and not p.is_symlink()]
 
     def _corrupt(self, ref: Ref, manifest: Manifest | None) -> VerifyReport | None:
         """The failed ``verify`` report recorded for this publication of ``ref``, if any."""
@@ -317,17 +353,11 @@ class Catalog:
         if self.layout.verify_path(self.layout.key(resolved)).exists():
             report = self._corrupt(resolved, self.layout.read_manifest(resolved))
             if report is not None:
-                owner = f"owner changed ({len(report.owner_changed)} paths), " if report.owner_changed else ""
                 raise ConflictError(
-                    f"{resolved} is corrupt: `store verify` found {owner}{len(report.tampered)} changed, "
-                    f"{len(report.missing)} missing and {len(report.extra)} extra files",
+                    f"{resolved} is corrupt: `store verify` found {_found(report)}",
                     hint=f"repair it with `starverse store pull {resolved}`"
-                    + ("; what another user owns needs them or an admin to remove it" if owner else ""),
+                    + ("; what another user owns needs them or an admin to remove it" if report.owner_changed else ""),
                 )
-        if isinstance(resolved, DatasetRef) and self.layout.manifest_path(resolved).exists():
-            self._refuse_foreign(resolved, None)  # a few lstat calls: the manifest is not read
-            self.layout.touch(self.layout.key(resolved))
-            return self.layout.data_dir(resolved)
         manifest = self.layout.read_manifest(resolved)
         if manifest is None:
             raise ConflictError(
@@ -335,8 +365,21 @@ class Catalog:
                 hint=f"run `starverse store pull {resolved}` first, or read it lazily with catalog.fs(name)",
             )
         self._refuse_foreign(resolved, manifest)
+        self._refuse_changed(resolved, manifest)
         self.layout.touch(self.layout.key(resolved))
         return self._path(resolved, manifest)
+
+    def _refuse_changed(self, ref: Ref, manifest: Manifest) -> None:
+        """ConflictError naming what changed since publication (one stat per file and folder, no hashing)."""
+        seal = self._stat_check(ref, manifest)
+        if seal.note:
+            log.warning("%s: %s", ref, seal.note)
+        if not seal.ok:
+            raise ConflictError(
+                f"{ref} is corrupt: {seal.problem}",
+                hint=f"nothing was mounted; see what changed with `starverse store verify {ref}`, then its owner "
+                f"repairs it with `starverse store pull {ref}`",
+            )
 
     def _refuse_foreign(self, ref: Ref, manifest: Manifest | None) -> None:
         """ConflictError when the manifest or the folders a mount hands out are not the entry owner's."""
@@ -712,6 +755,10 @@ class Catalog:
         extra: list[str] = []
         foreign = self.layout.foreign(resolved, manifest)
         unhashed = 0
+        # stamped before the bytes are read: a write while we hash shows as a changed stamp afterwards
+        resealed = self.layout.seal(resolved, manifest) if os.geteuid() in trusted else None
+        seal = self._stat_check(resolved, manifest)
+        restamped = set(seal.changed)
         try:
             inside(self.root, top)
             walk = list(os.walk(top))  # os.walk never descends into a link
@@ -734,6 +781,8 @@ class Catalog:
                     tampered.append(rel)
                 elif record.sha256 is None:
                     unhashed += 1
+                    if rel in restamped:  # written since publication and no hash to clear it
+                        tampered.append(rel)
         missing = sorted(set(expected) - seen)
         report = VerifyReport(
             str(resolved),
@@ -745,7 +794,15 @@ class Catalog:
             unhashed,
             owner_changed=tuple(foreign),
             owner=owner.name,
+            touched=len([p for p in seal.changed if not p.endswith("/") and p not in tampered]),
+            size_only=seal.size_only,
         )
+        unstamped = isinstance(resolved, DatasetRef) and manifest.folders is None
+        stale = not seal.ok or seal.size_only or unstamped
+        # resealed only if nothing changed while we hashed
+        if report.ok and resealed is not None and stale and self._stat_check(resolved, resealed).ok:
+            self._write_resealed(resolved, resealed, owner)
+            report = dataclasses.replace(report, resealed=True)
         if os.geteuid() in trusted:  # only the owner's (or root's) finding changes the entry for all
             marker = self.layout.verify_path(self.layout.key(resolved))
             try:
@@ -756,6 +813,15 @@ class Catalog:
             except (PermissionError, PermissionDeniedError) as e:
                 log.warning("cannot record the result of verifying %s: %s", resolved, e)
         return report
+
+    def _write_resealed(self, ref: Ref, manifest: Manifest, owner: Owner) -> None:
+        """The owner's (or root's) verify found the bytes intact: record the stamps as they are now."""
+        try:
+            self.layout.write_manifest(ref, manifest)
+            if os.geteuid() == 0 and owner.uid != 0:  # the manifest stays its owner's
+                os.chown(self.layout.manifest_path(ref), owner.uid, -1, follow_symlinks=False)
+        except (OSError, PermissionDeniedError) as e:
+            log.warning("cannot record the new stamps of %s: %s", ref, e)
 
     @staticmethod
     def _owned(path: Path, trusted: tuple[int, int]) -> bool:
@@ -778,9 +844,17 @@ class Catalog:
         return record.sha256 is None or sha256_file(path) == record.sha256
 
     def _repair(self, ref: Ref) -> None:
-        """Before a pull: drop what ``verify`` found wrong, so the pull fetches it again (owner only)."""
+        """Before a pull: drop what ``verify`` found wrong, so the pull fetches it again (owner only).
+
+        An entry whose stamps changed (``_seal``) and that nobody verified yet is verified first
+        by its owner: what is only touched is re-sealed, what changed is fetched again.
+        """
         manifest = self.layout.read_manifest(ref)
         report = self._corrupt(ref, manifest)
+        if manifest is not None and report is None and not self._stat_check(ref, manifest).ok:
+            self._check_owner(ref, "repair")  # another user's pull of a changed entry: 403, not "done"
+            found = self.verify(str(ref))
+            report = None if found.ok else self._corrupt(ref, manifest)
         if manifest is None or report is None:
             return
         self._check_owner(ref, "repair")
@@ -1046,6 +1120,16 @@ def run_parallel(
         for fut, f in futures.items():
             out[f.rel] = fut.result()
     return out
+
+
+def _found(report: VerifyReport) -> str:
+    """``2 changed (a.txt, b.txt), 1 missing and 0 extra files`` for a failed verify."""
+    owner = f"owner changed ({len(report.owner_changed)} paths), " if report.owner_changed else ""
+    named = [*report.tampered, *report.missing, *report.extra][:5]
+    return (
+        f"{owner}{len(report.tampered)} changed, {len(report.missing)} missing and {len(report.extra)} extra files"
+        + (f" ({', '.join(named)})" if named else "")
+    )
 
 
 def _held_text(held: dict[str, list[HoldInfo]]) -> str:

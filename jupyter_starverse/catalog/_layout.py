@@ -4,7 +4,8 @@
 
     STORE/
       catalog/datasets/NAME/VERSION.json            entry record (written by add)
-      catalog/datasets/NAME/VERSION.manifest.json   complete + verified (written last by pull)
+      catalog/datasets/NAME/VERSION.manifest.json   complete + verified (written last by pull):
+                                                    size, sha256, mtime and ctime of every file
       catalog/models/models--ORG--REPO/REV.json          entry record (written when a pull starts)
       catalog/models/models--ORG--REPO/REV.manifest.json commit + verified files
       data/NAME/VERSION/...                         dataset files (read-only, mount path)
@@ -41,6 +42,7 @@ from jupyter_starverse.errors import BadInputError, InvalidNameError, NotFoundEr
 from ._names import DatasetRef, ModelRef, Ref, check_name, parse_hf
 from ._perms import denied, file_mode, make_dirs, make_read_only, make_writable
 from ._progress import write_json_atomic
+from ._seal import FolderStamp, stamp_files, stamp_folders
 from ._types import Entry, FileRecord
 
 __all__ = ["Layout", "Manifest", "store_root"]
@@ -65,13 +67,18 @@ def store_root(store: str) -> Path:
 
 @dataclass(frozen=True)
 class Manifest:
-    """Proof that an entry is complete: every file with its verified size and hash."""
+    """Proof that an entry is complete: every file with its verified size and hash.
+
+    Since publication also stamps (``_seal``): every file's mtime and ctime, and for a dataset
+    its ``folders`` (None in older manifests: those are checked by size only).
+    """
 
     ref: str
     files: tuple[FileRecord, ...]
     completed_at: float
     commit: str | None = None
     owner: Owner | None = None  # the entry's owner when it was published (checked by verify and mount)
+    folders: tuple[FolderStamp, ...] | None = None
 
     @property
     def size(self) -> int:
@@ -84,6 +91,7 @@ class Manifest:
             "completed_at": self.completed_at,
             "owner": self.owner.to_json() if self.owner is not None else None,
             "files": [f.to_json() for f in self.files],
+            **({"folders": [d.to_json() for d in self.folders]} if self.folders is not None else {}),
         }
 
     @classmethod
@@ -92,12 +100,33 @@ class Manifest:
         if not isinstance(data, dict) or not isinstance(data.get("files"), list):
             raise ValueError("not a manifest (no list of files)")
         files = []
-        for f in data["files"]:
-            if not isinstance(f, dict) or not isinstance(f.get("path"), str) or not _is_int(f.get("size")):
+        for f in data["files"]:  # tens of thousands per manifest, read by every mount: no helper per field
+            if type(f) is not dict:
                 raise ValueError(f"bad file record {f!r}")
-            if not all(f.get(k) is None or isinstance(f.get(k), str) for k in ("sha256", "etag")):
+            path, size, sha, etag = f.get("path"), f.get("size"), f.get("sha256"), f.get("etag")
+            mtime, ctime = f.get("mtime_ns"), f.get("ctime_ns")
+            if (
+                type(path) is not str
+                or type(size) is not int  # not a bool either
+                or size < 0
+                or (sha is not None and type(sha) is not str)
+                or (etag is not None and type(etag) is not str)
+                or (mtime is not None and (type(mtime) is not int or mtime < 0))
+                or (ctime is not None and (type(ctime) is not int or ctime < 0))
+            ):
                 raise ValueError(f"bad file record {f!r}")
-            files.append(FileRecord(f["path"], int(f["size"]), f.get("sha256"), f.get("etag")))
+            files.append(FileRecord(path, size, sha, etag, mtime, ctime))
+        folders = None
+        if data.get("folders") is not None:
+            if not isinstance(data["folders"], list):
+                raise ValueError("bad folders")
+            folders = []
+            for d in data["folders"]:
+                if not isinstance(d, dict) or not isinstance(d.get("path"), str):
+                    raise ValueError(f"bad folder record {d!r}")
+                if not (_is_int(d.get("mtime_ns")) and _is_int(d.get("ctime_ns"))):
+                    raise ValueError(f"bad folder record {d!r}")
+                folders.append(FolderStamp(d["path"], d["mtime_ns"], d["ctime_ns"]))
         commit = data.get("commit")
         if commit is not None and (not isinstance(commit, str) or not _COMMIT_RE.match(commit) or ".." in commit):
             raise ValueError(f"bad commit {commit!r}")
@@ -112,7 +141,8 @@ class Manifest:
         if owner is not None and not (isinstance(owner, dict) and _is_int(owner.get("uid"))):
             raise ValueError(f"bad owner {owner!r}")
         by = Owner(int(owner["uid"]), str(owner.get("name") or f"uid {owner['uid']}")) if owner else None
-        return cls(str(data["ref"]), tuple(files), float(completed), commit, by)
+        stamps = tuple(folders) if folders is not None else None
+        return cls(str(data["ref"]), tuple(files), float(completed), commit, by, stamps)
 
 
 def _is_int(value: object) -> bool:
@@ -448,7 +478,8 @@ class Layout:
 
     def publish(self, ref: Ref, manifest: Manifest) -> None:
         """Make the entry read-only for everyone (files 0444, folders 0555), then write its manifest
-        (recording the entry's owner, checked by ``verify`` and ``mount``)."""
+        (recording the entry's owner, checked by ``verify`` and ``mount``, and the stamps of its
+        files and folders as they are now, read-only: :meth:`seal`)."""
         top = self.mount_dir(ref, manifest)
         inside(self.root, top)
         make_read_only(top)
@@ -461,7 +492,14 @@ class Layout:
                         real.chmod(0o444)
         with contextlib.suppress(OSError):
             self.verify_path(self.key(ref)).unlink(missing_ok=True)
-        self.write_manifest(ref, dataclasses.replace(manifest, owner=self.entry_owner(ref)))
+        self.write_manifest(ref, self.seal(ref, dataclasses.replace(manifest, owner=self.entry_owner(ref))))
+
+    def seal(self, ref: Ref, manifest: Manifest) -> Manifest:
+        """``manifest`` with every file's size, mtime and ctime as they are now (one stat each), and for
+        a dataset its folders' (a model's snapshot folder is shared by revisions: files only)."""
+        top = self.mount_dir(ref, manifest)
+        folders = stamp_folders(top) if isinstance(ref, DatasetRef) else None
+        return dataclasses.replace(manifest, files=stamp_files(top, manifest.files), folders=folders)
 
     def unpublish(self, ref: Ref, manifest: Manifest | None) -> None:
         """Folders of an entry writable again by their owner (before a repair); no-op for what is not ours."""

@@ -43,15 +43,24 @@ def _ago(ts: float | None) -> str:
 
 @dataclass(frozen=True)
 class FileRecord:
-    """One verified file of an entry."""
+    """One verified file of an entry.
+
+    ``mtime_ns``/``ctime_ns``: its ``stat`` when the entry was published (after it was made
+    read-only), the cheap half of the tamper check (``_seal``); None in older manifests.
+    """
 
     path: str
     size: int
     sha256: str | None = None
     etag: str | None = None
+    mtime_ns: int | None = None
+    ctime_ns: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "size": self.size, "sha256": self.sha256, "etag": self.etag}  # asdict is slow
+        out: dict[str, Any] = {"path": self.path, "size": self.size, "sha256": self.sha256, "etag": self.etag}
+        if self.mtime_ns is not None:  # asdict is slow
+            out["mtime_ns"], out["ctime_ns"] = self.mtime_ns, self.ctime_ns
+        return out
 
 
 @dataclass(frozen=True)
@@ -103,8 +112,10 @@ class Entry:
 class EntryStatus:
     """Cache state of one entry on the store: ``cached``, ``partial``, ``missing`` or ``corrupt``.
 
-    ``corrupt``: complete once, but ``store verify`` found files that differ from what the
-    pull recorded (``store pull`` repairs it).
+    ``corrupt``: complete once, but files changed since it was published: their size, mtime or
+    ctime differ from the manifest (checked by every ``status``, ``ls`` and ``mount``, one stat
+    per file), or ``store verify`` found bytes that differ (``problem`` says which; ``store
+    pull`` repairs it). ``note``: what the check could not cover (an older manifest: size only).
     """
 
     entry: Entry
@@ -116,6 +127,8 @@ class EntryStatus:
     path: str | None = None
     commit: str | None = None
     pulling: PullProgress | None = None
+    problem: str | None = None
+    note: str | None = None
 
     @property
     def ref(self) -> str:
@@ -139,6 +152,8 @@ class EntryStatus:
             "path": self.path,
             "commit": self.commit,
             "pulling": self.pulling.to_json() if self.pulling else None,
+            "problem": self.problem,
+            "note": self.note,
         }
 
     def __str__(self) -> str:
@@ -149,6 +164,11 @@ class EntryStatus:
         )
         if self.path:
             line += f"\n  path: {self.path}"
+        if self.problem:
+            line += f"\n  {self.problem}\n  see what changed: `starverse store verify {self.ref}`; repair: "
+            line += f"`starverse store pull {self.ref}`"
+        if self.note:
+            line += f"\n  note: {self.note}"
         return line
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
@@ -164,6 +184,7 @@ class EntryStatus:
         ]
         if self.path:
             rows.append(("path", escape(self.path)))
+        rows += [(k, escape(v)) for k, v in (("problem", self.problem), ("note", self.note)) if v]
         return html_table(("", ""), rows, raw_columns=(1,))
 
 
@@ -186,7 +207,12 @@ class StoreListing:
             rows.append((e.ref, e.entry.kind, owner, state, format_bytes(e.size), format_count(e.files),
                          _ago(e.last_used)))  # fmt: skip
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+        bad = [e for e in self.entries if e.problem]
+        lines += [f"{e.ref}: {e.problem}" for e in bad]
+        if bad:
+            lines.append("see what changed: `starverse store verify REF`; repair: `starverse store pull REF`")
+        return "\n".join(lines)
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         pretty_text(p, str(self))
@@ -263,6 +289,9 @@ class VerifyReport:
     verified_at: float = field(default_factory=time.time)
     owner_changed: tuple[str, ...] = ()  # the manifest, the folder or files not owned by the entry's owner
     owner: str | None = None  # the entry's owner, for the report
+    touched: int = 0  # files whose mtime/ctime changed but whose bytes match their sha256
+    size_only: int = 0  # files the manifest had no mtime/ctime of (an older manifest)
+    resealed: bool = False  # the owner's (or root's) verify recorded their stamps as they are now
 
     @property
     def ok(self) -> bool:
@@ -291,6 +320,9 @@ class VerifyReport:
             str(data["path"]),
             int(data["checked"]),
             unhashed=int(data.get("unhashed", 0)),
+            touched=int(data.get("touched", 0)),
+            size_only=int(data.get("size_only", 0)),
+            resealed=bool(data.get("resealed", False)),
             verified_at=float(data.get("verified_at", 0.0)),
             owner=owner if isinstance(owner, str) else None,
             **lists,
@@ -299,7 +331,16 @@ class VerifyReport:
     def __str__(self) -> str:
         if self.ok:
             note = f" ({self.unhashed} without a recorded sha256: size only)" if self.unhashed else ""
-            return f"{self.ref}: ok, {self.checked} files match their recorded size and sha256{note}"
+            line = f"{self.ref}: ok, {self.checked} files match their recorded size and sha256{note}"
+            what = []
+            if self.touched:
+                what.append(f"{self.touched} files were touched (mtime/ctime changed, same bytes)")
+            if self.size_only:
+                what.append(f"the manifest had no mtime/ctime of {self.size_only} files")
+            if what:
+                done = "their stamps are recorded now" if self.resealed else "only its owner's verify records them"
+                line += f"\n  {'; '.join(what)}: {done}"
+            return line
         lines = [f"{self.ref}: CORRUPT ({self.path})"]
         if self.owner_changed:
             lines[0] = f"{self.ref}: CORRUPT: owner changed ({self.path}; the entry belongs to {self.owner})"
