@@ -106,6 +106,10 @@ from ._inputs import (
     ModeTranslation,
 )
 
+#: where the init step unpacks the job's working folder (an emptyDir the trainer mounts read-only)
+WORKDIR_MOUNT = "/starverse/workdir"
+WORKDIR_SIZE = "1Gi"
+
 
 def make_mode(launch: KubeLaunch, cluster: ClusterConfig) -> ModeTranslation:
     """Translate the spec for its accelerator (see the module docstring).
@@ -284,6 +288,8 @@ def make_env(launch: KubeLaunch, cluster: ClusterConfig, mode: ModeTranslation) 
         mounts=launch.mounts,
         resume_from=launch.resume_from,
     )
+    if "STARVERSE_WORKDIR" in env:  # unpacked by the init step into the pod's own read-only folder
+        env["STARVERSE_WORKDIR"] = WORKDIR_MOUNT
     out = [c.V1EnvVar(name=k, value=v) for k, v in {**base, **env, **launch.cost_env}.items()]
     for name, (secret, key) in kube_secret_refs(spec).items():  # env:/file: refused with a kubectl hint
         source = c.V1EnvVarSource(secret_key_ref=c.V1SecretKeySelector(name=secret, key=key))
@@ -299,7 +305,13 @@ def _entry(launch: KubeLaunch) -> tuple[list[str], bool]:
     if spec.command:
         return [_literal(a) for a in (*spec.command, *extra)], True
     script = launch.script or f"{launch.run_dir}/train.py"
+    if spec.workdir_id and spec.workdir and spec.script and _under(spec.script, spec.workdir):
+        script = spec.script  # the worker runs the packed copy of it, in the unpacked working folder
     return ["-m", WORKER_MODULE, *(_literal(a) for a in (script, *spec.args, *extra))], False
+
+
+def _under(path: str, folder: str) -> bool:
+    return path.startswith(folder.rstrip("/") + "/")
 
 
 def _literal(arg: str) -> str:
@@ -350,7 +362,38 @@ def _volumes(
     claim = c.V1PersistentVolumeClaimVolumeSource(claim_name=cluster.experiments_claim)
     volumes.append(c.V1Volume(name="experiments", persistent_volume_claim=claim))
     mounts.append(c.V1VolumeMount(name="experiments", mount_path=cluster.experiments))
+    if launch.spec.workdir_id:  # the job's working folder: the init step unpacks it, the trainer reads it
+        volumes.append(c.V1Volume(name="workdir", empty_dir=c.V1EmptyDirVolumeSource(size_limit=WORKDIR_SIZE)))
+        mounts.append(c.V1VolumeMount(name="workdir", mount_path=WORKDIR_MOUNT, read_only=True))
     return volumes, mounts, wait
+
+
+def _env_argv(launch: KubeLaunch, cluster: ClusterConfig) -> list[str]:
+    """The init step of the job's environment: check it is on the store, unpack the working folder."""
+    spec = launch.spec
+    module = "jupyter_starverse.envs._unpack"
+    ids = [spec.env_id or "-", spec.workdir_id or "-"]
+    return [cluster.python, "-c", BOOT, "jupyter_starverse", module, cluster.store, *ids, WORKDIR_MOUNT]
+
+
+def _env_init(launch: KubeLaunch, cluster: ClusterConfig, image: str, store_mounts: list[Any]) -> list[Any]:
+    from kubernetes import client as c
+
+    if not (launch.spec.env_id or launch.spec.workdir_id):
+        return []
+    mounts = list(store_mounts)
+    if launch.spec.workdir_id:
+        mounts.append(c.V1VolumeMount(name="workdir", mount_path=WORKDIR_MOUNT))
+    return [
+        c.V1Container(
+            name="job-env",
+            image=image,
+            command=_env_argv(launch, cluster),
+            volume_mounts=mounts or None,
+            resources=_small_resources(launch.pool),
+            security_context=make_container_security(cluster),
+        )
+    ]
 
 
 def _pull_argv(launch: KubeLaunch, cluster: ClusterConfig) -> list[str]:
@@ -425,6 +468,7 @@ def make_pod_template(
                 security_context=make_container_security(cluster),
             )
         ]
+    init = [*(init or []), *_env_init(launch, cluster, mode.image, wait_mounts)] or None
     return c.V1PodTemplateSpec(
         metadata=c.V1ObjectMeta(
             labels=make_labels(launch, cluster), annotations=_pod_annotations(launch.pool, cluster)

@@ -133,8 +133,9 @@ def render_script(launch: SlurmLaunch) -> str:
     lines += ["", "set -uo pipefail", ""]
 
     lines += ["# -- environment of every rank (torchrun adds RANK, WORLD_SIZE, ...) --"]
-    lines += [f"export {k}={_q(v)}" for k, v in sorted(launch.env.items())]
+    lines += [f"export {k}={_q(v)}" for k, v in sorted(launch.env.items()) if k != "PYTHONPATH"]
     lines.append("")
+    lines += _activation(launch.env)
     if spec.secrets:
         lines += [
             "# -- secrets, by reference: starverse puts each into the environment of `sbatch` when it submits",
@@ -200,6 +201,27 @@ def render_script(launch: SlurmLaunch) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _activation(env: Mapping[str, str]) -> list[str]:
+    """The step before srun: the job's environment and working folder must be on the shared store."""
+    site, workdir = env.get("PYTHONPATH") if env.get("STARVERSE_ENV") else None, env.get("STARVERSE_WORKDIR")
+    if site is None and workdir is None:
+        return [f"export PYTHONPATH={_q(env['PYTHONPATH'])}", ""] if "PYTHONPATH" in env else []
+    out = ["# -- the job's environment (`starverse env show ID`) and working folder, built once on the store --"]
+    if site is not None:
+        record = site.rsplit("/", 1)[0] + "/env.json"
+        out += [
+            f"[ -f {_q(record)} ] || {{ echo \"starverse: environment {env['STARVERSE_ENV'][:12]} is missing on "
+            '$(hostname); launch again (the launch builds it)" >&2; exit 1; }',
+            f"export PYTHONPATH={_q(site)}${{PYTHONPATH:+:$PYTHONPATH}}  # layered over the Python of the job",
+        ]
+    if workdir is not None:
+        out.append(
+            f"[ -d {_q(workdir)} ] || {{ echo \"starverse: working folder {_one_line(workdir)} is missing on "
+            '$(hostname)" >&2; exit 1; }'
+        )
+    return [*out, ""]
 
 
 def _slurm_memory(text: str) -> str:
