@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata as md
 import json
+import os
 import re
 import subprocess
 import sys
@@ -117,6 +118,14 @@ def _dist_size(dist: md.Distribution) -> int:
     return total
 
 
+def sized(d: Dist) -> Dist:
+    """``d`` with the size of its installed files."""
+    if d.location is None:
+        return d
+    found = [x for x in md.distributions(path=[d.location]) if norm(x.metadata["Name"] or "") == d.key]
+    return Dist(d.name, d.version, d.location, _dist_size(found[0]) if found else 0, d.requires)
+
+
 def capture_notebook(paths: Sequence[str] | None = None) -> list[Dist]:
     """The distributions the kernel sees (``paths``: its ``sys.path``), first on the path first."""
     seen: dict[str, Dist] = {}
@@ -129,7 +138,7 @@ def capture_notebook(paths: Sequence[str] | None = None) -> list[Dist]:
             name=name,
             version=dist.version,
             location=str(Path(str(location)).parent) if location is not None else None,
-            size=_dist_size(dist),
+            size=0,  # sized only when it is in the diff (sized()): RECORDs of every package cost a second
             requires=tuple(dist.requires or ()),
         )
     return list(seen.values())
@@ -142,8 +151,22 @@ _LIST = (
 )
 
 
+_SEEN: dict[tuple[str, str, int], tuple[str, dict[str, str]]] = {}
+
+
+def _site_stamp(python: str) -> int:
+    """Changes when packages are installed into the interpreter's prefix (its site folders' mtimes)."""
+    prefix = Path(python).absolute().parent.parent
+    return sum(p.stat().st_mtime_ns for p in prefix.glob("lib/python3*/site-packages") if p.is_dir())
+
+
 def python_set(python: str, *, env: Mapping[str, str] | None = None) -> tuple[str, dict[str, str]]:
-    """(Python version, {name: version}) that the interpreter ``python`` sees with the launcher's environment."""
+    """(Python version, {name: version}) that the interpreter ``python`` sees with the launcher's environment.
+
+    Kept per process until a package is installed into that interpreter's prefix."""
+    key = (python, os.environ.get("PYTHONPATH", "") if env is None else env.get("PYTHONPATH", ""), _site_stamp(python))
+    if key in _SEEN:
+        return _SEEN[key][0], dict(_SEEN[key][1])
     try:
         out = subprocess.run([python, "-c", _LIST], capture_output=True, text=True, timeout=60, env=env, check=True)
         data = json.loads(out.stdout)
@@ -153,7 +176,8 @@ def python_set(python: str, *, env: Mapping[str, str] | None = None) -> tuple[st
             field="env_from",
             hint="check STARVERSE_SLURM_PYTHON (or the interpreter the job runs), or launch with --env-from image",
         ) from e
-    return str(data["python"]), {norm(k): str(v) for k, v in data["dists"]}
+    _SEEN[key] = (str(data["python"]), {norm(k): str(v) for k, v in data["dists"]})
+    return _SEEN[key][0], dict(_SEEN[key][1])
 
 
 def image_set(image: str, records: Iterable[Path] = ()) -> tuple[str, dict[str, str], bool]:
@@ -196,7 +220,7 @@ def diff(kernel: Sequence[Dist], image: Mapping[str, str]) -> tuple[list[Dist], 
     tooling = _closure(TOOLING, by_name)
     wanted = [d for d in kernel if d.key not in image and d.key not in tooling]
     needs = _closure([d.key for d in wanted], by_name)  # what the user's packages need comes along
-    out = [by_name[k] for k in sorted(needs) if k not in image]
+    out = [sized(by_name[k]) for k in sorted(needs) if k not in image]
     notes = [
         f"{d.name}: the kernel has {d.version}, the job keeps the image's {image[d.key]}"
         for d in kernel
