@@ -22,6 +22,7 @@ from typing import Any
 
 from tornado import web
 
+from jupyter_starverse._inputs import NAME_MAX, check_path
 from jupyter_starverse.errors import BadInputError, PermissionDeniedError
 from jupyter_starverse.pipelines import EXPORT_FORMATS, Pipeline
 
@@ -50,9 +51,13 @@ class _PipelineHandler(StarverseHandler):
         raw = body.get("path")
         if raw is None:
             return pipeline, self.root(), None
-        if not isinstance(raw, str) or len(raw) > 4096:
-            raise BadInputError("path must be the document's path relative to the server root", field="path")
+        hint = "the .svpipeline file's path relative to the server root, e.g. work/sft.svpipeline"
+        if not isinstance(raw, str):
+            raise BadInputError("path must be the document's path relative to the server root", field="path", hint=hint)
+        check_path(raw, "path", hint=hint)
         rel = PurePosixPath(raw.lstrip("/"))
+        if len(rel.stem.encode()) > NAME_MAX - 16:  # export writes <stem>-<format>/ beside it
+            raise BadInputError(f"the file name {rel.name!r} is too long to export beside", field="path", hint=hint)
         folder = (self.root() / rel.parent).resolve()
         if folder != self.root() and self.root() not in folder.parents:
             raise PermissionDeniedError(f"{raw!r} is outside the server's root", hint="open a file under the root")

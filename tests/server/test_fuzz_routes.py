@@ -550,6 +550,11 @@ async def test_over_long_names_are_a_400_before_the_file_system_sees_them(jp_fet
     for model in (long, f"./{long}/model", f"exp:{long}"):
         code, reply = await _error(jp_fetch, "chat", "sessions", method="POST", body=json.dumps({"model": model}))
         assert code == 400 and reply["field"] == "model" and reply["hint"], reply
+    pipeline = {"version": 1, "name": "p", "nodes": [], "edges": []}
+    for path in (f"{long}.svpipeline", "x" * 250 + ".svpipeline", f"a/{long}/b.svpipeline"):
+        body = {"pipeline": pipeline, "path": path, "format": "sbatch", "write": True}
+        code, reply = await _error(jp_fetch, "pipelines", "export", method="POST", body=json.dumps(body))
+        assert code == 400 and reply["field"] == "path" and reply["hint"], reply
     spec = {"name": "x", "script": f"{long}.py"}
     code, reply = await _error(jp_fetch, "jobs", "preview", method="POST", body=json.dumps({"spec": spec}))
     assert code == 400 and reply["field"] == "script" and reply["hint"], reply
