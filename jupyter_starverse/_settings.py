@@ -25,6 +25,7 @@ extension starts from the same object and overrides fields from its traitlets.
 | STARVERSE_USER              | user name recorded on jobs and costs              | login name                      |
 | STARVERSE_WORKSPACE         | where the workspace runs: ``auto``/``local``/``kubernetes``/``jupyterhub`` | ``auto`` |
 | STARVERSE_LOCAL_GPU         | whether this machine has a GPU: ``auto`` (look for ``/dev/nvidia0``, ``nvidia-smi``)/``yes``/``no`` | ``auto`` |
+| STARVERSE_READONLY_MOUNTS   | local jobs see store mounts as read-only bind mounts (a mount namespace): ``auto``/``no`` | ``auto`` |
 | STARVERSE_CPU_IMAGE         | image of jobs in CPU mode (CPU variant)           | the job's image                 |
 | STARVERSE_HUB_PROFILES      | KubeSpawner profile per mode: ``cpu=slug,a100-80g=slug`` |                          |
 | STARVERSE_WORKSPACE_CONTAINER | container of the workspace pod to move           | the first one                   |
@@ -84,6 +85,7 @@ MODES = ("cpu", "gpu")
 KUBE_KINDS = ("job", "jobset", "trainjob", "pytorchjob")
 WORKSPACES = ("auto", "local", "kubernetes", "jupyterhub")
 LOCAL_GPU = ("auto", "yes", "no")
+READONLY_MOUNTS = ("auto", "no")
 
 
 def _image_tag(version: str) -> str:
@@ -361,6 +363,8 @@ class Settings:
     workspace: str = "auto"
     #: whether this machine has a GPU for the local workspace's GPU mode (auto: probe; yes: e.g. ROCm)
     local_gpu: str = "auto"
+    #: local jobs: store mounts read-only in a mount namespace where the kernel allows it (auto), or not (no)
+    readonly_mounts: str = "auto"
     cpu_image: str | None = None
     #: idle guards (issue 13): a job whose GPUs idle this long is stopped, the workspace switches to CPU
     job_idle_minutes: float = 30.0
@@ -428,6 +432,7 @@ class Settings:
             user=_optional(env, "STARVERSE_USER") or _user(),
             workspace=_choice(env, "STARVERSE_WORKSPACE", WORKSPACES, "auto"),
             local_gpu=_choice(env, "STARVERSE_LOCAL_GPU", LOCAL_GPU, "auto"),
+            readonly_mounts=_choice(env, "STARVERSE_READONLY_MOUNTS", READONLY_MOUNTS, "auto"),
             cpu_image=_optional(env, "STARVERSE_CPU_IMAGE"),
             job_idle_minutes=_minutes(env, "STARVERSE_JOB_IDLE_MINUTES", 30.0),
             workspace_idle_minutes=_minutes(env, "STARVERSE_WORKSPACE_IDLE_MINUTES", 60.0),
@@ -494,6 +499,7 @@ class Settings:
             "STARVERSE_JOB_IDLE_MINUTES": f"{self.job_idle_minutes:g}",
             "STARVERSE_WORKSPACE_IDLE_MINUTES": f"{self.workspace_idle_minutes:g}",
             "STARVERSE_LOCAL_GPU": self.local_gpu,
+            "STARVERSE_READONLY_MOUNTS": self.readonly_mounts,
             "STARVERSE_NAN_STEPS": str(self.nan_steps),
             "STARVERSE_PULL_CONNECTIONS": str(self.pull_connections),
             "STARVERSE_KUBE_KIND": self.kube_kind,

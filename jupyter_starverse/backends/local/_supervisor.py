@@ -72,6 +72,7 @@ from ._attempts import (
     oom_kills,
     signal_name,
 )
+from ._readonly import after_job, readonly_preexec
 
 __all__ = ["main"]
 
@@ -207,7 +208,9 @@ class _Supervisor:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_die_with_parent,  # a dead supervisor SIGTERMs its agents: ranks checkpoint, billing ends
+            # a dead supervisor SIGTERMs its agents (ranks checkpoint, billing ends); the store mounts are
+            # checked (changed: refused) and read-only in the agent's own mount namespace (see _readonly)
+            preexec_fn=readonly_preexec(self.settings, self.spec.mounts, then=_die_with_parent),
         )
         self.procs[node.index] = proc
         now = time.time()
@@ -673,7 +676,8 @@ class _Supervisor:
         self.status = replace(self.status, nodes=tuple(nodes))
         self.check_budget(final=True)  # costs: the final meter reading of every job, budget or not
         state = self.stop_state if self.stop_reason else "succeeded"
-        self.save(state=state, finished=now, reason=self.stop_reason)
+        written = after_job(self.settings, self.spec.mounts)  # a write into a mount shows in the job's reason
+        self.save(state=state, finished=now, reason="; ".join(r for r in (self.stop_reason, written) if r) or None)
         for log in self.logs.values():
             log.close()
 
