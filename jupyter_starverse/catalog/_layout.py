@@ -10,7 +10,7 @@
       catalog/models/models--ORG--REPO/REV.manifest.json commit + verified files
       data/NAME/VERSION/...                         dataset files (read-only, mount path)
       hf/hub/                                       HF_HUB_CACHE (huggingface_hub layout)
-      .leases/  .progress/  .usage/                 single-flight, live progress, last use
+      .leases/u<uid>/  .progress/  .usage/          single-flight (one folder per user), live progress, last use
 
 Every entry has an owner: the uid of its record file (``lstat``, never what the record says).
 Only the owner, root or an admin changes it (:func:`jupyter_starverse._volume.may_act`);
@@ -200,11 +200,17 @@ class Layout:
         return Layout.key(ref) if isinstance(ref, DatasetRef) else f"{Layout._hf_prefix(ref)}.{ref.org}--{ref.repo}"
 
     def lease_path(self, key: str) -> Path:
-        return self.root / ".leases" / f"{key}.lease"
+        """The single-flight lease of ``key``, in this user's own lease folder.
+
+        Only an entry's owner pulls it, so its leases live in ``.leases/u<uid>/``, a folder only
+        that uid writes (``.leases`` itself is sticky and group-writable): another member cannot
+        plant a lease that the owner, in a sticky folder, could never remove.
+        """
+        return self.root / ".leases" / f"u{os.geteuid()}" / f"{key}.lease"
 
     def file_lease_path(self, key: str, rel: str) -> Path:
         digest = hashlib.sha1(rel.encode(), usedforsecurity=False).hexdigest()[:20]
-        return self.root / ".leases" / "files" / f"{key}.{digest}.lease"
+        return self.root / ".leases" / f"u{os.geteuid()}" / f"{key}.{digest}.lease"
 
     def progress_path(self, key: str) -> Path:
         return self.root / ".progress" / f"{key}.json"

@@ -34,6 +34,8 @@ import contextlib
 import hashlib
 import json
 import os
+import re
+import stat
 import threading
 import time
 import uuid
@@ -42,8 +44,39 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jupyter_starverse._procs import ProcessRecord, alive, process_record
+from jupyter_starverse.errors import PermissionDeniedError
 
 from ._perms import make_dirs
+
+_USER_FOLDER = re.compile(r"u\d+")
+
+
+def _own_folder(folder: Path) -> None:
+    """Make the lease's folder; a per-user one (``u<uid>``) is not group-writable and must be ours.
+
+    In a shared store ``.leases`` is sticky and group-writable: a lease another member planted
+    there could never be replaced by us. So a user's leases live in a folder only that user
+    writes, and one that someone else made for us is refused, with who did it.
+    """
+    make_dirs(folder.parent)
+    if not _USER_FOLDER.fullmatch(folder.name):
+        make_dirs(folder)
+        return
+    try:
+        st = folder.lstat()
+    except FileNotFoundError:
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir()
+            folder.chmod(0o755 | (folder.parent.stat().st_mode & stat.S_ISGID))
+        st = folder.lstat()
+    me = os.geteuid()
+    if not stat.S_ISDIR(st.st_mode) or (st.st_uid != me and me != 0) or st.st_mode & stat.S_IWOTH:
+        raise PermissionDeniedError(
+            f"the lease folder {folder} is not yours (uid {st.st_uid}, {stat.filemode(st.st_mode)}): "
+            "someone else made it, so your pulls cannot take a lease",
+            hint=f"ask its owner (or root) to remove {folder}; your next pull makes it again",
+        )
+
 
 __all__ = ["Lease", "LeaseInfo"]
 
@@ -180,10 +213,10 @@ class Lease:
 
     def try_acquire(self) -> bool:
         """Take the lease if it is free or stale; never blocks (call it again to keep watching)."""
+        _own_folder(self.path.parent)  # a lease in a folder someone else made for us is no lease
         current = _read(self.path, self.ttl)
         if current is not None and not current.is_stale():
             return False  # the common case for waiters: no write at all
-        make_dirs(self.path.parent)
         self.fence = (current.fence if current is not None else 0) + 1
         self.renewals = 0
         started = time.monotonic()

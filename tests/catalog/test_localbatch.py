@@ -40,7 +40,8 @@ def test_a_folder_pull_is_one_batch_with_verified_records_and_no_file_leases(cat
     assert {f.path: f.sha256 for f in manifest.files} == {k: hashlib.sha256(v).hexdigest() for k, v in content.items()}
     assert all(p.stat().st_mode & 0o222 == 0 for p in root.rglob("*") if p.is_file())  # published read-only
     assert (root / "sparse.bin").stat().st_blocks * 512 < 500_000  # zero blocks stay holes
-    assert not list((catalog.layout.root / ".leases" / "files").glob("*"))  # the entry lease only
+    entry_lease = catalog.layout.lease_path(catalog.layout.lease_key(DatasetRef("batch", "1")))
+    assert [p for p in entry_lease.parent.glob("*.lease") if p != entry_lease] == []  # the entry lease only
     assert not staging_dir(root).exists()
     assert catalog.verify("batch").ok
     assert seen and max(b or 0 for _, b in seen) == sum(len(v) for v in content.values())

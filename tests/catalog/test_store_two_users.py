@@ -414,3 +414,60 @@ def test_only_the_owner_fills_an_entry(shared_tmp: Path) -> None:
     assert not (shared_tmp / "store" / "data" / "apend").exists()
     _ok(cli_as(ALICE, [TEAM], env, shared_tmp, "store", "pull", "apend"))
     _ok(cli_as(BOB, [TEAM], env, shared_tmp, "store", "pull", "apend"))  # cached: a no-op read for bob
+
+
+def _plant_leases(shared_tmp: Path, env: dict[str, str], *names: str) -> str:
+    leases = shared_tmp / "store" / ".leases"
+    plant = f"""
+        import json
+        from pathlib import Path
+        leases = Path("{leases}")
+        record = {{"token": "bob", "renewals": 0, "ttl": 3600, "fence": 1,
+                   "process": {{"host": "elsewhere", "pid": 1}}}}
+        for folder in (leases, leases / "u{ALICE}"):
+            for name in {list(names)!r}:
+                try:
+                    folder.mkdir(exist_ok=True)
+                    (folder / name).write_text(json.dumps(record))
+                    print("planted", folder / name)
+                except OSError as e:
+                    print("refused", folder / name, e.errno)
+    """
+    out = as_user(BOB, [TEAM], plant, env, shared_tmp)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+@as_root
+def test_a_lease_bob_plants_for_alices_entry_does_not_block_her_pull(shared_tmp: Path) -> None:
+    """``.leases`` is sticky and group-writable: a lease file bob made there could never be
+    replaced by alice. Her leases live in her own folder, which bob cannot write."""
+    src = shared_tmp / "src"
+    src.mkdir()
+    (src / "a.txt").write_text("alpha")
+    src.chmod(0o755)
+    env = shared_env(shared_tmp, STARVERSE_SHARED_GROUP=str(TEAM), STARVERSE_LOCK_TTL="60")
+    for name in ("first", "adata"):
+        assert cli_as(ALICE, [TEAM], env, shared_tmp, "store", "add", name, str(src)).returncode == 0
+    assert cli_as(ALICE, [TEAM], env, shared_tmp, "store", "pull", "first").returncode == 0  # her folder exists
+    alices = shared_tmp / "store" / ".leases" / f"u{ALICE}"
+    out = _plant_leases(shared_tmp, env, "ds.adata@1.lease")
+    assert f"refused {alices / 'ds.adata@1.lease'}" in out  # bob cannot write into her lease folder
+    pulled = cli_as(ALICE, [TEAM], env, shared_tmp, "store", "pull", "adata", "--json")
+    assert pulled.returncode == 0, pulled.stderr
+    assert json.loads(pulled.stdout)["state"] == "cached"
+    assert alices.stat().st_uid == ALICE and not alices.stat().st_mode & 0o022  # nobody else writes there
+
+
+@as_root
+def test_a_lease_folder_bob_made_for_alice_is_refused_naming_him(shared_tmp: Path) -> None:
+    src = shared_tmp / "src"
+    src.mkdir()
+    (src / "a.txt").write_text("alpha")
+    src.chmod(0o755)
+    env = shared_env(shared_tmp, STARVERSE_SHARED_GROUP=str(TEAM), STARVERSE_LOCK_TTL="60")
+    assert cli_as(ALICE, [TEAM], env, shared_tmp, "store", "add", "adata", str(src)).returncode == 0
+    _plant_leases(shared_tmp, env, "ds.adata@1.lease")  # before alice's first pull: he can make her folder
+    pulled = cli_as(ALICE, [TEAM], env, shared_tmp, "store", "pull", "adata")
+    assert pulled.returncode != 0 and "Traceback" not in pulled.stderr
+    assert f"uid {BOB}" in pulled.stderr and "not yours" in pulled.stderr  # a clear error that names him
