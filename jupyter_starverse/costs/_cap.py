@@ -117,9 +117,10 @@ def check_budget_covers(spec: JobSpec, table: PriceTable, *, startup_s: float, s
     need_s = startup_s + stop_margin_s
     with localcontext(_CTX):
         need = per_second * Decimal(repr(need_s))
-        lasts = spec.budget / per_second
     if spec.budget >= need:
         return
+    with localcontext(_CTX):  # only for a small budget: 1e9999999 / rate would overflow the context
+        lasts = spec.budget / per_second
     cur = table.currency
     raise BadInputError(
         f"JobSpec.budget: {spec.budget} {cur} lasts {float(lasts):.1f} s at {per_second.normalize():f} {cur}/s, "

@@ -58,6 +58,8 @@ _FIELD = {
 DEFAULT_HOURS = 1.0
 #: Longest a step may be estimated to run: what the price table prices (a year).
 MAX_HOURS = MAX_SECONDS // 3600
+#: Largest budget a step takes (more is a typo, and 1e9999999 overflows any money arithmetic).
+MAX_BUDGET = 10**15
 
 
 @dataclass(frozen=True)
@@ -241,7 +243,7 @@ def step_plan(pipeline: Pipeline, node: Node, *, base_dir: Path, facade: Facade,
             env[var] = folder
     budget = p.get("budget")
     if budget not in (None, ""):  # JobSpec says what a budget must be; here only that it is a number
-        budget = check_number(budget, "budget", low=0, hint="give the budget as an amount, e.g. 500")
+        budget = check_number(budget, "budget", low=0, high=MAX_BUDGET, hint="give the budget as an amount, e.g. 500")
     hours = float(check_number(p.get("hours", DEFAULT_HOURS), "hours", low=0, low_open=True, high=MAX_HOURS,
                                hint=f"give the hours the step runs, more than 0 and at most {MAX_HOURS}"))  # fmt: skip
     job: dict[str, Any] = {

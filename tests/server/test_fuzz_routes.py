@@ -194,6 +194,8 @@ STRINGS: list[Any] = [
     "%2e%2e",
     "\u0663",
     "NaN",
+    "1e9999999",
+    "-1e9999999",
 ]
 NUMBERS: list[Any] = [0, -1, 1e308, -1e308, 10**30, 2**63, 0.5, 1e-308, -0.0, 4097, 10**18]
 OTHERS: list[Any] = [None, True, False, [], {}, [1, "x", None], {"a": {"b": [None]}}, "1", [["x"] * 3] * 3]
@@ -397,6 +399,7 @@ def _train(**params: Any) -> dict[str, Any]:
         ({"budget": "NaN"}, "budget"),
         ({"budget": "-Infinity"}, "budget"),
         ({"budget": -5}, "budget"),
+        ({"budget": "1e9999999"}, "budget"),  # decimal.Overflow in the budget check
     ],
 )
 async def test_pipeline_numbers_out_of_range_are_issues_on_the_node(
@@ -411,6 +414,14 @@ async def test_pipeline_numbers_out_of_range_are_issues_on_the_node(
     for route in ("pipelines/run", "pipelines/export"):
         code, reply = await _error(jp_fetch, *route.split("/"), method="POST", body=json.dumps(_train(**params)))
         assert code == 400 and reply["hint"], reply
+
+
+async def test_a_budget_past_the_decimal_range_is_not_a_500(jp_fetch: Any, fuzz_root: Path) -> None:
+    """`budget: "1e9999999"` of a spec whose script exists overflowed the budget check (decimal.Overflow)."""
+    (fuzz_root / "t.py").write_text("print('hi')\n")
+    spec = {"name": "x", "script": str(fuzz_root / "t.py"), "budget": "1e9999999"}
+    preview = await _post(jp_fetch, "jobs/preview", {"spec": spec})
+    assert preview["rendered"] and "1E+9999999" in json.dumps(preview["cost"]), preview["cost"]
 
 
 def test_a_chain_of_prep_steps_that_skip_ahead_is_checked_in_linear_time(client: Any, tmp_path: Path) -> None:
