@@ -12,6 +12,9 @@
 | store rm REF [--force]                       | removed refs                    |
 | store evict --max-bytes N [--force]          | evicted entries                 |
 
+``mount``, ``status`` and ``ls`` compare each file's size, mtime and ctime with the manifest (one
+stat per file): an entry changed since it was published is ``corrupt`` with the files named, and
+``mount`` refuses it (exit 4); ``verify`` hashes and names them, ``pull`` repairs.
 ``rm``/``evict`` refuse (ConflictError, HTTP 409) while a running job holds an entry;
 ``--force`` removes it under the job. Only an entry's owner (or root, or a member of
 ``STARVERSE_ADMIN_GROUP``) may remove, evict, repair or add a version of it

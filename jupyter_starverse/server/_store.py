@@ -9,6 +9,9 @@
 | POST | store/pull             | ``{ref, allow?, ignore?, connections?}``    | ``PullProgress`` (202)        |
 | GET  | store/pulls            |                                             | ``[PullProgress]``            |
 
+``store/mount`` of an entry whose files changed since it was published (size, mtime or ctime
+against its manifest) is a 409 naming them, with the verify/pull hint; listings and entries then
+say ``state: corrupt`` and ``problem`` (and ``note`` when the manifest allows a size-only check).
 ``allow``/``ignore`` are lists of glob patterns choosing files of a Hugging Face repo and
 ``connections`` a whole number from 1 to 64, as for ``starverse store pull``; they are checked
 before the pull starts (a 400 with a hint), and so is the owner: only an entry's owner (or an
