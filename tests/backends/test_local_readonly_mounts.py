@@ -21,7 +21,6 @@ import pytest
 
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.backends.local._local import LocalBackend
-from jupyter_starverse.backends.local._readonly import protect
 from jupyter_starverse.catalog import Catalog
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.jobmodel import JobSpec, JobState
@@ -64,21 +63,25 @@ def _corpus(catalog: Catalog, src: Path) -> Path:
     return catalog.mount("corpus")
 
 
+_PROBE = """
+import sys
+from pathlib import Path
+from jupyter_starverse.backends.local._readonly import protect
+protect([sys.argv[1]])
+try:
+    (Path(sys.argv[1]) / "x").write_text("x")
+except OSError:
+    sys.exit(0)
+sys.exit(1)
+"""
+
+
 def _namespaces_work(tmp: Path) -> bool:
-    """Whether this kernel lets this process make a read-only bind (tried in a child)."""
-    (tmp / "probe").mkdir()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        code = 1
-        try:
-            protect([str(tmp / "probe")])
-            try:
-                (tmp / "probe" / "x").write_text("x")
-            except OSError:
-                code = 0
-        finally:
-            os._exit(code)
-    return os.waitpid(pid, 0)[1] == 0
+    """Whether this kernel lets this uid make a read-only bind (tried in a child process)."""
+    probe = tmp / "probe"
+    probe.mkdir()
+    done = subprocess.run([sys.executable, "-c", _PROBE, str(probe)], capture_output=True, timeout=60)
+    return done.returncode == 0 and not (probe / "x").exists()
 
 
 def _spec() -> JobSpec:
