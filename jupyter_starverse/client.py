@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from .modes import Mode, ModeService, SmokeResult
     from .pipelines import PipelineService
     from .recipes import RecipePlan, RecipeService
+    from .serve import ServeService
     from .watch import JobWatch
 
 __all__ = ["Info", "JobsAcross", "LaunchPreview", "Starverse"]
@@ -261,6 +262,13 @@ class Starverse:
         from .export import ExportService
 
         return ExportService(self.settings, self.catalog, self.feedback)
+
+    @functools.cached_property
+    def serve(self) -> ServeService:
+        """OpenAI-compatible endpoints of store models: here (a detached process each), Kubernetes and Slurm."""
+        from .serve import ServeService
+
+        return ServeService(self.settings, self.catalog)
 
     @functools.cached_property
     def recipes(self) -> RecipeService:

@@ -7,11 +7,15 @@ Every core package may import this one; it imports only ``errors``.
 
 from __future__ import annotations
 
+from ._endpoint import ENGINES, SERVE_PORT, EndpointSpec
 from ._model import Job, JobState, LaunchBackend, LogLine, NodeStatus, group_tail
 from ._secrets import SECRET_KINDS, SecretRef, looks_secret, parse_secret_ref, secret_env_warnings
 from ._spec import BILLING_MODES, FRAMEWORKS, TEMPLATES, JobSpec
 
 __all__ = [
+    "ENGINES",
+    "SERVE_PORT",
+    "EndpointSpec",
     "BILLING_MODES",
     "FRAMEWORKS",
     "TEMPLATES",

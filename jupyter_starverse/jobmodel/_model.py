@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConflictError
+from ._endpoint import EndpointSpec
 from ._spec import JobSpec
 
 __all__ = ["JobState", "NodeStatus", "Job", "LogLine", "LaunchBackend", "group_tail"]
@@ -199,6 +200,16 @@ class LaunchBackend(ABC):
         """What runs the job's Python, for its environment's diff (``envs``): ``python:PATH``
         (default: this interpreter, as for local ranks) or ``image:NAME`` (a container image)."""
         return f"python:{sys.executable}"
+
+    def render_endpoint(self, spec: EndpointSpec, *, output: str = "yaml") -> str:
+        """What would serve ``spec`` on this backend (manifests, a batch script), as text; starts nothing."""
+        from ..errors import BadInputError
+
+        raise BadInputError(
+            f"the {self.name} backend renders no endpoint",
+            field="backend",
+            hint="`starverse serve MODEL` serves on this machine; --backend kubernetes or slurm --dry-run renders one",
+        )
 
     @abstractmethod
     def render(self, spec: JobSpec, *, output: str = "yaml") -> str:
