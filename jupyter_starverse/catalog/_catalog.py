@@ -41,7 +41,7 @@ from ._lease import Lease
 from ._localbatch import copy_batch, staging_dir
 from ._models import import_model_folder, pull_model, sha256_file, write_ref
 from ._names import DEFAULT_VERSION, DatasetRef, ModelRef, Ref, check_name, parse_hf, parse_ref, safe_join
-from ._perms import make_dirs, prepare_shared, resolve_group, tighten, translate_permissions
+from ._perms import denied, make_dirs, prepare_shared, resolve_group, tighten, translate_permissions
 from ._progress import ProgressCallback, ProgressTracker, read_progress, write_json_atomic
 from ._seal import StatCheck, check
 from ._types import Entry, EntryStatus, FileRecord, HoldInfo, PullProgress, VerifyReport
@@ -296,7 +296,10 @@ class Catalog:
 
     def _stat_check(self, ref: Ref, manifest: Manifest) -> StatCheck:
         """Size, mtime and ctime of every file (and a dataset's folders) against the manifest (``_seal``)."""
-        return check(str(ref), self._path(ref, manifest), manifest.files, manifest.folders)
+        try:
+            return check(str(ref), self._path(ref, manifest), manifest.files, manifest.folders)
+        except PermissionError as e:  # a folder we may not search: 403 with the sharing hint, not "corrupt"
+            raise denied(e, f"check the files of {ref}") from e
 
     @translate_permissions("check a store entry")
     def check(self, ref: str) -> StatCheck:

@@ -120,14 +120,19 @@ def stamp_folders(top: Path) -> tuple[FolderStamp, ...]:
     """Every folder under ``top`` (``top`` too) with its mtime and ctime; links are not followed."""
     out = []
     for dirpath, _dirs, _files in os.walk(top):  # os.walk never descends into a link
-        st = os.lstat(dirpath)
+        try:
+            st = os.lstat(dirpath)
+        except OSError:  # removed while we walked: the check will say so
+            continue
         rel = os.path.relpath(dirpath, top)
         out.append(FolderStamp("" if rel == "." else Path(rel).as_posix(), st.st_mtime_ns, st.st_ctime_ns))
     return tuple(out)
 
 
 def check(ref: str, top: Path, files: Sequence[FileRecord], folders: Sequence[FolderStamp] | None = None) -> StatCheck:
-    """Each file (and folder) against its stamp: one ``stat`` each, nothing read or hashed."""
+    """Each file (and folder) against its stamp: one ``stat`` each, nothing read or hashed.
+
+    PermissionError when a folder of the entry may not be searched (another user's umask)."""
     base = str(top)
     changed: list[str] = []
     missing: list[str] = []
@@ -138,8 +143,13 @@ def check(ref: str, top: Path, files: Sequence[FileRecord], folders: Sequence[Fo
             continue
         try:
             st = os.stat(f"{base}/{f.path}")  # noqa: PTH116
-        except OSError:
+        except (FileNotFoundError, NotADirectoryError):
             missing.append(f.path)
+            continue
+        except PermissionError:
+            raise  # a folder we may not search: not a change (the caller says who may read it)
+        except OSError:  # a loop of links, a name too long: not what was published
+            changed.append(f.path)
             continue
         if st.st_size != f.size or not stat.S_ISREG(st.st_mode):
             changed.append(f.path)
@@ -154,7 +164,7 @@ def check(ref: str, top: Path, files: Sequence[FileRecord], folders: Sequence[Fo
             continue
         try:
             st = os.lstat(f"{base}/{d.path}" if d.path else base)
-        except OSError:
+        except (FileNotFoundError, NotADirectoryError):
             missing.append(name)
             continue
         if not stat.S_ISDIR(st.st_mode) or st.st_mtime_ns != d.mtime_ns or st.st_ctime_ns != d.ctime_ns:
