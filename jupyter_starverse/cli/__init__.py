@@ -21,7 +21,7 @@ __all__ = ["HelpShown", "Presenter", "build_parser", "main", "parse"]
 
 # Command group modules (each has ``register``); add yours here.
 _GROUPS = ("_info", "_cost", "_train", "_store", "_data", "_launch", "_jobs", "_demo", "_mode", "_pipeline", "_recipes",
-           "_feedback", "_export", "_env")  # fmt: skip
+           "_feedback", "_export", "_env", "_serve")  # fmt: skip
 
 # The top-level commands each module registers: a command line loads only its own module
 # (loading all of them is most of a quick command's time); keep in step with ``_GROUPS``.
@@ -29,7 +29,7 @@ _COMMANDS = {
     "info": "_info", "cost": "_cost", "train": "_train", "store": "_store", "mount": "_store", "data": "_data",
     "launch": "_launch", "jobs": "_jobs", "demo": "_demo", "mode": "_mode", "pipeline": "_pipeline",
     "recipes": "_recipes", "feedback": "_feedback", "chat": "_feedback", "align": "_feedback", "export": "_export",
-    "env": "_env",
+    "env": "_env", "serve": "_serve",
 }  # fmt: skip
 
 # Commands that run only inside a notebook kernel: listed, and marked so in the help.

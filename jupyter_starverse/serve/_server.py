@@ -213,7 +213,7 @@ def _handler(ep: Endpoint) -> type[BaseHTTPRequestHandler]:
             body = self._body()
             ep.check_model(body)
             chat = path.endswith("chat/completions")
-            tokens, temperature, seed = ep.sampling(body, 256 if chat else 16)
+            tokens, temperature, seed = ep.sampling(body, min(256 if chat else 16, ep.max_tokens))
             ids = ep.engine.chat_ids(ep.messages(body)) if chat else ep.engine.text_ids(ep.prompt(body))
             if not ids:
                 raise RequestError(400, "the prompt is empty", param="prompt")

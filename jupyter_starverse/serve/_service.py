@@ -349,7 +349,8 @@ class ServeService:
         secret, _, key = token_secret.partition("/")
         if not secret or not key:
             raise BadInputError("the token secret is NAME/KEY", field="token_secret", hint="e.g. starverse-serve/token")
-        base = model[3:].split("@")[0].split("/")[-1]
+        base = model[3:].split("@")[0].split("/")[-1].lower()
+        base = "".join(ch if ch.isascii() and ch.isalnum() else "-" for ch in base).strip("-")[:40] or "model"
         return EndpointSpec(
             name=f"serve-{base}", model=model, model_path=str(folder), engine=engine, accelerator=accelerator,
             gpus=gpus if accelerator != "cpu" else 1, replicas=replicas, port=SERVE_PORT, token_secret=token_secret,

@@ -22,7 +22,7 @@ from jupyter_starverse.backends._restarts import PREEMPT_RESTARTS, archive_attem
 from jupyter_starverse.costs import budget_stop_reason
 from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError, StarverseError
 from jupyter_starverse.experiments import ExperimentPaths, RunPaths, plan_resume, read_json, write_json
-from jupyter_starverse.jobmodel import Job, JobSpec, JobState, LaunchBackend, LogLine
+from jupyter_starverse.jobmodel import EndpointSpec, Job, JobSpec, JobState, LaunchBackend, LogLine
 from jupyter_starverse.kube import KubeConnection, connect, require_kubernetes, resolve_namespace
 
 from ._api import ClusterApi, WireList
@@ -228,6 +228,23 @@ class KubernetesBackend(LaunchBackend):
         """The pods' image (what the job env is diffed against): the spec's, else the CPU or GPU default."""
         s = self.settings
         return f"image:{spec.image or ((s.cpu_image or s.image) if not spec.is_gpu else s.image)}"
+
+    def render_endpoint(self, spec: EndpointSpec, *, output: str = "yaml") -> str:
+        """The endpoint's Deployment + Service (``_serving``), as YAML or JSON; nothing is sent."""
+        from jupyter_starverse.kube import load_pools
+
+        from ._serving import make_endpoint_manifests
+
+        require_kubernetes()
+        pool = load_pools(self.settings).get(spec.accelerator)
+        docs = [to_dict(o) for o in make_endpoint_manifests(spec, self._cluster(), pool)]
+        if output == "json":
+            return json.dumps(docs, indent=2)
+        if output != "yaml":
+            raise BadInputError(f"unknown output {output!r}", field="output", hint="use yaml or json")
+        import yaml
+
+        return "---\n".join(yaml.safe_dump(d, sort_keys=False, width=200) for d in docs)
 
     def render(self, spec: JobSpec, *, output: str = "yaml") -> str:
         _, objects = self.plan(spec)

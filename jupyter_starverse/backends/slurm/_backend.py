@@ -32,7 +32,7 @@ from jupyter_starverse.experiments import (
     read_json,
     write_json,
 )
-from jupyter_starverse.jobmodel import Job, JobSpec, JobState, NodeStatus
+from jupyter_starverse.jobmodel import EndpointSpec, Job, JobSpec, JobState, NodeStatus
 from jupyter_starverse.watch import first_rank_error
 
 from .._restarts import PREEMPT_EXIT, PREEMPT_RESTARTS
@@ -203,6 +203,17 @@ class SlurmBackend(RunFolderBackend):
             preempt_restarts=self.preempt_restarts,
         )
         return launch, resume
+
+    def render_endpoint(self, spec: EndpointSpec, *, output: str = "sbatch") -> str:
+        """The endpoint as a batch script (``_serving``) on the accelerator's partition; submits nothing."""
+        from ._serving import render_endpoint_script
+
+        if output not in ("sbatch", "yaml"):
+            raise BadInputError(f"output {output!r} is not sbatch", field="output", hint="use sbatch")
+        partition = self.partition(JobSpec(name=spec.name, command=("true",), accelerator=spec.accelerator))
+        run_dir = f"{self.settings.experiments}/.serve/{spec.name}"
+        return render_endpoint_script(spec, python=self.settings.slurm_python or sys.executable, run_dir=run_dir,
+                                      partition=partition)  # fmt: skip
 
     def render(self, spec: JobSpec, *, output: str = "sbatch") -> str:
         """The sbatch script (``sbatch``), or its inputs as ``yaml`` / ``json``; submits nothing."""
