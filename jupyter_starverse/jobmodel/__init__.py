@@ -10,7 +10,7 @@ from __future__ import annotations
 from ._endpoint import ENGINES, SERVE_PORT, EndpointSpec
 from ._model import Job, JobState, LaunchBackend, LogLine, NodeStatus, group_tail
 from ._secrets import SECRET_KINDS, SecretRef, looks_secret, parse_secret_ref, secret_env_warnings
-from ._spec import BILLING_MODES, FRAMEWORKS, TEMPLATES, JobSpec
+from ._spec import BILLING_MODES, FRAMEWORKS, MAX_BUDGET, TEMPLATES, JobSpec
 
 __all__ = [
     "ENGINES",
@@ -21,6 +21,7 @@ __all__ = [
     "TEMPLATES",
     "Job",
     "JobSpec",
+    "MAX_BUDGET",
     "JobState",
     "LaunchBackend",
     "LogLine",

@@ -12,13 +12,14 @@ import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
+from .._inputs import NAME_MAX, check_number, check_path, check_text
 from ..errors import BadInputError
 from ._secrets import REF_EXAMPLES, parse_secret_ref
 
-__all__ = ["JobSpec", "TEMPLATES", "BILLING_MODES", "FRAMEWORKS", "job_name_of"]
+__all__ = ["JobSpec", "MAX_BUDGET", "TEMPLATES", "BILLING_MODES", "FRAMEWORKS", "job_name_of"]
 
 TEMPLATES = ("ddp", "fsdp", "tp", "pp")
 FRAMEWORKS = ("torch", "megatron", "deepspeed")
@@ -32,6 +33,8 @@ _RESERVED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT
 
 
 _MAX_DISPLAY = 256
+#: The largest budget a job takes (the pipelines' bound): beyond it the decimal arithmetic of the meter overflows.
+MAX_BUDGET = 10**15
 
 
 def job_name_of(display_name: str) -> str:
@@ -56,6 +59,36 @@ def job_name_of(display_name: str) -> str:
 
 def _bad(field_name: str, why: str, hint: str | None = None) -> BadInputError:
     return BadInputError(f"JobSpec.{field_name}: {why}", field=field_name, hint=hint)
+
+
+def _text(name: str, value: object, *, path: bool = False, max_len: int | None = None) -> None:
+    """Refuse a string that is not UTF-8 (a lone surrogate from a CLI argument or a magic) or too long."""
+    if not isinstance(value, str):
+        return  # the type checks below name the expected type
+    try:
+        if path:
+            check_path(value, name)
+        else:
+            check_text(value, name, empty=True, max_len=max_len or _MAX_CODE)
+    except BadInputError as e:
+        raise BadInputError(f"JobSpec.{e.message}", field=name.split(".")[0], hint=e.hint) from None
+
+
+def _check_strings(spec: JobSpec) -> None:
+    """Every string of ``spec`` checked with the same rules as a REST body, before it is used."""
+    for key in ("name", "display_name", "accelerator", "template", "framework", "billing", "experiment", "image",
+                "cpu", "memory", "env_id", "workdir_id"):  # fmt: skip
+        _text(key, getattr(spec, key), max_len=_MAX_TEXT)
+    for key in ("script", "env_from", "workdir"):
+        _text(key, getattr(spec, key), path=True)
+    _text("code", spec.code)
+    for key in ("command", "args", "mounts", "after"):
+        for item in getattr(spec, key) or ():
+            _text(key, item, max_len=_MAX_TEXT)
+    for key in ("env", "secrets"):
+        for name, item in dict(getattr(spec, key)).items():
+            _text(key, name, max_len=NAME_MAX)
+            _text(f"{key}.{name}" if isinstance(name, str) and name.isascii() else key, item, max_len=_MAX_TEXT)
 
 
 def _positive_int(name: str, value: object, *, upper: int) -> int:
@@ -175,6 +208,7 @@ class JobSpec:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
+        _check_strings(self)
         if isinstance(self.name, str) and self.name.strip() and not _NAME_RE.match(self.name):
             if len(self.name) > _MAX_DISPLAY:
                 raise _bad("name", f"is too long ({len(self.name)} characters, at most {_MAX_DISPLAY})")
@@ -262,12 +296,11 @@ class JobSpec:
         if self.billing not in BILLING_MODES:
             raise _bad("billing", f"{self.billing!r} is not one of {', '.join(BILLING_MODES)}")
         if self.budget is not None:
+            hint = f"give the budget as a positive amount of money, at most {MAX_BUDGET:,}, e.g. 25 or 25.50"
             try:
-                budget = Decimal(str(self.budget))
-            except InvalidOperation:
-                raise _bad("budget", f"{self.budget!r} is not an amount of money") from None
-            if not budget.is_finite() or budget <= 0:
-                raise _bad("budget", f"must be a positive amount, got {self.budget}")
+                budget = check_number(self.budget, "budget", low=0, low_open=True, high=MAX_BUDGET, hint=hint)
+            except BadInputError as e:
+                raise BadInputError(f"JobSpec.{e.message}", field="budget", hint=hint) from None
             set_(self, "budget", budget)
         if self.experiment is not None and not _NAME_RE.match(self.experiment):
             raise _bad("experiment", f"{self.experiment!r} is not a valid experiment name")

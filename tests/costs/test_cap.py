@@ -6,7 +6,7 @@ import pytest
 
 from jupyter_starverse.costs import BUDGET_REASON_PREFIX, NodeInterval, PriceTable, check_budget
 from jupyter_starverse.errors import BadInputError
-from jupyter_starverse.jobmodel import JobSpec
+from jupyter_starverse.jobmodel import MAX_BUDGET, JobSpec
 
 T0 = 1_800_000_000.0
 ONE_CARD = JobSpec(name="cap", script="t.py", accelerator="rtx4090", budget=Decimal("10"))  # 0.0005 per second
@@ -71,6 +71,8 @@ def test_multi_node_burn_rate(table: PriceTable) -> None:
 
 
 def test_absurd_budgets_do_not_overflow(table: PriceTable) -> None:
-    huge = ONE_CARD.replace(budget="1e999999")
+    with pytest.raises(BadInputError, match="budget"):  # the spec itself refuses a budget past the bound
+        ONE_CARD.replace(budget="1e999999")
+    huge = ONE_CARD.replace(budget=str(MAX_BUDGET))
     decision = check_budget(huge, RUNNING, table, now=T0 + 3600, grace=30)
     assert not decision.stop and decision.seconds_left is None  # more than a year away
