@@ -307,8 +307,14 @@ export interface ICostPreview {
 // ---- store (jupyter_starverse.catalog: EntryStatus, PullProgress, Entry; server/_store.py) --
 // Owned by the store area; mirrors EntryStatus.to_json(), PullProgress.to_json(), Entry.to_json().
 
-/** Cache state of an entry on the shared store. */
-export type StoreState = 'cached' | 'partial' | 'missing';
+/** Cache state of an entry on the shared store; `corrupt`: its files changed since publication. */
+export type StoreState = 'cached' | 'partial' | 'missing' | 'corrupt';
+
+/** Who owns a record on the shared volume (`jupyter_starverse._volume.Owner`). */
+export interface IOwner {
+  uid: number;
+  name: string;
+}
 
 /** Phase of a pull; `waiting` means another process or node moves the bytes. */
 export type PullPhase = 'waiting' | 'downloading' | 'verifying' | 'done' | 'failed';
@@ -347,6 +353,12 @@ export interface IStoreEntry {
   path: string | null;
   commit: string | null;
   pulling: IPullProgress | null;
+  /** Who created the entry: only they (or an admin) remove, evict or add versions. */
+  owner: IOwner | null;
+  /** Why the entry is `corrupt` (the changed files), else null. */
+  problem: string | null;
+  /** A caveat of the check, e.g. an older manifest checked by size only. */
+  note: string | null;
 }
 
 /** Kinds of catalog entries. */

@@ -40,12 +40,19 @@ function EntryRow(props: {
   return (
     <li className="jp-Starverse-entry" data-ref={entry.ref} data-state={entry.state}>
       <div className="jp-Starverse-entryHead">
-        <span className="jp-Starverse-entryRef" title={entry.description ?? entry.source}>
+        <span
+          className="jp-Starverse-entryRef"
+          title={[entry.ref, entry.owner ? `owner: ${entry.owner.name}` : '', entry.description ?? entry.source]
+            .filter(Boolean)
+            .join('\n')}
+        >
           {entry.ref}
         </span>
         <span className={`jp-Starverse-state jp-Starverse-state-${entry.state}`}>{entry.state}</span>
         <span>{formatBytes(entry.size)}</span>
       </div>
+      {entry.owner && <div className="jp-Starverse-entryOwner">{entry.owner.name}</div>}
+      {entry.problem && <div className="jp-Starverse-entryProblem">{entry.problem}</div>}
       <div className="jp-Starverse-entryActions">
         {entry.state !== 'cached' && (
           <button className="jp-mod-styled" disabled={running} onClick={() => props.onPull(entry.ref)}>
