@@ -9,10 +9,8 @@ holder of the file's lease continues from there. Bytes known to be wrong are del
 
 from __future__ import annotations
 
-import errno
 import os
 import re
-import shutil
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -49,7 +47,7 @@ from ._download import (
 )
 from ._lease import Lease
 from ._names import check_relative
-from ._perms import make_dirs
+from ._perms import FULL, free_bytes, make_dirs
 from ._progress import ProgressTracker
 from ._types import FileRecord
 
@@ -94,13 +92,7 @@ class SourceFile:
 
 
 def _free(where: Path) -> int | None:
-    p = where
-    while not p.exists() and p.parent != p:
-        p = p.parent
-    try:
-        return shutil.disk_usage(p).free
-    except OSError:
-        return None
+    return free_bytes(where)
 
 
 def store_full(where: Path, needed: int | None = None, *, free: int | None = None) -> StoreError:
@@ -369,7 +361,7 @@ def transfer(
     except TransferError as e:
         raise BackendUnavailableError(f"{name}: {e}", hint="pull again") from e
     except OSError as e:
-        if e.errno == errno.ENOSPC:
+        if e.errno in FULL:
             raise store_full(dest.parent) from e
         raise
 

@@ -40,7 +40,7 @@ from jupyter_starverse._volume import Owner, inside, open_under, remove_under
 from jupyter_starverse.errors import BadInputError, InvalidNameError, NotFoundError, PermissionDeniedError, StoreError
 
 from ._names import DatasetRef, ModelRef, Ref, check_name, parse_hf
-from ._perms import denied, file_mode, make_dirs, make_read_only, make_writable
+from ._perms import denied, file_mode, make_dirs, make_read_only, make_writable, translate_permissions
 from ._progress import write_json_atomic
 from ._seal import FolderStamp, stamp_files, stamp_folders
 from ._types import Entry, FileRecord
@@ -482,6 +482,7 @@ class Layout:
                 out.append(f"{label} (owned by {Owner.of_uid(st.st_uid)}, not {owner})")
         return out
 
+    @translate_permissions("publish a store entry")
     def publish(self, ref: Ref, manifest: Manifest) -> None:
         """Make the entry read-only for everyone (files 0444, folders 0555), then write its manifest
         (recording the entry's owner, checked by ``verify`` and ``mount``, and the stamps of its

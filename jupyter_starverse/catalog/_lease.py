@@ -46,7 +46,7 @@ from pathlib import Path
 from jupyter_starverse._procs import ProcessRecord, alive, process_record
 from jupyter_starverse.errors import PermissionDeniedError
 
-from ._perms import make_dirs
+from ._perms import FULL, make_dirs, translate_permissions
 
 _USER_FOLDER = re.compile(r"u\d+")
 
@@ -200,7 +200,11 @@ class Lease:
 
     def _write_temp(self) -> Path:
         tmp = self.path.with_name(f"{self.path.name}.{self.token}.tmp")
-        tmp.write_text(self._content())
+        try:
+            tmp.write_text(self._content())
+        except OSError as e:
+            tmp.unlink(missing_ok=True)  # a full disk leaves no empty temp file behind
+            raise OSError(e.errno, e.strerror, str(self.path)) from e
         return tmp
 
     @property
@@ -211,6 +215,7 @@ class Lease:
         """The current holder, or None when the lease is free."""
         return _read(self.path, self.ttl)
 
+    @translate_permissions("take a store lease")
     def try_acquire(self) -> bool:
         """Take the lease if it is free or stale; never blocks (call it again to keep watching)."""
         _own_folder(self.path.parent)  # a lease in a folder someone else made for us is no lease
@@ -236,7 +241,9 @@ class Lease:
                             tmp.unlink(missing_ok=True)
                             tmp = self._write_temp()
                     continue
-                except OSError:
+                except OSError as e:
+                    if e.errno in FULL:
+                        raise  # a full disk is not "someone else holds it": say so (translated above)
                     # NFS: the link reply may be lost although the link was made.
                     if tmp.stat().st_nlink != 2:
                         return False

@@ -38,7 +38,7 @@ from jupyter_starverse.errors import (
 
 from . import _download
 from ._download import ChecksumError, Downloaded, HttpOrigin, Target, download
-from ._fetch import publish_part, transfer
+from ._fetch import SourceFile, check_space, publish_part, transfer
 from ._follow import BlobFollower
 from ._names import ModelRef, safe_join
 from ._perms import make_dirs
@@ -196,6 +196,9 @@ def pull_model(
     blobs = storage / "blobs"
     for folder in (blobs, storage / "snapshots", storage / "refs", hf_cache / ".locks" / ref.folder):
         make_dirs(folder)  # ours, not huggingface_hub's: group-writable when the store is shared
+    # refused up front, like a dataset pull, when the blobs still missing cannot fit (parts on disk count as done)
+    missing = [f for f in listing if not _blob_ok(blobs / _blob_name(f), int(f.size))]
+    check_space(blobs, [SourceFile(_blob_name(f), f.path, int(f.size), None) for f in missing])
     if _xet_path(listing):
         snap = _pull_with_hub(ref, hf_cache, tracker, commit, listing)
     else:

@@ -30,17 +30,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from jupyter_starverse.errors import BadInputError, PermissionDeniedError
+from jupyter_starverse._format import format_bytes
+from jupyter_starverse.errors import BadInputError, PermissionDeniedError, StoreError
 
 __all__ = [
     "DIR_MODE",
     "ENTRY_DIR_MODE",
     "denied",
     "file_mode",
+    "free_bytes",
     "group_mode",
     "make_dirs",
     "make_read_only",
     "make_writable",
+    "no_space",
     "prepare_shared",
     "resolve_group",
     "rmtree",
@@ -90,8 +93,37 @@ def denied(error: OSError, action: str) -> PermissionDeniedError:
     return PermissionDeniedError(f"permission denied while trying to {action}{where}{owner}", hint=HINT)
 
 
+#: The errors of a full file system (no block left, or the user's quota spent).
+FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def free_bytes(where: Path) -> int | None:
+    """Bytes free on the file system of ``where`` (its nearest existing folder), None when unknown."""
+    p = Path(where)
+    while not p.exists() and p.parent != p:
+        p = p.parent
+    try:
+        return shutil.disk_usage(p).free
+    except OSError:
+        return None
+
+
+def no_space(error: OSError, action: str) -> StoreError:
+    """A StoreError for ENOSPC/EDQUOT while doing ``action``: where, what is free, how to free space."""
+    where = error.filename or ""
+    free = free_bytes(Path(where)) if where else None
+    what = "the user's disk quota is spent" if error.errno == errno.EDQUOT else "no space left on the store's disk"
+    have = f": {format_bytes(free)} free" if free is not None else ""
+    return StoreError(
+        f"{what} while trying to {action}" + (f" ({where})" if where else "") + have,
+        hint="free space with `starverse store evict --max-bytes N` or `starverse store rm NAME`, then run it "
+        "again: what is already on disk is kept",
+    )
+
+
 def translate_permissions(action: str) -> Callable[[F], F]:
-    """Decorator: a PermissionError (EACCES/EPERM) inside becomes a :class:`PermissionDeniedError`."""
+    """Decorator: a PermissionError (EACCES/EPERM/EROFS) inside becomes a :class:`PermissionDeniedError`,
+    a full disk (ENOSPC/EDQUOT) a :class:`StoreError` with the hint to free space (:func:`no_space`)."""
 
     def wrap(fn: F) -> F:
         @functools.wraps(fn)
@@ -103,6 +135,8 @@ def translate_permissions(action: str) -> Callable[[F], F]:
             except OSError as e:
                 if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
                     raise denied(e, action) from e
+                if e.errno in FULL:
+                    raise no_space(e, action) from e
                 raise
 
         return cast(F, inner)

@@ -45,6 +45,10 @@ def write_json_atomic(path: Path, data: Any, *, durable: bool = True, mode: int 
                 f.flush()
                 os.fsync(f.fileno())
         tmp.replace(path)
+    except OSError as e:
+        if e.filename is None:  # a failed write names no file: name it (a full disk says where)
+            raise OSError(e.errno, e.strerror, str(path)) from e
+        raise
     finally:
         tmp.unlink(missing_ok=True)
 

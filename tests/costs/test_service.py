@@ -13,7 +13,7 @@ from jupyter_starverse.client import Starverse
 from jupyter_starverse.costs import CostService, Resources, parse_price_table
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.experiments import NodeRecord, RunStatus, write_status
-from jupyter_starverse.jobmodel import Job, JobSpec, JobState, NodeStatus
+from jupyter_starverse.jobmodel import MAX_BUDGET, Job, JobSpec, JobState, NodeStatus
 
 from .conftest import small_doc
 
@@ -123,5 +123,7 @@ def test_a_service_with_its_own_table(settings: Settings) -> None:
 
 
 def test_preview_of_an_absurd_budget(client: Starverse) -> None:
-    preview = client.costs.preview(SPEC.replace(budget="1e999999"), "1h")
+    with pytest.raises(BadInputError, match="budget"):  # past the bound: the spec refuses it
+        SPEC.replace(budget="1e999999")
+    preview = client.costs.preview(SPEC.replace(budget=str(MAX_BUDGET)), "1h")
     assert preview.budget_lasts is None and preview.warning is None
