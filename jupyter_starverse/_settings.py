@@ -24,7 +24,7 @@ extension starts from the same object and overrides fields from its traitlets.
 | STARVERSE_GPU_POOLS         | path of a GPU pool table (JSON)                   | shipped table                   |
 | STARVERSE_USER              | user name recorded on jobs and costs              | login name                      |
 | STARVERSE_WORKSPACE         | where the workspace runs: ``auto``/``local``/``kubernetes``/``jupyterhub`` | ``auto`` |
-| STARVERSE_LOCAL_GPU         | whether this machine has a GPU: ``auto`` (look for ``/dev/nvidia0``, ``nvidia-smi``)/``yes``/``no`` | ``auto`` |
+| STARVERSE_LOCAL_GPU         | this machine has a GPU: ``auto``/``yes``/``no``   | ``auto`` (look for one)         |
 | STARVERSE_READONLY_MOUNTS   | local jobs' mounts read-only binds: ``auto``/``no`` | ``auto``                        |
 | STARVERSE_CPU_IMAGE         | image of jobs in CPU mode (CPU variant)           | the job's image                 |
 | STARVERSE_HUB_PROFILES      | KubeSpawner profile per mode: ``cpu=slug,a100-80g=slug`` |                          |

@@ -346,10 +346,10 @@ class VerifyReport:
             lines[0] = f"{self.ref}: CORRUPT: owner changed ({self.path}; the entry belongs to {self.owner})"
         groups = (("owner changed", self.owner_changed), ("tampered", self.tampered), ("missing", self.missing),
                   ("extra", self.extra))  # fmt: skip
-        for what, paths in groups:
-            lines.extend(f"  {what}: {p}" for p in paths[:20])
+        for kind, paths in groups:
+            lines.extend(f"  {kind}: {p}" for p in paths[:20])
             if len(paths) > 20:
-                lines.append(f"  ... and {len(paths) - 20} more {what}")
+                lines.append(f"  ... and {len(paths) - 20} more {kind}")
         lines.append(f"  repair with `starverse store pull {self.ref}`")
         return "\n".join(lines)
 

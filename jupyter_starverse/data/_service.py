@@ -150,8 +150,8 @@ class DataPrep:
         try:
             entry = self.catalog.entry(source)
         except NotFoundError:
-            folder = source if not self.settings.source_roots else str(Path(self.settings.source_roots[0]) / source)
-            if Path(folder).exists():  # a folder of the working directory, named like no dataset
+            local = source if not self.settings.source_roots else str(Path(self.settings.source_roots[0]) / source)
+            if Path(local).exists():  # a folder of the working directory, named like no dataset
                 return _Input(source, list_files(self._folder(source)), [], None)
             raise
         self.catalog.pull(entry.ref)

@@ -136,7 +136,7 @@ def make_wheel(dist: Dist, cache: Path, *, paths: list[str] | None = None) -> Pa
     base = Path(dist.location)
     try:
         with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
-            for f in installed.files:
+            for f in installed.files or ():
                 rel = str(f).replace("\\", "/")
                 if rel.startswith("../") or "/__pycache__/" in f"/{rel}" or rel.endswith(".pyc"):
                     continue

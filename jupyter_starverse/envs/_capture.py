@@ -231,10 +231,10 @@ def diff(kernel: Sequence[Dist], image: Mapping[str, str]) -> tuple[list[Dist], 
 
 def _requirement_lines(path: Path) -> list[str]:
     if path.name == "pyproject.toml" or (path.suffix == ".toml" and path.name != "pylock.toml"):
-        try:
+        if sys.version_info >= (3, 11):
             import tomllib
-        except ModuleNotFoundError:  # Python 3.10
-            import tomli as tomllib  # type: ignore[no-redef]
+        else:  # Python 3.10
+            import tomli as tomllib
         try:
             data = tomllib.loads(path.read_text())
         except (OSError, ValueError) as e:
