@@ -73,7 +73,7 @@ class Engine:
     # -- prompts ---------------------------------------------------------------------------------
     def chat_ids(self, messages: list[dict[str, str]]) -> list[int]:
         """The prompt of a chat through the model's own chat template (plain ``role: text`` lines without one)."""
-        tok = self.tokenizer
+        tok: Any = self.tokenizer
         if getattr(tok, "chat_template", None):
             ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
             if isinstance(ids, dict) or hasattr(ids, "input_ids"):
@@ -96,7 +96,7 @@ class TorchEngine(Engine):
 
         torch.set_num_threads(threads)
         self.model: Any = AutoModelForCausalLM.from_pretrained(folder, dtype="float32")
-        self.model.eval()
+        self.model.eval()  # type: ignore[no-untyped-call]
         params = inspect.signature(self.model.forward).parameters
         self._cache = "cache" if "cache" in params else "past_key_values"  # transformers 5 renamed it
 
@@ -161,12 +161,12 @@ def generate(
             break
         tokens.append(nxt)
         out.completion_tokens = len(tokens)
-        text = engine.tokenizer.decode(tokens, skip_special_tokens=True)
+        text = str(engine.tokenizer.decode(tokens, skip_special_tokens=True))
         if not text.endswith("\ufffd") and text.startswith(sent) and len(text) > len(sent):
             piece, sent = text[len(sent) :], text
             yield piece
         step = [nxt]
-    text = engine.tokenizer.decode(tokens, skip_special_tokens=True)
+    text = str(engine.tokenizer.decode(tokens, skip_special_tokens=True))
     if len(text) > len(sent) and text.startswith(sent):
         yield text[len(sent) :]
     out.text = text

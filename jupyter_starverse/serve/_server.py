@@ -264,8 +264,9 @@ def _handler(ep: Endpoint) -> type[BaseHTTPRequestHandler]:
                     send({"index": 0, "delta": {"content": piece}, "finish_reason": None})
                 else:
                     send({"index": 0, "text": piece, "finish_reason": None, "logprobs": None})
-            last = {"index": 0, "finish_reason": gen.finish_reason}
-            last.update({"delta": {}} if chat else {"text": "", "logprobs": None})
+            last: dict[str, Any] = {"index": 0, "finish_reason": gen.finish_reason}
+            tail: dict[str, Any] = {"delta": {}} if chat else {"text": "", "logprobs": None}
+            last.update(tail)
             options = body.get("stream_options")
             usage = isinstance(options, dict) and options.get("include_usage") is True
             send(last, **({"usage": self._usage(gen)} if usage else {}))
