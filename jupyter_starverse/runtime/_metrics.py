@@ -5,10 +5,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import stat
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from jupyter_starverse._volume import make_dir, open_under
+from jupyter_starverse.experiments import folder_modes
 
 from ._env import job_env
 from ._guards import check_loss
@@ -24,12 +28,31 @@ def _number(value: Any) -> float:
     return float(value)
 
 
+def _append(run_dir: Path, path: Path) -> Any:
+    """``path`` (below ``run_dir``) opened for appending lines, with the run folder's modes whatever the
+    umask: 0700/0600 in a private run folder, 2770/0640 in a group's; a link at any level is refused."""
+    modes = folder_modes(run_dir)
+    make_dir(path.parent, modes, root=run_dir)
+    fd = open_under(run_dir, path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, modes.file)
+    try:
+        st = os.fstat(fd)
+        if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != modes.file:
+            os.fchmod(fd, modes.file)  # the umask took bits off (or added none we want): set them
+        return os.fdopen(fd, "a", buffering=1)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def _tensorboard() -> Any:
     if "tb" not in _sinks:
         env = job_env()
         writer = None
         if env.tensorboard_dir is not None and importlib.util.find_spec("tensorboard") is not None:
             from torch.utils.tensorboard import SummaryWriter
+
+            if env.run_dir is not None:  # the folder gets the run folder's modes, not the umask's
+                make_dir(env.tensorboard_dir, folder_modes(env.run_dir))
 
             writer = SummaryWriter(log_dir=str(env.tensorboard_dir), flush_secs=10)
         _sinks["tb"] = writer
@@ -90,9 +113,7 @@ def _rank_record(run_dir: Path, rank: int, step: int, values: dict[str, Any]) ->
     """Append one line to ``ranks/rankN.jsonl``: this rank's own step, time and values."""
     key = f"rank{rank}"
     if key not in _sinks:
-        folder = run_dir / "ranks"
-        folder.mkdir(parents=True, exist_ok=True)
-        _sinks[key] = (folder / f"{key}.jsonl").open("a", buffering=1)
+        _sinks[key] = _append(run_dir, run_dir / "ranks" / f"{key}.jsonl")
     numbers = {k: _number(v) for k, v in values.items()}
     check_loss(step, numbers)  # NaN/inf for STARVERSE_NAN_STEPS steps in a row: stop (see _guards)
     _sinks[key].write(json.dumps({"step": int(step), "time": time.time(), "rank": rank, **numbers}) + "\n")
@@ -119,8 +140,8 @@ def log_metrics(step: int, *, all_ranks: bool = False, **values: Any) -> None:
         print(" ".join([f"step {step}", *(f"{k}={v:.6g}" for k, v in numbers.items())]), flush=True)
         return
     if "jsonl" not in _sinks:
-        env.run_dir.mkdir(parents=True, exist_ok=True)
-        _sinks["jsonl"] = (env.run_dir / "metrics.jsonl").open("a", buffering=1)
+        make_dir(env.run_dir, folder_modes(env.run_dir))
+        _sinks["jsonl"] = _append(env.run_dir, env.run_dir / "metrics.jsonl")
     _sinks["jsonl"].write(json.dumps(record) + "\n")
     if env.rank == 0:
         tb = _tensorboard()

@@ -11,7 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from jupyter_starverse._volume import write_atomic
 from jupyter_starverse.errors import BadInputError
+from jupyter_starverse.experiments import folder_modes
 from jupyter_starverse.jobmodel import TEMPLATES, JobSpec
 
 __all__ = ["GPU_TEMPLATES", "check_template", "deepspeed_config", "example_script", "framework_args", "megatron_args"]
@@ -104,6 +106,8 @@ def framework_args(spec: JobSpec, *, run_dir: str = "<run>") -> list[str]:
 
 
 def write_framework_files(spec: JobSpec, run_dir: Path) -> None:
-    """Files a framework reads at start (DeepSpeed's config)."""
+    """Files a framework reads at start (DeepSpeed's config), with the run folder's file mode (0600 private,
+    0640 in a group's folder) whatever the umask; a link planted at the path is replaced, never written through."""
     if spec.framework == "deepspeed":
-        (run_dir / "ds_config.json").write_text(json.dumps(deepspeed_config(spec), indent=1))
+        data = json.dumps(deepspeed_config(spec), indent=1).encode()
+        write_atomic(run_dir / "ds_config.json", data, folder_modes(run_dir).file)
