@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
-from jupyter_starverse.experiments import MetricPoint, RunPaths, metric_point, read_json, read_metrics
+from jupyter_starverse.experiments import MetricPoint, RunPaths, metric_point, read_metrics, read_record, trusted_record
 from jupyter_starverse.jobmodel import Job
 
 from ._progress import RankRecord
@@ -26,13 +27,27 @@ def _int(value: object, default: int = 0) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
+def _owner(run: RunPaths) -> int | None:
+    """The uid of the run folder: only what it (or root) wrote is the job's record (``trusted_record``)."""
+    try:
+        return os.lstat(run.root).st_uid
+    except OSError:
+        return None
+
+
 def read_rank_records(job: Job) -> list[RankRecord]:
-    """Pid, node, restart count and last error of each rank, as its worker recorded them."""
+    """Pid, node, restart count and last error of each rank, as its worker recorded them.
+
+    A record another uid planted in a group-shared run folder is not the job's: it is left out
+    (the same trusted reader the local backend uses)."""
     run = RunPaths(Path(job.experiment_dir))
+    owner = _owner(run)
+    if owner is None:
+        return []
     out = []
     for rank in range(job.spec.world_size):
-        info = read_json(run.pids / f"rank{rank}.json")
-        err = read_json(run.errors / f"rank{rank}.json")
+        info = read_record(run.pids / f"rank{rank}.json", owner=owner)
+        err = read_record(run.errors / f"rank{rank}.json", owner=owner)
         if not isinstance(info, dict) and not isinstance(err, dict):
             continue
         base = info if isinstance(info, dict) else err
@@ -53,9 +68,10 @@ def read_rank_records(job: Job) -> list[RankRecord]:
 def first_rank_error(run: RunPaths) -> str | None:
     """The earliest error any rank recorded, as ``rank R (node N): Error: message``."""
     first: dict[str, object] | None = None
-    if run.errors.is_dir():
+    owner = _owner(run)
+    if owner is not None and run.errors.is_dir():
         for f in run.errors.glob("rank*.json"):
-            data = read_json(f)
+            data = read_record(f, owner=owner)
             if isinstance(data, dict) and (first is None or _time(data) < _time(first)):
                 first = data
     if first is None:
@@ -70,13 +86,18 @@ def _time(record: dict[str, object]) -> float:
 
 def read_rank_points(job: Job, *, last: int = 2) -> dict[int, list[MetricPoint]]:
     """The last records each rank kept of itself (``ranks/rankN.jsonl``), read from the files' ends."""
-    folder = RunPaths(Path(job.experiment_dir)).root / "ranks"
-    if not folder.is_dir():
+    run = RunPaths(Path(job.experiment_dir))
+    folder = run.root / "ranks"
+    owner = _owner(run)
+    if owner is None or not folder.is_dir():
         return {}
     out: dict[int, list[MetricPoint]] = {}
     for rank in range(1, min(job.spec.world_size, MAX_RANK_FILES)):
+        path = folder / f"rank{rank}.jsonl"
+        if not path.exists() or not trusted_record(path, owner=owner):
+            continue  # missing, or another uid's file: not this rank's record
         points = []
-        for line in last_lines(folder / f"rank{rank}.jsonl", last):
+        for line in last_lines(path, last):
             try:
                 point = metric_point(json.loads(line))
             except ValueError:
