@@ -251,10 +251,10 @@ class Starverse:
 
     @functools.cached_property
     def chats(self) -> ChatSessions:
-        """Chat sessions of this process, each a model in a worker process of its own."""
+        """Chat sessions of this process: a model in a worker process of its own, or a served endpoint."""
         from .feedback import ChatSessions
 
-        return ChatSessions(self.settings, self.catalog)
+        return ChatSessions(self.settings, self.catalog, endpoints=lambda eid: self.serve.target(eid))
 
     @functools.cached_property
     def export(self) -> ExportService:

@@ -166,10 +166,13 @@ class Presenter:
         """The GPU/CPU toggle widget."""
         raise BadInputError("--widget shows a toggle in a notebook", hint="run `%sv mode --widget` in a cell")
 
-    def chat(self, client: Starverse, model: str, *, feedback: str | None) -> object:
+    def chat(
+        self, client: Starverse, model: str, *, feedback: str | None, endpoint: bool = False, token: str | None = None
+    ) -> object:
         """The interactive chat with thumbs up/down (a widget in a notebook)."""
         raise BadInputError(
-            "an interactive chat needs a notebook", hint=f"give --prompt TEXT, or run `%sv chat {model}` in a cell"
+            "an interactive chat needs a notebook",
+            hint=f"give --prompt TEXT, or run `%sv chat {'--endpoint ' if endpoint else ''}{model}` in a cell",
         )
 
     def show(self, result: object) -> object:

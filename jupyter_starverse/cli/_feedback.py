@@ -8,6 +8,7 @@
 | feedback snapshot LOG                                          | FeedbackSnapshot (LOG@N) |
 | feedback export LOG[@N] --kind pairs|labels|records -o FILE    | SnapshotFile             |
 | chat MODEL --prompt P [--feedback LOG --up/--down ...]         | the answer, streamed     |
+| chat --endpoint ID|URL [--token env:NAME] --prompt P [...]     | the served model's answer |
 | align LOG[@N] --model hf:ORG/REPO --method dpo|kto|reward [job options] | Job, or a preview with --dry-run |
 
 In a notebook the chat widget (``jupyter_starverse.widgets.chat.ChatWidget``) is the
@@ -90,10 +91,18 @@ def _chat(client: Starverse, args: argparse.Namespace) -> object:
     if args.feedback is None and (_vote(args) or args.better or args.comment):
         raise BadInputError("--up/--down/--better/--comment need --feedback LOG", field="feedback",
                             hint="name the log the vote goes to, e.g. --feedback chat")  # fmt: skip
+    if (args.model is None) == (args.endpoint is None):
+        raise BadInputError("give a MODEL or --endpoint ID|URL (one of them)", field="model",
+                            hint="e.g. `starverse chat hf:ORG/REPO@REV` or `starverse chat --endpoint ID`")  # fmt: skip
     if args.prompt is None:  # no prompt: the interactive chat (a widget in a notebook)
+        if args.endpoint is not None:
+            return args.presenter.chat(client, args.endpoint, feedback=args.feedback, endpoint=True, token=args.token)
         return args.presenter.chat(client, args.model, feedback=args.feedback)
     live = not args.json and not args.notebook
-    session = client.chats.start(args.model)
+    if args.endpoint is not None:
+        session = client.chats.start(endpoint=args.endpoint, token=args.token)
+    else:
+        session = client.chats.start(args.model, token=args.token)
     try:
 
         def show(piece: str) -> None:
@@ -109,13 +118,13 @@ def _chat(client: Starverse, args: argparse.Namespace) -> object:
     logged = None
     if args.feedback is not None and (_vote(args) or args.better or args.comment):
         client.feedback.record(
-            args.feedback, model=args.model, prompt=turn.prompt, answer=turn.text or "(empty answer)",
+            args.feedback, model=session.model, prompt=turn.prompt, answer=turn.text or "(empty answer)",
             vote=_vote(args), better=args.better, comment=args.comment, answer_id=turn.id, session=session.id,
         )  # fmt: skip
         logged = args.feedback
         if live:
             print(f"feedback recorded in {logged}", file=sys.stderr)
-    answer = ChatAnswer(args.model, turn.prompt, turn.text, turn.tokens, turn.seconds, turn.id, logged)
+    answer = ChatAnswer(session.model, turn.prompt, turn.text, turn.tokens, turn.seconds, turn.id, logged)
     return None if live else answer
 
 
@@ -184,7 +193,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(run=_export)
 
     p = sub.add_parser("chat", help="ask a model one question (streamed); optionally vote on the answer")
-    p.add_argument("model", metavar="MODEL", help="hf:ORG/REPO@REV, exp:EXPERIMENT or a model folder")
+    p.add_argument("model", metavar="MODEL", nargs="?", default=None,
+                   help="hf:ORG/REPO@REV, exp:EXPERIMENT or a model folder (or --endpoint)")  # fmt: skip
+    p.add_argument("--endpoint", default=None, metavar="ID|URL",
+                   help="chat with a served model: an endpoint id (`serve ls`) or http://HOST:PORT/v1")  # fmt: skip
+    p.add_argument("--token", default=None, metavar="env:NAME|file:PATH",
+                   help="the token of an endpoint URL, by reference (a local endpoint's is read for you)")  # fmt: skip
     p.add_argument(
         "--prompt", default=None, help="answer this one prompt (without it: the interactive chat, in a notebook)"
     )

@@ -3,12 +3,12 @@
 ``FeedbackService`` (``client.feedback``) appends records to a live log any number of
 processes write at once, shows them as a table, freezes versions ``NAME@N`` in the store and
 exports preference pairs and unpaired labels; ``ChatSession`` streams a model's answers from a
-worker process of its own.
+worker process of its own, or from a served endpoint (``EndpointChatSession``).
 """
 
 from __future__ import annotations
 
-from ._chat import ChatSession, ChatSessions, ChatTurn, resolve_model
+from ._chat import ChatSession, ChatSessions, ChatTurn, EndpointChatSession, EndpointTarget, resolve_model
 from ._pairs import LabelExample, PreferencePair, make_labels, make_pairs
 from ._records import VOTES, FeedbackRecord, effective
 from ._service import EXPORT_KINDS, FeedbackLogs, FeedbackService, FeedbackSnapshot, FeedbackTable, SnapshotFile
@@ -19,6 +19,8 @@ __all__ = [
     "ChatSession",
     "ChatSessions",
     "ChatTurn",
+    "EndpointChatSession",
+    "EndpointTarget",
     "FeedbackLogs",
     "FeedbackRecord",
     "FeedbackService",

@@ -71,9 +71,13 @@ class NotebookPresenter(Presenter):
 
         return ModeToggle(client)
 
-    def chat(self, client: Starverse, model: str, *, feedback: str | None) -> object:
+    def chat(
+        self, client: Starverse, model: str, *, feedback: str | None, endpoint: bool = False, token: str | None = None
+    ) -> object:
         from ..widgets.chat import ChatWidget
 
+        if endpoint:
+            return ChatWidget(client, endpoint=model, token=token, feedback=feedback or "chat")
         return ChatWidget(client, model=model, feedback=feedback or "chat")
 
     def show(self, result: object) -> object:

@@ -28,7 +28,7 @@ from jupyter_starverse._volume import write_atomic
 from jupyter_starverse.catalog import Catalog
 from jupyter_starverse.errors import BackendUnavailableError, BadInputError, ConflictError
 from jupyter_starverse.export import GRAPH
-from jupyter_starverse.feedback import resolve_model
+from jupyter_starverse.feedback import EndpointTarget, resolve_model
 from jupyter_starverse.jobmodel import ENGINES, SERVE_PORT, EndpointSpec, LaunchBackend
 
 from ._engines import engine_for
@@ -314,6 +314,16 @@ class ServeService:
         """The bearer token of an endpoint (only its owner can read the 0600 file)."""
         f = self.procs.folder(endpoint_id)
         return (f.root / "token").read_text(encoding="utf-8").strip()
+
+    def target(self, endpoint_id: str) -> EndpointTarget:
+        """Where a running local endpoint answers, with its token (a chat session talks to it)."""
+        ep = self.get(endpoint_id)
+        if ep.state != "running" or not ep.url:
+            raise BackendUnavailableError(
+                f"the endpoint {endpoint_id} is {ep.state}, it answers no chat",
+                hint=f"start it again with `starverse serve {ep.model}`; `starverse serve ls` lists the running ones",
+            )
+        return EndpointTarget(ep.url, self.token(endpoint_id), endpoint_id)
 
     # -- the cluster backends ----------------------------------------------------------------------
     def spec(

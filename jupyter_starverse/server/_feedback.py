@@ -9,7 +9,7 @@
     POST   feedback/snapshot  {log}                            -> FeedbackSnapshot (201)
     GET    chat/models                          -> [str]
     GET    chat/sessions                        -> [ChatSession]
-    POST   chat/sessions      {model}           -> ChatSession (201)
+    POST   chat/sessions      {model} | {endpoint: ID|URL, token?: env:NAME|file:PATH} -> ChatSession (201)
     DELETE chat/sessions/ID                     -> 204
     POST   chat/sessions/ID/turns  {messages, max_new_tokens?}  -> ChatTurn (202)
     GET    chat/sessions/ID/turns/TURN?after=N  -> ChatTurn: the pieces after N
@@ -98,8 +98,17 @@ class SessionsHandler(StarverseHandler):
 
     @web.authenticated
     async def post(self) -> None:
-        model = _text(self.json_body(), "model", required=True)
-        self.finish_json(await self.run(self.client.chats.start, model), status=201)
+        body = self.json_body()
+        endpoint, token = _text(body, "endpoint"), _text(body, "token")
+        if endpoint is not None:
+            if body.get("model") is not None:
+                raise BadInputError("give a model or an endpoint, not both", field="endpoint",
+                                    hint="the endpoint already names the model it serves")  # fmt: skip
+            session = await self.run(lambda: self.client.chats.start(endpoint=endpoint, token=token))
+        else:
+            model = _text(body, "model", required=True)
+            session = await self.run(lambda: self.client.chats.start(model, token=token))
+        self.finish_json(session, status=201)
 
 
 class SessionHandler(StarverseHandler):

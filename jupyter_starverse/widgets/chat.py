@@ -3,9 +3,10 @@
 ``ChatWidget(client, feedback="chat")`` shows a model picker (store models and experiment
 outputs, or any ``hf:ORG/REPO@REV`` / ``exp:NAME`` / folder typed in), a conversation whose
 answers stream in token by token, and under each answer thumbs up/down, an optional better
-answer and a comment, recorded in the feedback log on the store. Generation runs in a worker
-process of its own (:class:`jupyter_starverse.feedback.ChatSession`), so neither the kernel
-nor the widget waits on it; no Jupyter server is needed. Errors are shown, never swallowed.
+answer and a comment, recorded in the feedback log on the store. ``endpoint=ID|URL`` (or
+picking ``endpoint:ID``) chats with a served model instead; votes then name its store version.
+Generation runs in a worker process of its own (:class:`jupyter_starverse.feedback.ChatSession`),
+so neither the kernel nor the widget waits on it; no Jupyter server is needed. Errors are shown, never swallowed.
 """
 
 from __future__ import annotations
@@ -20,14 +21,21 @@ from jupyter_starverse.errors import StarverseError
 
 if TYPE_CHECKING:
     from jupyter_starverse.client import Starverse
-    from jupyter_starverse.feedback import ChatSession, ChatTurn, FeedbackRecord
+    from jupyter_starverse.feedback import ChatSession, ChatTurn, EndpointChatSession, FeedbackRecord
 
 __all__ = ["AnswerBox", "ChatWidget", "model_choices"]
 
 
+_ENDPOINT = "endpoint:"
+
+
 def model_choices(client: Starverse) -> list[str]:
-    """Cached store models, then experiments with a saved model (``exp:NAME``)."""
-    return client.chats.models()
+    """Cached store models, experiments with a saved model (``exp:NAME``), then running endpoints (``endpoint:ID``)."""
+    try:
+        served = [f"{_ENDPOINT}{e.id}" for e in client.serve.ls() if e.state == "running"]
+    except StarverseError:
+        served = []
+    return [*client.chats.models(), *served]
 
 
 class AnswerBox(W.VBox):  # type: ignore[misc]
@@ -97,6 +105,8 @@ class ChatWidget(W.VBox):  # type: ignore[misc]
         model: str | None = None,
         feedback: str = "chat",
         max_new_tokens: int = 64,
+        endpoint: str | None = None,
+        token: str | None = None,
     ) -> None:
         if client is None:
             from jupyter_starverse.client import Starverse
@@ -105,12 +115,14 @@ class ChatWidget(W.VBox):  # type: ignore[misc]
         self.client = client
         self.feedback = feedback
         self.max_new_tokens = max_new_tokens
-        self.session: ChatSession | None = None
+        self.token = token  # the reference (env:NAME, file:PATH) of an endpoint URL's token
+        self.session: ChatSession | EndpointChatSession | None = None
         self.model = ""
         self.messages: list[dict[str, str]] = []
         self.answers: list[AnswerBox] = []
         self.picker = W.Combobox(
-            options=model_choices(client), value=model or "", placeholder="hf:ORG/REPO@REV, exp:EXPERIMENT or a folder",
+            options=model_choices(client), value=model or (endpoint and self._choice(endpoint)) or "",
+            placeholder="hf:ORG/REPO@REV, exp:EXPERIMENT, a folder, endpoint:ID or http://HOST:PORT/v1",
             ensure_option=False, layout=W.Layout(width="60%"),
         )  # fmt: skip
         self.load_button = W.Button(description="load model")
@@ -130,8 +142,12 @@ class ChatWidget(W.VBox):  # type: ignore[misc]
                 W.HBox([self.prompt, self.send_button]),
             ]
         )
-        if model:
-            self.load(model)
+        if model or endpoint:
+            self.load(model or self._choice(endpoint or ""))
+
+    @staticmethod
+    def _choice(endpoint: str) -> str:
+        return endpoint if endpoint.startswith(("http://", "https://", _ENDPOINT)) else _ENDPOINT + endpoint
 
     def _error(self, e: Exception) -> None:
         self.status.value = f"<span style='color:#b00'>{html.escape(str(e))}</span>"
@@ -143,15 +159,22 @@ class ChatWidget(W.VBox):  # type: ignore[misc]
 
         def work() -> None:
             try:
-                old, self.session = self.session, self.client.chats.start(model)
+                if model.startswith(("http://", "https://")):
+                    new = self.client.chats.start(endpoint=model, token=self.token)
+                elif model.startswith(_ENDPOINT):
+                    new = self.client.chats.start(endpoint=model[len(_ENDPOINT) :])
+                else:
+                    new = self.client.chats.start(model)
+                old, self.session = self.session, new
                 if old is not None:
                     self.client.chats.close(old.id)
             except StarverseError as e:
                 self._error(e)
                 return
-            self.model, self.messages = model, []
+            self.model, self.messages = new.model, []  # an endpoint names the store version it serves
+            via = f" at {html.escape(model)}" if new.model != model else ""
             self.status.value = (
-                f"chatting with <b>{html.escape(model)}</b>; votes go to <b>{html.escape(self.feedback)}</b>"
+                f"chatting with <b>{html.escape(new.model)}</b>{via}; votes go to <b>{html.escape(self.feedback)}</b>"
             )
             self.send_button.disabled = self.prompt.disabled = False
 
