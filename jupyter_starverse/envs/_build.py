@@ -280,6 +280,8 @@ def build_env(
                 except OSError:
                     if read_record(record_path) is None:
                         raise
+                    # another user's build of the same hash was renamed first: use theirs, drop ours
+                    _remove_tree(tmp)
                     return BuildResult(read_record(record_path) or record, built=False,
                                        seconds=time.monotonic() - started)  # fmt: skip
             except BaseException:

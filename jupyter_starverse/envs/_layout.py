@@ -9,11 +9,12 @@
       envs/images/<slug>.json            recorded package lists of container images
       workdirs/<sha256>.tar              a packed working folder, content-addressed
       workdirs/<sha256>/                 the same, unpacked read-only (local and Slurm ranks run in it)
-      .leases/env.<hash>.lease           single-flight of a build (the catalog's NFS-safe lease)
+      .leases/u<uid>/env.<hash>.lease    single-flight of a build per user (the catalog's NFS-safe lease)
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -65,7 +66,13 @@ class EnvPaths:
         return self.env(env_id) / "env.json"
 
     def lease(self, key: str) -> Path:
-        return self.root / ".leases" / f"{key}.lease"
+        """The build lease of ``key`` in this user's own lease folder (as the catalog's, ``.leases/u<uid>/``).
+
+        ``.leases`` is sticky and group-writable on a shared store: a lease another member planted
+        there could never be replaced. Builds of one user are single-flight; two users building the
+        same hash at once both build, and the one atomic rename of the finished folder picks the winner.
+        """
+        return self.root / ".leases" / f"u{os.geteuid()}" / f"{key}.lease"
 
     def workdir_tar(self, workdir_id: str) -> Path:
         return self.workdirs / f"{self.check(workdir_id, 'working folder')}.tar"
