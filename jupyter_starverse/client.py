@@ -268,7 +268,7 @@ class Starverse:
         """OpenAI-compatible endpoints of store models: here (a detached process each), Kubernetes and Slurm."""
         from .serve import ServeService
 
-        return ServeService(self.settings, self.catalog)
+        return ServeService(self.settings, self.catalog, prices=lambda: self.prices)
 
     @functools.cached_property
     def recipes(self) -> RecipeService:

@@ -26,10 +26,11 @@ from jupyter_starverse._procs import pid_alive
 from jupyter_starverse._settings import Settings
 from jupyter_starverse._volume import write_atomic
 from jupyter_starverse.catalog import Catalog
+from jupyter_starverse.costs import Cost, NodeInterval, PriceTable, job_cost
 from jupyter_starverse.errors import BackendUnavailableError, BadInputError, ConflictError
 from jupyter_starverse.export import GRAPH
 from jupyter_starverse.feedback import EndpointTarget, resolve_model
-from jupyter_starverse.jobmodel import ENGINES, SERVE_PORT, EndpointSpec, LaunchBackend
+from jupyter_starverse.jobmodel import ENGINES, SERVE_PORT, EndpointSpec, JobSpec, LaunchBackend
 
 from ._engines import engine_for
 from ._process import Processes, ProcessFolder
@@ -118,6 +119,7 @@ class Endpoint:
     lineage: ServeLineage
     host: str = "127.0.0.1"
     stopped_at: float | None = None
+    cost: Cost | None = None  # the meter so far: a CPU node of this host at the price table's rate
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -136,6 +138,7 @@ class Endpoint:
             "log": self.log,
             "token_file": self.token_file,
             "lineage": self.lineage.to_json(),
+            "cost": self.cost.to_json() if self.cost is not None else None,
         }
 
     def __str__(self) -> str:
@@ -143,6 +146,8 @@ class Endpoint:
         if self.state == "running":
             lines.append(f"  token: {self.token_file} (Authorization: Bearer ...); model name {self.name!r}")
         lines += [f"  {line}" for line in self.lineage.lines()]
+        if self.cost is not None:
+            lines.append(f"  cost: {self.cost}")
         lines.append(f"  log: {self.log}")
         return "\n".join(lines)
 
@@ -166,9 +171,9 @@ class EndpointList:
     def __str__(self) -> str:
         if not self.rows:
             return "no endpoints (start one with `starverse serve MODEL`)"
-        head = ("ID", "MODEL", "ENGINE", "STATE", "URL", "EXPORT")
-        rows = [(e.id, e.model, e.engine, e.state, e.url or "-",
-                 (e.lineage.export or {}).get("format") or "-") for e in self.rows]  # fmt: skip
+        head = ("ID", "MODEL", "ENGINE", "STATE", "URL", "EXPORT", "COST")
+        rows = [(e.id, e.model, e.engine, e.state, e.url or "-", (e.lineage.export or {}).get("format") or "-",
+                 e.cost.figure if e.cost is not None else "-") for e in self.rows]  # fmt: skip
         widths = [max(len(str(r[i])) for r in (head, *rows)) for i in range(len(head))]
         return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) for r in (head, *rows))
 
@@ -183,9 +188,17 @@ class EndpointList:
 class ServeService:
     """Endpoints of this host (``ls``/``stop`` see those every process started) and their cluster renderings."""
 
-    def __init__(self, settings: Settings, catalog: Catalog, *, lineage: Callable[[str], Any] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        catalog: Catalog,
+        *,
+        lineage: Callable[[str], Any] | None = None,
+        prices: Callable[[], PriceTable] | None = None,
+    ) -> None:
         self.settings = settings
         self.catalog = catalog
+        self._prices = prices  # the price table in force (``client.prices``): the cost meter of each endpoint
         self.procs = Processes(Path(settings.experiments) / ".serve", "serve")
         self._lineage = lineage
 
@@ -286,8 +299,24 @@ class ServeService:
             url=f"http://{url_host}:{port}/v1" if port and state == "running" else None,
             port=port, pid=rec.pid if rec else None, started_at=float(spec.get("created_at") or 0.0),
             folder=str(f.root), log=str(f.log), token_file=str(f.root / "token"), lineage=lineage, host=host,
-            stopped_at=stopped.get("at"),
+            stopped_at=stopped.get("at"), cost=self._cost(f, spec, state, stopped),
         )  # fmt: skip
+
+    def _cost(self, f: ProcessFolder, spec: dict[str, Any], state: str, stopped: dict[str, Any]) -> Cost | None:
+        """What the endpoint has cost so far: one CPU node (the engines serve on this host's CPUs), on demand."""
+        started = spec.get("created_at")
+        if self._prices is None or not isinstance(started, int | float):
+            return None
+        end = stopped.get("at")
+        if not isinstance(end, int | float) and state not in ("running", "starting", "elsewhere"):
+            try:  # it exited on its own: its log's last write is when it stopped
+                end = f.log.stat().st_mtime
+            except OSError:
+                end = started
+        end = max(float(end), float(started)) if isinstance(end, int | float) else None
+        job = JobSpec(name="serve", command=("serve",), accelerator="cpu", billing="on_demand")
+        return job_cost(job, [NodeInterval(0, float(started), end)], self._prices(), job_id=f.id,
+                        user=str(spec.get("user") or "") or None)  # fmt: skip
 
     def get(self, endpoint_id: str) -> Endpoint:
         return self._view(self.procs.folder(endpoint_id))

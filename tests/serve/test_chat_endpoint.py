@@ -123,3 +123,21 @@ async def test_rest_chat_session_on_an_endpoint_answers_and_a_down_one_is_503(
     with pytest.raises(HTTPClientError) as err:
         await jp_fetch("jupyter-starverse", "chat", "sessions", method="POST", body=both)
     assert err.value.code == 400
+
+
+async def test_serve_ls_and_the_rest_answer_show_the_cost_so_far_at_the_cpu_rate(
+    jp_fetch: Any,
+    client: Starverse,
+    served,
+    capsys: pytest.CaptureFixture[str],  # type: ignore[no-untyped-def]
+) -> None:
+    rate = client.prices.price("cpu").on_demand
+    [ep] = json.loads((await jp_fetch("jupyter-starverse", "serve")).body)
+    assert ep["id"] == served.id and ep["cost"]["rate"] == str(rate) and ep["cost"]["running"]
+    assert ep["cost"]["accelerator"] == "cpu" and ep["cost"]["unit_seconds"] >= 1
+    assert main(["serve", "ls"]) == 0
+    out = capsys.readouterr().out
+    assert "COST" in out and client.serve.get(served.id).cost.figure.split()[-1] in out
+    stopped = client.serve.stop(served.id)
+    assert stopped.cost is not None and not stopped.cost.running  # the meter stops with the endpoint
+    assert client.serve.get(served.id).cost.unit_seconds == stopped.cost.unit_seconds
