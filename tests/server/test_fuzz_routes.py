@@ -163,12 +163,16 @@ TEMPLATES: dict[tuple[str, str], tuple[dict[str, str], dict[str, Any] | None]] =
     ),
     ("GET", "chat/sessions/{session_id}/turns/{turn_id}"): ({"after": "0"}, None),
     ("POST", "export"): ({}, {"model": "hf:org/missing", "format": "onnx", "force": False}),
+    # a model that does not exist: a fuzzed POST serve never starts a real server process (a 4xx first)
+    ("POST", "serve"): ({}, {"model": "hf:org/missing", "engine": "auto", "port": 0}),
+    ("POST", "serve/render"): ({}, {"model": "hf:org/missing", "backend": "kubernetes"}),
 }
 PATH_VALUES = {
     "job_id": "fuzz-job-1",
     "run_id": "fuzz-run",
     "name": "sft",
     "session_id": "abc123",
+    "endpoint_id": "fuzz-endpoint-1",
     "turn_id": "t1",
     "kernel_id": "k1",
     "state_id": "0123abcd-0000",
