@@ -226,8 +226,10 @@ def _int_arg(value: str | None, name: str, *, default: int | None, low: int, hig
 
 
 class _JobsBase(StarverseHandler):
-    def backend(self) -> LaunchBackend:
-        return self.client.backend(self.query("backend"))
+    async def backend(self) -> LaunchBackend:
+        """The backend of ``?backend=``, made in the thread pool: building one may read a kube config
+        or probe the cluster, which must not hold up the event loop (and every other request)."""
+        return await self.run(self.client.backend, self.query("backend"))
 
     def view(self, job: Job, *, points: bool) -> JobView:
         # The facade keeps one watch per job, so a poll reads only the new metric lines.
@@ -362,19 +364,19 @@ class JobsHandler(_JobsBase):
 class JobHandler(_JobsBase):
     @web.authenticated
     async def get(self, job_id: str) -> None:
-        backend = self.backend()
+        backend = await self.backend()
         self.finish_json(await self.run(lambda: self.view(backend.get(job_id), points=True)))
 
     @web.authenticated
     async def delete(self, job_id: str) -> None:
-        backend = self.backend()
+        backend = await self.backend()
         self.finish_json(await self.run(lambda: self.view(backend.cancel(job_id), points=False)))
 
 
 class CancelHandler(_JobsBase):
     @web.authenticated
     async def post(self, job_id: str) -> None:
-        backend = self.backend()
+        backend = await self.backend()
         self.finish_json(await self.run(lambda: self.view(backend.cancel(job_id), points=False)))
 
 
@@ -383,14 +385,14 @@ class PreemptHandler(_JobsBase):
 
     @web.authenticated
     async def post(self, job_id: str) -> None:
-        backend = self.backend()
+        backend = await self.backend()
         self.finish_json(await self.run(lambda: self.view(backend.preempt(job_id), points=False)))
 
 
 class LogsHandler(_JobsBase):
     @web.authenticated
     async def get(self, job_id: str) -> None:
-        backend = self.backend()
+        backend = await self.backend()
         tail = _int_arg(self.query("tail"), "tail", default=200, low=1, high=_MAX_TAIL)
         rank = _int_arg(self.query("rank"), "rank", default=None, low=0, high=1 << 20)
         follow = (self.query("follow") or "").lower() in ("1", "true", "yes")
@@ -452,7 +454,7 @@ class TensorBoardHandler(_JobsBase):
 
     @web.authenticated
     async def get(self, job_id: str) -> None:
-        backend = self.backend()
+        backend = await self.backend()
 
         def info() -> TensorBoardInfo:
             job = backend.get(job_id)
@@ -462,7 +464,7 @@ class TensorBoardHandler(_JobsBase):
 
     @web.authenticated
     async def post(self, job_id: str) -> None:
-        backend = self.backend()
+        backend = await self.backend()
 
         def start() -> TensorBoardInfo:
             job = backend.get(job_id)
@@ -473,7 +475,7 @@ class TensorBoardHandler(_JobsBase):
 
     @web.authenticated
     async def delete(self, job_id: str) -> None:
-        backend = self.backend()
+        backend = await self.backend()
 
         def stop() -> TensorBoardInfo:
             job = backend.get(job_id)
@@ -502,7 +504,7 @@ class PreviewHandler(StarverseHandler):
         backend = body.get("backend")
         if backend is not None and not isinstance(backend, str):
             raise BadInputError("backend must be a name: 'local', 'kubernetes' or 'slurm'", field="backend")
-        spec = JobSpec.from_json(body["spec"])
+        spec = await self.run(JobSpec.from_json, body["spec"])  # a 10 MB cell is checked off the loop too
         self.finish_json(await self.run(lambda: self.client.preview(spec, backend=backend, output=output)))
 
 
