@@ -123,3 +123,17 @@ def test_a_crash_on_one_rank_fails_the_job_and_names_the_rank(settings: Settings
     assert all(n.state in (JobState.FAILED, JobState.CANCELLED) for n in done.nodes)
     assert any(n.exit_code not in (0, None) for n in done.nodes)
     assert_no_processes_left(done)
+
+
+def test_a_gpu_job_on_a_machine_without_gpus_names_the_users_flags_not_internal_fields(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jupyter_starverse.backends.local import _local as local_module
+
+    monkeypatch.setattr(local_module.Path, "glob", lambda self, pattern: iter(()))  # no /dev/nvidia*
+    backend = local_module.LocalBackend(settings)
+    with pytest.raises(BadInputError) as err:
+        backend._check_gpu(JobSpec(name="g", script="train.py", accelerator="a100-80g"))
+    text = str(err.value)
+    assert "--gpu cpu" in text and "%sv mode cpu" in text and "--backend kubernetes" in text, text
+    assert "JobSpec." not in text and "accelerator='cpu'" not in text, text

@@ -119,9 +119,10 @@ class LocalBackend(RunFolderBackend):
     def _check_gpu(self, spec: JobSpec) -> None:
         if spec.is_gpu and not any(Path("/dev").glob("nvidia[0-9]*")):
             raise BadInputError(
-                f"JobSpec.accelerator: {spec.accelerator!r} asks for GPUs but this machine has none",
+                f"the job asks for GPUs ({spec.accelerator!r}) but this machine has none",
                 field="accelerator",
-                hint="use accelerator='cpu' (gloo) here, or launch with backend='kubernetes'",
+                hint="run it on the CPU here: `--gpu cpu` on `starverse launch` (or `%sv mode cpu` in a notebook, "
+                '"accelerator": "cpu" over REST), or launch on a cluster: `--backend kubernetes` or `--backend slurm`',
             )
 
     def _check_name_free(self, spec: JobSpec) -> None:
