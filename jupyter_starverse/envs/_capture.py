@@ -234,7 +234,7 @@ def _requirement_lines(path: Path) -> list[str]:
         if sys.version_info >= (3, 11):
             import tomllib
         else:  # Python 3.10
-            import tomli as tomllib
+            import tomli as tomllib  # type: ignore[import-not-found]
         try:
             data = tomllib.loads(path.read_text())
         except (OSError, ValueError) as e:

@@ -373,8 +373,8 @@ class EndpointChatSession:
         self._closed = False
         card = self._models(timeout)
         self.served_name = str(card.get("id") or "")
-        info = card.get("starverse") if isinstance(card.get("starverse"), dict) else {}
-        lineage = info.get("lineage") if isinstance(info.get("lineage"), dict) else {}
+        info = _object(card.get("starverse"))
+        lineage = _object(info.get("lineage"))
         self.lineage: dict[str, Any] = lineage
         self.model = str(lineage.get("model") or info.get("model") or self.served_name or target.url)
 
@@ -576,3 +576,8 @@ class ChatSessions:
             raise NotFoundError(f"no chat session {session_id!r}", hint="it may have been closed already")
         for s in found:
             s.close()
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else an empty one (what an endpoint answers is data)."""
+    return value if isinstance(value, dict) else {}

@@ -287,7 +287,8 @@ class ServeService:
             state = "running" if ep.get("port") else "starting"
         else:
             state = "stopped" if stopped else "exited"
-        lin = spec.get("lineage") if isinstance(spec.get("lineage"), dict) else {}
+        raw = spec.get("lineage")
+        lin: dict[str, Any] = raw if isinstance(raw, dict) else {}
         lineage = ServeLineage(str(lin.get("model") or spec.get("model")), lin.get("commit"), lin.get("export"),
                                lin.get("training"))  # fmt: skip
         port = ep.get("port") if isinstance(ep.get("port"), int) else None
