@@ -11,9 +11,12 @@ from ._holds import Hold
 from ._names import DatasetRef, ModelRef, parse_ref
 from ._progress import ProgressCallback, tqdm_callback
 from ._seal import StatCheck
+from ._sources import REMOTE_SCHEMES, check_source
 from ._types import Entry, EntryStatus, FileRecord, HoldInfo, PullProgress, StoreListing, VerifyReport, format_bytes
 
 __all__ = [
+    "REMOTE_SCHEMES",
+    "check_source",
     "Catalog",
     "DatasetRef",
     "Entry",

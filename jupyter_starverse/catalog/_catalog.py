@@ -44,6 +44,7 @@ from ._names import DEFAULT_VERSION, DatasetRef, ModelRef, Ref, check_name, pars
 from ._perms import denied, make_dirs, prepare_shared, resolve_group, tighten, translate_permissions
 from ._progress import ProgressCallback, ProgressTracker, read_progress, write_json_atomic
 from ._seal import StatCheck, check
+from ._sources import check_source
 from ._types import Entry, EntryStatus, FileRecord, HoldInfo, PullProgress, VerifyReport
 
 __all__ = ["Catalog", "check_pull_options"]
@@ -177,7 +178,7 @@ class Catalog:
             raise BadInputError(
                 "source must be a folder or URL", field="source", hint="e.g. ./data, s3://bucket/prefix"
             )
-        source = source.strip()
+        source = check_source(source.strip(), self.settings.source_roots, self.root)
         if "://" not in source and not source.startswith("memory:"):
             source = str(Path(source).expanduser().absolute())
         fs, root = open_source(source)

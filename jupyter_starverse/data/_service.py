@@ -22,7 +22,7 @@ from typing import Any
 from jupyter_starverse._format import format_bytes
 from jupyter_starverse._inputs import check_path, check_text
 from jupyter_starverse._settings import Settings
-from jupyter_starverse.catalog import Catalog, DatasetRef, parse_ref
+from jupyter_starverse.catalog import Catalog, DatasetRef, check_source, parse_ref
 from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError, StoreError
 from jupyter_starverse.jobmodel import Job, JobSpec, JobState
 
@@ -42,9 +42,6 @@ _MALFORMED_SHOWN = 100
 _SAMPLE = 200
 #: Longest name of the text field (a JSON key or a CSV column); it is repeated in the report.
 MAX_FIELD = 256
-_LOCAL_SCHEMES = ("file", "local")
-#: URL schemes a step may read while source roots are set: storage of no local folder.
-_REMOTE_SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "hf", "memory", "http", "https", "hdfs")
 
 
 class _Input:
@@ -97,29 +94,7 @@ class DataPrep:
         is read from the first root and a path that leaves every root (``/``, ``./..//..``) is
         refused before anything is listed.
         """
-        roots = tuple(Path(r).expanduser().resolve() for r in self.settings.source_roots)
-        if not roots:
-            return source
-        scheme = source.split("://", 1)[0].lower() if "://" in source else ""
-        if scheme in _REMOTE_SCHEMES and "::" not in source:
-            return source  # object storage, memory: nothing of this machine's file system
-        if (scheme and scheme not in _LOCAL_SCHEMES) or "::" in source:  # zip://, chained caches: local files
-            raise BadInputError(
-                f"source {source!r} is not read on this server",
-                field="source",
-                hint=f"name a store dataset, a folder under {roots[0]} or a URL of {', '.join(_REMOTE_SCHEMES[:4])}...",
-            )
-        local = source.split("://", 1)[1] if scheme else source
-        path = Path(local).expanduser()
-        path = (path if path.is_absolute() else roots[0] / path).resolve()
-        allowed = (*roots, Path(self.catalog.root).resolve())
-        if not any(path == root or root in path.parents for root in allowed):
-            raise BadInputError(
-                f"source {source!r} is outside the server's root and the store",
-                field="source",
-                hint=f"name a store dataset, or a folder under {roots[0]}",
-            )
-        return str(path)
+        return check_source(source, self.settings.source_roots, self.catalog.root)
 
     def check(self, source: str, *, text_field: str | None = None) -> None:
         """The cheap checks of a step's input, before it starts: nothing is listed or read.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -137,7 +138,8 @@ def test_widget_shows_errors(client: Starverse, src: Path) -> None:
     assert "not pulled yet" in browser.error.value
 
 
-async def test_rest_list_pull_mount(jp_fetch: Any, src: Path) -> None:
+async def test_rest_list_pull_mount(jp_fetch: Any, src: Path, jp_root_dir: Path) -> None:
+    src = Path(shutil.copytree(src, jp_root_dir / "src"))  # a server reads sources under its root only
     body = json.dumps({"name": "toy", "source": str(src), "description": "toy data"})
     response = await jp_fetch("jupyter-starverse", "store", method="POST", body=body)
     assert response.code == 201 and json.loads(response.body)["ref"] == "toy@1"
@@ -177,7 +179,10 @@ async def test_rest_list_pull_mount(jp_fetch: Any, src: Path) -> None:
         ("POST", "pull", {}, {"ref": "hf:org/m", "connections": 0}, 400),
         ("POST", "pull", {}, {"ref": "hf:org/m", "connections": "8"}, 400),
         ("POST", "pull", {}, {"ref": "toy", "allow": ["*.txt"]}, 400),
-        ("POST", "", {}, {"name": "x", "source": "/definitely/missing"}, 404),
+        ("POST", "", {}, {"name": "x", "source": "definitely/missing"}, 404),
+        ("POST", "", {}, {"name": "x", "source": "/"}, 400),  # outside the server's root and the store
+        ("POST", "", {}, {"name": "x", "source": "./..//.."}, 400),
+        ("POST", "", {}, {"name": "x", "source": "zip://a::file:///etc"}, 400),
     ],
 )
 async def test_rest_bad_input(
@@ -220,3 +225,23 @@ async def test_rest_needs_auth(jp_fetch: Any) -> None:
     with pytest.raises(HTTPClientError) as err:
         await jp_fetch("jupyter-starverse", "store", headers={"Authorization": ""})
     assert err.value.code == 403
+
+
+async def test_rest_add_reads_sources_under_the_servers_root_only(jp_fetch: Any, jp_root_dir: Path) -> None:
+    """A server reads files as its own user for whoever holds its token: `POST store` of `/` would
+    register the whole file system, and a later pull copy it into the store."""
+    (jp_root_dir / "corpus").mkdir()
+    (jp_root_dir / "corpus" / "a.txt").write_text("alpha")
+    reply = await jp_fetch(
+        "jupyter-starverse", "store", method="POST", body=json.dumps({"name": "c", "source": "corpus"})
+    )
+    assert reply.code == 201 and json.loads(reply.body)["source"] == str((jp_root_dir / "corpus").resolve())
+    for source in ("/", "/etc", "~", "../..", "file:///"):
+        with pytest.raises(HTTPClientError) as err:
+            await jp_fetch(
+                "jupyter-starverse", "store", method="POST", body=json.dumps({"name": "x", "source": source})
+            )
+        reply = json.loads(err.value.response.body)  # type: ignore[union-attr]
+        assert err.value.code == 400 and reply["field"] == "source" and "root" in reply["hint"], (source, reply)
+    rows = json.loads((await jp_fetch("jupyter-starverse", "store")).body)
+    assert [r["ref"] for r in rows] == ["c@1"]  # nothing outside the root was registered

@@ -146,8 +146,8 @@ def test_racing_adds_of_the_same_source_both_succeed(catalog: Catalog, tmp_path:
         assert len(results) == 2 and results[0] == results[1]
 
 
-async def test_rest_add_conflict_is_409(jp_fetch: Any, tmp_path: Path) -> None:
-    a, b = _folder(tmp_path / "a"), _folder(tmp_path / "b")
+async def test_rest_add_conflict_is_409(jp_fetch: Any, jp_root_dir: Path) -> None:
+    a, b = _folder(jp_root_dir / "a"), _folder(jp_root_dir / "b")
     body = {"name": "toy", "source": str(a)}
     assert (await jp_fetch("jupyter-starverse", "store", method="POST", body=json.dumps(body))).code == 201
     with pytest.raises(HTTPClientError) as err:

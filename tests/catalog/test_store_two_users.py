@@ -382,8 +382,8 @@ def test_an_unreadable_record_is_permission_denied_and_rm_keeps_the_manifest(sha
 # -- one user: the owner is shown, over REST too ----------------------------------------------------
 
 
-async def test_rest_listing_shows_the_owner(jp_fetch: object, tmp_path: Path) -> None:
-    src = tmp_path / "src"
+async def test_rest_listing_shows_the_owner(jp_fetch: object, jp_root_dir: Path) -> None:
+    src = jp_root_dir / "src"
     src.mkdir()
     (src / "a.txt").write_text("x")
     body = json.dumps({"name": "toy", "source": str(src)})
