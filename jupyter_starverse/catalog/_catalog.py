@@ -63,11 +63,14 @@ _SHARED = (
     "hf/hub",
     "hf/hub/.locks",
     ".leases",
-    ".leases/files",
     ".progress",
     ".usage",
     ".holds",
     ".verify",
+    "envs",  # job environments (jupyter_starverse.envs): content-addressed, built by any member
+    "envs/wheels",
+    "envs/images",
+    "workdirs",
 )
 log = logging.getLogger(__name__)
 
@@ -87,6 +90,10 @@ class Catalog:
         self.root = store_root(settings.store)
         self.layout = Layout(self.root)
         self._prepared = False
+
+    def prepare(self) -> None:
+        """Give the store's shared folders to the group (group mode); a no-op without one."""
+        self._prepare()
 
     def _prepare(self) -> None:
         """Group mode (``settings.shared_group``): the store's folders belong to the group, 3775."""

@@ -17,6 +17,7 @@ from typing import Any
 from jupyter_starverse._format import pretty_text
 from jupyter_starverse._settings import Settings
 from jupyter_starverse._volume import PUBLIC, make_dir, write_atomic
+from jupyter_starverse.catalog import Catalog
 from jupyter_starverse.errors import BadInputError, NotFoundError
 from jupyter_starverse.jobmodel import JobSpec
 
@@ -112,9 +113,13 @@ class JobEnvs:
     def __init__(self, settings: Settings, *, kernel_path: Sequence[str] | None = None) -> None:
         self.settings = settings
         self.kernel_path = list(kernel_path) if kernel_path is not None else None
+        self._prepared = False
 
     @property
     def paths(self) -> EnvPaths:
+        if self.settings.shared_group and not self._prepared:
+            Catalog(self.settings).prepare()  # group mode: envs/ and workdirs/ are the group's (3775)
+            self._prepared = True
         return EnvPaths(self.settings.store)
 
     # -- the job's side ---------------------------------------------------------------------

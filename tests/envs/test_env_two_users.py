@@ -105,3 +105,25 @@ def test_two_users_building_one_hash_at_once_both_succeed_and_the_loser_cleans_u
     assert site.read_text() == f"BY = {ALICE}"  # bob uses alice's environment
     assert _leftovers(store) == []  # bob's copy is gone
     assert sorted(p.name for p in (store / ".leases").iterdir()) == [f"u{ALICE}", f"u{BOB}"]
+
+
+@as_root
+def test_in_group_mode_the_envs_folders_are_the_groups(tmp_path: Path) -> None:
+    """The first builder used to make envs/ 0755: no other member could build after it."""
+    import stat as _stat
+
+    from jupyter_starverse._settings import Settings
+    from jupyter_starverse.envs import JobEnvs
+
+    settings = Settings.from_env(
+        {
+            "STARVERSE_HOME": str(tmp_path / "h"),
+            "STARVERSE_STORE": str(tmp_path / "store"),
+            "STARVERSE_EXPERIMENTS": str(tmp_path / "e"),
+            "STARVERSE_SHARED_GROUP": str(TEAM),
+        }
+    )
+    paths = JobEnvs(settings).paths
+    for folder in (paths.envs, paths.envs / "wheels", tmp_path / "store" / "workdirs"):
+        st = folder.stat()
+        assert st.st_gid == TEAM and _stat.S_IMODE(st.st_mode) == 0o3775, (folder, oct(st.st_mode))
