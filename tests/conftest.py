@@ -15,7 +15,8 @@ import pytest
 
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.client import Starverse
-from tests._users import shared_tmp  # noqa: F401 (a fixture for every test package)
+from tests._tmpfs import small_fs  # noqa: F401 (fixtures for every test package)
+from tests._users import shared_tmp  # noqa: F401
 
 pytest_plugins = ("pytest_jupyter.jupyter_server",)
 

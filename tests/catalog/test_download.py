@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import importlib.util
 import itertools
 import json
 import logging
-import os
 import shutil
 import signal
-import subprocess
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -23,6 +19,7 @@ from jupyter_starverse._settings import Settings
 from jupyter_starverse.catalog import Catalog, DatasetRef
 from jupyter_starverse.catalog import _download as engine
 from jupyter_starverse.errors import BadInputError, IntegrityError, NotFoundError, PermissionDeniedError, StoreError
+from tests._tmpfs import fill
 from tests.catalog.conftest import run_workers, start_workers, worker_env
 from tests.catalog.servers import Blob, FileServer, HubServer
 from tests.catalog.test_models import load_offline
@@ -442,33 +439,6 @@ def test_an_fsspec_source_comes_in_ranges_too(
     fs.rm("/ranged-src", recursive=True)
 
 
-@pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A real file system of 4 MiB (a tmpfs; needs root), to fill up."""
-    where = tmp_path / "small"
-    where.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)],
-                                           capture_output=True).returncode != 0:  # fmt: skip
-        pytest.skip("needs root and mount(8) for a 4 MiB tmpfs")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
-
-
-def _fill(where: Path) -> Path:
-    filler = where / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    try:
-        while True:
-            os.write(fd, b"x" * 4096)
-    except OSError as e:
-        assert e.errno == errno.ENOSPC
-    finally:
-        os.close(fd)
-    return filler
-
-
 def test_a_pull_that_fills_the_disk_is_a_clear_error_and_pulls_again_once_space_is_freed(
     files: FileServer, small_pieces: int, small_fs: Path
 ) -> None:
@@ -479,7 +449,7 @@ def test_a_pull_that_fills_the_disk_is_a_clear_error_and_pulls_again_once_space_
     add_http_dataset(catalog, files, {"big.bin": blob})
     gets = itertools.count()
     filled: list[Path] = []
-    files.on_get = lambda path: next(gets) == 6 and filled.append(_fill(small_fs))  # half way: someone fills it
+    files.on_get = lambda path: next(gets) == 6 and filled.append(fill(small_fs))  # half way: someone fills it
     with pytest.raises(StoreError) as err:
         catalog.pull("web", connections=1)
     assert filled, err.value
@@ -497,9 +467,7 @@ def test_a_pull_that_fills_the_disk_is_a_clear_error_and_pulls_again_once_space_
     assert sha(catalog.mount("web") / "big.bin") == blob.sha256()
 
 
-def test_a_pull_that_cannot_fit_is_refused_up_front_naming_free_and_needed(
-    files: FileServer, small_fs: Path
-) -> None:
+def test_a_pull_that_cannot_fit_is_refused_up_front_naming_free_and_needed(files: FileServer, small_fs: Path) -> None:
     catalog = Catalog(Settings.from_env({"STARVERSE_HOME": str(small_fs / "home")}))
     add_http_dataset(catalog, files, {"a.bin": Blob(size=6 * 1024 * 1024, seed=141)})
     with pytest.raises(StoreError) as err:

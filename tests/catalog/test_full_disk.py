@@ -5,10 +5,7 @@ On a real 4 MiB tmpfs (needs root and mount(8); skipped visibly otherwise), as t
 
 from __future__ import annotations
 
-import errno
 import os
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,33 +15,8 @@ from jupyter_starverse.catalog import Catalog
 from jupyter_starverse.catalog._lease import Lease
 from jupyter_starverse.catalog._names import DatasetRef
 from jupyter_starverse.errors import StoreError
+from tests._tmpfs import fill
 from tests.catalog.servers import Blob, HubServer
-
-
-@pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    where = tmp_path / "small"
-    where.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)],
-                                           capture_output=True).returncode != 0:  # fmt: skip
-        pytest.skip("needs root and mount(8) for a 4 MiB tmpfs")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
-
-
-def _fill(where: Path) -> Path:
-    filler = where / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    try:
-        while True:
-            os.write(fd, b"x" * 4096)
-    except OSError as e:
-        assert e.errno == errno.ENOSPC
-    finally:
-        os.close(fd)
-    return filler
 
 
 def _assert_full(err: StoreError) -> None:
@@ -55,7 +27,7 @@ def _assert_full(err: StoreError) -> None:
 def test_a_lease_on_a_full_disk_is_a_store_error_not_a_raw_oserror_nor_a_wait(small_fs: Path) -> None:
     folder = small_fs / ".leases" / f"u{os.getuid()}"
     folder.mkdir(parents=True)
-    _fill(small_fs)
+    fill(small_fs)
     lease = Lease(folder / "x.lease", ttl=5)
     with pytest.raises(StoreError) as err:
         lease.try_acquire()
@@ -75,7 +47,7 @@ def test_publishing_a_manifest_on_a_full_disk_is_a_store_error(small_fs: Path, t
     assert manifest is not None
     catalog.layout.unpublish(ref, manifest)
     catalog.layout.manifest_path(ref).unlink(missing_ok=True)
-    filler = _fill(small_fs)
+    filler = fill(small_fs)
     with pytest.raises(StoreError) as err:
         catalog.layout.publish(ref, manifest)
     _assert_full(err.value)

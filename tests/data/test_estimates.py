@@ -91,38 +91,21 @@ def test_a_low_entropy_corpus_says_eta_unknown_while_it_compares(client: Starver
 
 
 def test_clean_on_a_full_store_is_a_clear_error_and_publishes_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, small_fs: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 34: `data clean` on a full store ended in a raw OSError [Errno 28] traceback."""
-    import os
-    import subprocess
-
     from jupyter_starverse._settings import Settings
     from jupyter_starverse.errors import StoreError
+    from tests._tmpfs import fill
 
-    where = tmp_path / "small"
-    where.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)],
-                                           capture_output=True).returncode != 0:  # fmt: skip
-        pytest.skip("needs root and mount(8) for a 4 MiB tmpfs")
-    try:
-        monkeypatch.setenv("PII_SALT", "s" * 32)
-        client = Starverse(Settings.from_env({"STARVERSE_HOME": str(where / "home")}))
-        _corpus(client, tmp_path, [_words(40, seed=i) + " id 11010519491231002X" for i in range(200)], "raw")
-        client.catalog.pull("raw")
-        fd = os.open(where / "filler", os.O_WRONLY | os.O_CREAT)
-        try:
-            while True:
-                os.write(fd, b"x" * 4096)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-        with pytest.raises(StoreError) as err:
-            client.data.clean("raw", actions={"id_card": "hash"}, salt="env:PII_SALT")
-        assert "is full" in str(err.value) and "wrote nothing" in str(err.value) and "evict" in (err.value.hint or "")
-        prepared = client.data.prepared
-        assert not (prepared / "raw").exists() or not any((prepared / "raw").iterdir())  # no half-written version
-        assert not [p for p in prepared.iterdir() if p.name.startswith(".work-")]
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
+    monkeypatch.setenv("PII_SALT", "s" * 32)
+    client = Starverse(Settings.from_env({"STARVERSE_HOME": str(small_fs / "home")}))
+    _corpus(client, tmp_path, [_words(40, seed=i) + " id 11010519491231002X" for i in range(200)], "raw")
+    client.catalog.pull("raw")
+    fill(small_fs)
+    with pytest.raises(StoreError) as err:
+        client.data.clean("raw", actions={"id_card": "hash"}, salt="env:PII_SALT")
+    assert "is full" in str(err.value) and "wrote nothing" in str(err.value) and "evict" in (err.value.hint or "")
+    prepared = client.data.prepared
+    assert not (prepared / "raw").exists() or not any((prepared / "raw").iterdir())  # no half-written version
+    assert not [p for p in prepared.iterdir() if p.name.startswith(".work-")]

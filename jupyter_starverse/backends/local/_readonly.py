@@ -31,7 +31,7 @@ from typing import Any
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.errors import StarverseError
 
-__all__ = ["after_job", "protect", "readonly_preexec"]
+__all__ = ["LIBC", "after_job", "protect", "readonly_preexec"]
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUSER = 0x10000000
@@ -52,7 +52,8 @@ def _libc() -> Any:
         return None
 
 
-_LIBC = _libc()
+LIBC = _libc()  # the C library (Linux), for unshare(2) and prctl(2); None elsewhere
+_LIBC = LIBC
 
 
 def _call(what: str, result: int) -> None:

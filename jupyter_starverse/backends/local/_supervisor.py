@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import json
 import os
 import signal
@@ -72,7 +71,7 @@ from ._attempts import (
     oom_kills,
     signal_name,
 )
-from ._readonly import after_job, readonly_preexec
+from ._readonly import LIBC, after_job, readonly_preexec
 
 __all__ = ["main"]
 
@@ -688,22 +687,12 @@ def open_log(run: RunPaths, path: Path) -> BinaryIO:
     return os.fdopen(fd, "ab")
 
 
-def _load_libc() -> Any:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-
-
-_LIBC = _load_libc()
 
 
 def _die_with_parent() -> None:
     """In the forked agent: get SIGTERM when the supervisor dies (Linux ``PR_SET_PDEATHSIG``)."""
-    if _LIBC is not None:
-        _LIBC.prctl(1, int(signal.SIGTERM), 0, 0, 0)
+    if LIBC is not None:
+        LIBC.prctl(1, int(signal.SIGTERM), 0, 0, 0)
 
 
 def main(argv: list[str] | None = None) -> int:
