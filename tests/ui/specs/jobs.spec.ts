@@ -19,7 +19,8 @@ const SLOW = [
   '[sv.log_metrics(s, loss=1.0 / (s + 1)) or time.sleep(0.5) for s in range(600)]'
 ].join('\n');
 
-// Flat lines again: 45 finished run folders written as the local backend writes them.
+// Flat lines again: 45 finished run folders written as the local backend writes them, the newest
+// 0.44 s ahead (not 44 s: a job a later spec launches must be newer than all of them).
 const BULK = [
   'import time',
   'from jupyter_starverse.client import Starverse',
@@ -29,7 +30,7 @@ const BULK = [
   "runs = [exp.run(f'uibulk{i:03d}-20261201-000000-0000') for i in range(45)]",
   'now = time.time()',
   "spec = JobSpec(name='uibulk', code='print(1)', experiment='uibulk').to_json()",
-  "[r.make() or write_json(r.spec, spec) or write_status(r, RunStatus(job_id=r.job_id, state='failed' if i % 15 == 0 else 'succeeded', created=now + i, started=now + i, finished=now + i + 1)) for i, r in enumerate(runs)]",
+  "[r.make() or write_json(r.spec, spec) or write_status(r, RunStatus(job_id=r.job_id, state='failed' if i % 15 == 0 else 'succeeded', created=now + i / 100, started=now + i / 100, finished=now + i / 100 + 1)) for i, r in enumerate(runs)]",
   "print('bulk runs written', flush=True)"
 ].join('\n');
 
