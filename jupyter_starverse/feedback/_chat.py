@@ -245,11 +245,7 @@ class ChatSession:
         on_piece: Callable[[str], None] | None = None,
     ) -> ChatTurn:
         """Start an answer to ``messages`` (or one prompt string); returns at once with the turn."""
-        if isinstance(messages, str):
-            messages = [{"role": "user", "content": messages}]
-        msgs = _check_messages(messages)
-        if not 1 <= int(max_new_tokens) <= 4096:
-            raise BadInputError("max_new_tokens must be 1..4096", field="max_new_tokens", hint="e.g. 64")
+        msgs = _ask_input(messages, max_new_tokens)
         if not self.alive:
             raise BackendUnavailableError("the chat worker has stopped", hint=f"start a new chat; see {self.log_path}")
         turn = ChatTurn(uuid.uuid4().hex[:12], msgs, on_piece=on_piece)
@@ -432,11 +428,7 @@ class EndpointChatSession:
         on_piece: Callable[[str], None] | None = None,
     ) -> ChatTurn:
         """Start an answer (streamed from the endpoint in a thread); returns at once with the turn."""
-        if isinstance(messages, str):
-            messages = [{"role": "user", "content": messages}]
-        msgs = _check_messages(messages)
-        if not 1 <= int(max_new_tokens) <= 4096:
-            raise BadInputError("max_new_tokens must be 1..4096", field="max_new_tokens", hint="e.g. 64")
+        msgs = _ask_input(messages, max_new_tokens)
         if self._closed:
             raise BackendUnavailableError("this chat is closed", hint="start a new chat")
         turn = ChatTurn(uuid.uuid4().hex[:12], msgs, on_piece=on_piece, source=f"the endpoint {self.label}",
@@ -581,3 +573,13 @@ class ChatSessions:
 def _object(value: Any) -> dict[str, Any]:
     """``value`` when it is a JSON object, else an empty one (what an endpoint answers is data)."""
     return value if isinstance(value, dict) else {}
+
+
+def _ask_input(messages: object, max_new_tokens: int) -> tuple[dict[str, str], ...]:
+    """The checked messages of one question (a prompt string is one user message) and its length bound."""
+    if isinstance(messages, str):
+        messages = [{"role": "user", "content": messages}]
+    msgs = _check_messages(messages)
+    if not 1 <= int(max_new_tokens) <= 4096:
+        raise BadInputError("max_new_tokens must be 1..4096", field="max_new_tokens", hint="e.g. 64")
+    return msgs
