@@ -52,11 +52,16 @@ async def test_chat_streams_by_polling_and_two_writers_vote(jp_fetch: Any, tiny_
               "answer_id": turn["id"], "session": sid}  # fmt: skip
     results = await asyncio.gather(
         _call(jp_fetch, "feedback", "records", method="POST", body={**record, "vote": "up"}),
-        _call(jp_fetch, "feedback", "records", method="POST", body={**record, "vote": "down", "better": "two nodes"}),
-    )
+        # the second writer judges a regenerated answer: one user's two votes on one answer would
+        # be a change of mind, of which only the newest counts
+        _call(jp_fetch, "feedback", "records", method="POST",
+              body={**record, "answer": "Four cards.", "answer_id": f"{turn['id']}-regen",
+                    "vote": "down", "better": "two nodes"}),
+    )  # fmt: skip
     assert [c for c, _ in results] == [201, 201]
     _, table = await _call(jp_fetch, "feedback", "table", ref="chat")
-    assert table["total"] == 2 and table["pairs"] == 1
+    # "two nodes" beats "Four cards.", and the up-voted answer beats the down-voted one
+    assert table["total"] == 2 and table["pairs"] == 2
     code, snap = await _call(jp_fetch, "feedback", "snapshot", method="POST", body={"log": "chat"})
     assert code == 201 and snap["ref"] == "chat@1"
     _, logs = await _call(jp_fetch, "feedback")
