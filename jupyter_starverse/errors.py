@@ -19,7 +19,9 @@ __all__ = [
     "StoreError",
     "IntegrityError",
     "MissingDependencyError",
+    "OPTIONAL_PACKAGES",
     "error_kind",
+    "missing_dependency",
 ]
 
 
@@ -96,6 +98,46 @@ class MissingDependencyError(BackendUnavailableError):
             hint=f"pip install {target}",
         )
         self.package = package
+
+
+# Optional packages (import name -> the extra of pyproject.toml that brings it): a
+# ModuleNotFoundError for one of them that reaches a front door is an install hint, not a
+# traceback, wherever the import happened (a job's helper, a step's inner loop).
+OPTIONAL_PACKAGES: dict[str, str] = {
+    "torch": "train",
+    "numpy": "train",
+    "tensorboard": "train",
+    "kubernetes": "kubernetes",
+    "aiohttp": "http",
+    "requests": "http",
+    "datasketch": "data",
+    "jieba": "data",
+    "pyarrow": "data",
+    "transformers": "models",
+    "tokenizers": "models",
+    "safetensors": "models",
+    "onnx": "export",
+    "onnxruntime": "export",
+    "onnxscript": "export",
+    "jupyterlab": "workspace",
+    "ipykernel": "workspace",
+}
+
+
+def missing_dependency(error: BaseException) -> MissingDependencyError | None:
+    """The install hint for ``error`` when it is (or was caused by) a missing optional package."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, MissingDependencyError):
+            return current
+        if isinstance(current, ModuleNotFoundError) and current.name:
+            top = current.name.split(".")[0]
+            if top in OPTIONAL_PACKAGES:
+                return MissingDependencyError(top, extra=OPTIONAL_PACKAGES[top])
+        current = current.__cause__ or current.__context__
+    return None
 
 
 # The families front doors map (HTTP status, exit code). Most specific first.

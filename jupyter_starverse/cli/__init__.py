@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._version import __version__
-from ..errors import StarverseError
+from ..errors import StarverseError, missing_dependency
 from ._common import CommandParser, HelpShown, Presenter, UsageError, exit_code_for, interrupted_text, notes, render
 
 __all__ = ["HelpShown", "Presenter", "build_parser", "main", "parse"]
@@ -141,6 +141,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StarverseError as e:
         print(f"error: {e}", file=sys.stderr)
         return exit_code_for(e)
+    except ModuleNotFoundError as e:
+        missing = missing_dependency(e)  # an optional package: its install hint, not a traceback
+        if missing is None:
+            raise
+        print(f"error: {missing}", file=sys.stderr)
+        return exit_code_for(missing)
     except KeyboardInterrupt:
         print(interrupted_text(), file=sys.stderr)  # the followed job's id and how to cancel it
         return 130

@@ -240,9 +240,8 @@ def _cjk_findings(text: str, types: frozenset[str], hmm: bool = True) -> list[Fi
     """
     if not ({"person", "place"} & types) or not _CJK_RE.search(text):
         return []
+    pseg = _posseg()  # first: a missing jieba is an install hint (MissingDependencyError)
     import jieba
-
-    pseg = _posseg()
     tags = pseg.dt.word_tag_tab  # type: ignore[attr-defined]
     freq = jieba.dt.FREQ
     found: list[Finding] = []

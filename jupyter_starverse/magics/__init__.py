@@ -16,7 +16,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from .._settings import Settings
 from ..cli import HelpShown, parse
 from ..client import Starverse
-from ..errors import StarverseError
+from ..errors import StarverseError, missing_dependency
 from ._presenter import NotebookPresenter
 
 __all__ = ["StarverseMagics"]
@@ -60,3 +60,8 @@ class StarverseMagics(Magics):
             return args.presenter.show(args.run(self.client, args))
         except StarverseError as e:
             raise UsageError(str(e)) from None
+        except ModuleNotFoundError as e:
+            missing = missing_dependency(e)  # an optional package: its install hint, not a traceback
+            if missing is None:
+                raise
+            raise UsageError(str(missing)) from None

@@ -17,7 +17,7 @@ from tornado import web
 from .._inputs import find_surrogate
 from .._json import to_jsonable
 from ..client import Starverse
-from ..errors import BadInputError, StarverseError, error_kind
+from ..errors import BadInputError, StarverseError, error_kind, missing_dependency
 
 __all__ = ["HEAVY_WORKERS", "MAX_DEPTH", "StarverseHandler", "parse_int", "status_for"]
 
@@ -172,6 +172,8 @@ class StarverseHandler(ExtensionHandlerMixin, APIHandler):
         self.finish(json.dumps(to_jsonable(obj)))
 
     def _handle_request_exception(self, e: BaseException) -> None:
+        if isinstance(e, ModuleNotFoundError):
+            e = missing_dependency(e) or e  # an optional package: a 503 with its install hint
         if isinstance(e, StarverseError):
             status = status_for(e)
             if status >= 500:

@@ -1,0 +1,120 @@
+"""Issue 27, the first hour: README's set-up gives the whole workspace; optional parts are one-line hints."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from jupyter_starverse.cli import main
+from jupyter_starverse.errors import OPTIONAL_PACKAGES, MissingDependencyError, missing_dependency
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _extras() -> dict[str, list[str]]:
+    extras: dict[str, list[str]] = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    return extras
+
+
+def _resolved(extra: str, extras: dict[str, list[str]]) -> set[str]:
+    """The distribution names an extra brings, its nested ``jupyter_starverse[...]`` extras included."""
+    names: set[str] = set()
+    for req in extras[extra]:
+        nested = re.fullmatch(r"jupyter_starverse\[(.+)\]", req)
+        if nested:
+            for inner in nested.group(1).split(","):
+                names |= _resolved(inner.strip(), extras)
+        else:
+            names.add(re.split(r"[<>=!~\[; ]", req, maxsplit=1)[0].lower())
+    return names
+
+
+def test_readme_first_command_installs_jupyterlab_and_a_kernel() -> None:
+    readme = (ROOT / "README.md").read_text()
+    first = re.search(r"```bash\n(.*starverse demo)\n```", readme)
+    assert first, "README's first command (the demo) is gone"
+    extra = re.search(r'pip install -e "\.\[(\w+)\]"', first.group(1))
+    assert extra
+    brought = _resolved(extra.group(1), _extras())
+    assert {"jupyterlab", "ipykernel", "torch", "tensorboard"} <= brought
+
+
+def test_ci_runs_the_readme_test_command_word_for_word() -> None:
+    readme = (ROOT / "README.md").read_text()
+    command = re.search(r"\*\*Run the tests\*\*.*?```bash\n(.*?)\n```", readme, re.S)
+    assert command
+    ci = (ROOT / ".ci" / "run").read_text()
+    between = ci.split("# --- begin README test command ---\n")[1].split("\n# --- end README test command ---")[0]
+    assert between == command.group(1)
+
+
+def test_every_optional_package_maps_to_an_extra_that_brings_it() -> None:
+    extras = _extras()
+    dist = {"jupyterlab": "jupyterlab", "ipykernel": "ipykernel"}
+    for module, extra in OPTIONAL_PACKAGES.items():
+        assert dist.get(module, module) in _resolved(extra, extras), (module, extra)
+
+
+def test_a_missing_optional_package_deep_in_a_call_is_its_install_hint() -> None:
+    try:
+        try:
+            raise ModuleNotFoundError("No module named 'transformers.models'", name="transformers.models")
+        except ModuleNotFoundError as inner:
+            raise RuntimeError("while loading") from inner
+    except RuntimeError as e:
+        found = missing_dependency(e)
+    assert isinstance(found, MissingDependencyError)
+    assert found.hint == "pip install jupyter_starverse[models]"
+    assert missing_dependency(ModuleNotFoundError("x", name="not_ours")) is None
+
+
+def test_data_scan_without_jieba_is_one_line_with_the_install_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "raw"
+    src.mkdir()
+    doc = {"text": "客户张伟住在北京市。电话 13800138000"}
+    (src / "a.jsonl").write_text(json.dumps(doc, ensure_ascii=False) + "\n")
+    assert main(["store", "add", "raw", str(src)]) == 0
+    monkeypatch.setitem(sys.modules, "jieba", None)  # `import jieba` now fails as if it were not installed
+    monkeypatch.setitem(sys.modules, "jieba.posseg", None)
+    capsys.readouterr()
+    assert main(["data", "scan", "raw"]) != 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    [line] = [x for x in err.splitlines() if x.startswith("error:")]
+    assert "'jieba'" in line and "Chinese names" in line and "pip install jupyter_starverse[data]" in line
+
+
+def test_any_command_hitting_a_missing_optional_package_prints_the_hint(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from jupyter_starverse.cli import _info
+
+    def boom(client: object, args: object) -> object:
+        import onnxruntime.quantization  # noqa: F401 - stands for any optional import deep in a call
+
+        return None
+
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    real = _info.register
+
+    def register(sub: object) -> None:
+        real(sub)  # type: ignore[arg-type]
+        sub.choices["info"].set_defaults(run=boom)  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(_info, "register", register)
+    assert main(["info"]) != 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "pip install jupyter_starverse[export]" in err
