@@ -47,6 +47,8 @@ extension starts from the same object and overrides fields from its traitlets.
 | STARVERSE_SLURM_PARTITIONS  | Slurm partition per accelerator: ``cpu=debug,a100-80g=gpu`` | the cluster's default |
 | STARVERSE_SLURM_ACCOUNT     | Slurm account (``--account``)                     |                                 |
 | STARVERSE_SLURM_QOS         | Slurm QOS (``--qos``)                             |                                 |
+| STARVERSE_SLURM_SPOT_QOS    | QOS of --billing spot jobs                        |                                 |
+| STARVERSE_SLURM_SPOT_PARTITION| partition of --billing spot                       |                                 |
 | STARVERSE_SLURM_TIME        | Slurm time limit (``--time``: ``HH:MM:SS``, ``D-HH:MM``) | the partition's default  |
 | STARVERSE_SLURM_GPU_FLAG    | how jobs ask for GPUs: ``gpus-per-node``/``gres`` | ``gpus-per-node``               |
 | STARVERSE_SLURM_PYTHON      | Python on the compute nodes (has this package and torch) | this interpreter         |
@@ -393,6 +395,8 @@ class Settings:
     slurm_partitions: tuple[tuple[str, str], ...] = ()
     slurm_account: str | None = None
     slurm_qos: str | None = None
+    slurm_spot_qos: str | None = None  # the QOS of preemptible (spot) jobs: --billing spot
+    slurm_spot_partition: str | None = None  # or a partition of preemptible nodes (both may be set)
     slurm_time: str | None = None
     slurm_gpu_flag: str = "gpus-per-node"
     slurm_python: str | None = None
@@ -467,6 +471,8 @@ class Settings:
             slurm_partitions=_slurm_partitions(env, "STARVERSE_SLURM_PARTITIONS"),
             slurm_account=_optional(env, "STARVERSE_SLURM_ACCOUNT"),
             slurm_qos=_optional(env, "STARVERSE_SLURM_QOS"),
+            slurm_spot_qos=_optional(env, "STARVERSE_SLURM_SPOT_QOS"),
+            slurm_spot_partition=_optional(env, "STARVERSE_SLURM_SPOT_PARTITION"),
             slurm_time=_slurm_time(env, "STARVERSE_SLURM_TIME"),
             slurm_gpu_flag=_choice(env, "STARVERSE_SLURM_GPU_FLAG", SLURM_GPU_FLAGS, "gpus-per-node"),
             slurm_python=_optional(env, "STARVERSE_SLURM_PYTHON"),
@@ -524,6 +530,8 @@ class Settings:
             "STARVERSE_SHM_SIZE": self.shm_size,
             "STARVERSE_SLURM_ACCOUNT": self.slurm_account,
             "STARVERSE_SLURM_QOS": self.slurm_qos,
+            "STARVERSE_SLURM_SPOT_QOS": self.slurm_spot_qos,
+            "STARVERSE_SLURM_SPOT_PARTITION": self.slurm_spot_partition,
             "STARVERSE_SLURM_TIME": self.slurm_time,
             "STARVERSE_SLURM_PYTHON": self.slurm_python,
         }
