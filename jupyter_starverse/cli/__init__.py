@@ -21,7 +21,7 @@ __all__ = ["HelpShown", "Presenter", "build_parser", "main", "parse"]
 
 # Command group modules (each has ``register``); add yours here.
 _GROUPS = ("_info", "_cost", "_train", "_store", "_data", "_launch", "_jobs", "_demo", "_mode", "_pipeline", "_recipes",
-           "_feedback", "_export", "_env", "_serve")  # fmt: skip
+           "_feedback", "_export", "_env", "_serve", "_eval")  # fmt: skip
 
 # The top-level commands each module registers: a command line loads only its own module
 # (loading all of them is most of a quick command's time); keep in step with ``_GROUPS``.
@@ -29,7 +29,7 @@ _COMMANDS = {
     "info": "_info", "cost": "_cost", "train": "_train", "store": "_store", "mount": "_store", "data": "_data",
     "launch": "_launch", "jobs": "_jobs", "demo": "_demo", "mode": "_mode", "pipeline": "_pipeline",
     "recipes": "_recipes", "feedback": "_feedback", "chat": "_feedback", "align": "_feedback", "export": "_export",
-    "env": "_env", "serve": "_serve",
+    "env": "_env", "serve": "_serve", "eval": "_eval",
 }  # fmt: skip
 
 # Commands that run only inside a notebook kernel: listed, and marked so in the help.
@@ -55,9 +55,14 @@ def build_parser(prog: str = "starverse", command: str | None = None) -> Command
 
 
 def _mark_groups(parser: argparse.ArgumentParser) -> None:
-    """Each command group (a parser with its own actions) remembers itself, to show its own help."""
+    """Each command group (a parser with its own actions) remembers itself, to show its own help.
+
+    A hidden command (``help=argparse.SUPPRESS``) leaves its group's help: argparse before
+    3.14 prints it as ``drive  ==SUPPRESS==``.
+    """
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
+            action._choices_actions = [a for a in action._choices_actions if a.help != argparse.SUPPRESS]
             for child in set(action.choices.values()):
                 if any(isinstance(a, argparse._SubParsersAction) for a in child._actions):
                     child.set_defaults(_group_parser=child)
@@ -120,7 +125,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parse(sys.argv[1:] if argv is None else argv)
     except HelpShown as shown:
-        print(shown.text)
+        try:
+            print(shown.text, flush=True)
+        except BrokenPipeError:  # `starverse --help | head`
+            _quiet_stdout()
         return 0
     except UsageError as e:
         print(f"error: {e.message}\n{e.hint or ''}".rstrip(), file=sys.stderr)

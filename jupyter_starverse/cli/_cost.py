@@ -128,6 +128,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     p = cmds.add_parser("job", help="what a job has cost so far (live meter)")
     p.add_argument("job_id", metavar="JOB_ID")
-    p.add_argument("--backend", help="backend of the job (default: the configured one)")
+    p.add_argument("--backend", help="local, kubernetes or slurm: the backend of the job (default: the configured one)")
     add_json_flag(p)
     p.set_defaults(run=_job)

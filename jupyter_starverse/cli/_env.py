@@ -86,7 +86,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         q.set_defaults(run=func)
     b = env.add_parser("build", help="build the environment of notebook or FILE now (once per lock hash)")
     b.add_argument("env_from", metavar="notebook|FILE", help="notebook, or a requirements / pyproject / lock file")
-    b.add_argument("--backend", default=None, help="diff against this backend's Python or image (default: local)")
+    b.add_argument("--backend", default=None, help="local, kubernetes or slurm (default: local)")
     b.add_argument("--image", default=None, help="the job image (kubernetes backend)")
     b.add_argument("--gpu", default=None, help="GPU type (picks the GPU image)")
     add_json_flag(b)

@@ -56,7 +56,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--new-tokens", type=int, default=16, metavar="N", help="greedy tokens per prompt (default 16)")
     g = p.add_argument_group("tensorrt-llm (a GPU job)")
     g.add_argument("--gpu", default=None, metavar="TYPE", help="GPU type of the build job")
-    g.add_argument("--backend", default=None, help="backend of the build job (default: settings)")
+    g.add_argument("--backend", default=None, help="local, kubernetes or slurm (default: settings)")
     g.add_argument("--experiment", default=None, help="experiment of the build job (default: exports)")
     g.add_argument("--dry-run", action="store_true", help="show the build job; start nothing")
     add_json_flag(p)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import re
 import sys
@@ -36,7 +37,7 @@ from jupyter_starverse.experiments import (
 from jupyter_starverse.jobmodel import Job, JobState
 from jupyter_starverse.watch import JobProgress
 
-from ._common import add_json_flag
+from ._common import add_json_flag, tracking
 
 __all__ = ["JobDetail", "JobList", "detail", "parse_since", "register"]
 
@@ -289,12 +290,15 @@ def _backend_of(client: Starverse, args: argparse.Namespace) -> str:
 
 
 def _logs(client: Starverse, args: argparse.Namespace) -> Iterator[Any]:
-    lines = client.backend(_backend_of(client, args)).logs(args.job_id, follow=args.follow, rank=args.rank)
-    for line in lines:
-        if args.json:
-            yield {"node": line.node, "rank": line.rank, "text": line.text}
-        else:
-            yield line.render()
+    backend = _backend_of(client, args)
+    lines = client.backend(backend).logs(args.job_id, follow=args.follow, rank=args.rank)
+    # following: Ctrl-C says the job keeps running and how to cancel or follow it again
+    with tracking(args.job_id, backend) if args.follow else contextlib.nullcontext():
+        for line in lines:
+            if args.json:
+                yield {"node": line.node, "rank": line.rank, "text": line.text}
+            else:
+                yield line.render()
 
 
 def _wait(client: Starverse, args: argparse.Namespace) -> JobDetail:
@@ -316,13 +320,15 @@ def _preempt(client: Starverse, args: argparse.Namespace) -> JobDetail:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("jobs", help="list, inspect, follow, wait for and cancel jobs")
+    p = sub.add_parser("jobs", help="list, inspect, follow, wait for and cancel jobs (alone: jobs ls)")
     jobs = p.add_subparsers(dest="jobs_command", metavar="ACTION", parser_class=type(p))
+    # `starverse jobs` / `%sv jobs` alone lists the jobs, as `jobs ls` with its defaults does
+    p.set_defaults(run=_ls, state=None, experiment=None, since=None, limit=50, offset=0, backend=None, json=False)
 
     def common(q: argparse.ArgumentParser, *, job_id: bool = True) -> None:
         if job_id:
             q.add_argument("job_id", metavar="JOB_ID")
-        q.add_argument("--backend", default=None, help="local or kubernetes (default: every configured backend)")
+        q.add_argument("--backend", default=None, help="local, kubernetes or slurm (default: every configured backend)")
         add_json_flag(q)
 
     q = jobs.add_parser("ls", help="jobs, newest first (from the job index: fast with thousands of runs)")

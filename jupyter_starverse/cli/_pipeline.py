@@ -150,7 +150,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     c.add_argument("--dir", "-d", default=None, metavar="DIR", help="write the files into DIR instead of printing")
     c.set_defaults(run=_export)
     c = file_cmd("run", "run every step as a job after the steps it waits for")
-    c.add_argument("--backend", choices=BACKENDS, default=None, help="run every step here (default: the file's)")
+    c.add_argument("--backend", choices=BACKENDS, default=None, help="local, kubernetes or slurm (default: the file's)")
     c.add_argument("--detach", action="store_true", help="return at once; `pipeline status RUN_ID` follows it")
     c.set_defaults(run=_run)
     for name, fn, text in (("status", _status, "every step's state"), ("cancel", _cancel, "cancel a run")):

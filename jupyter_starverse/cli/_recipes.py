@@ -118,7 +118,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = cmds.add_parser("publish", help="import a finished recipe job's model into the store, with its lineage")
     p.add_argument("job_id", metavar="JOB_ID")
     p.add_argument("--repo", required=True, metavar="ORG/NAME@VERSION", help="the new model version")
-    p.add_argument("--backend", default=None, help="backend of the job (default: whichever knows it)")
+    p.add_argument("--backend", default=None, help="local, kubernetes or slurm (default: whichever knows the job)")
     add_json_flag(p)
     p.set_defaults(run=_publish)
 

@@ -75,7 +75,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     q.add_argument("--max-tokens", type=int, default=512, metavar="N", help="largest max_tokens served")
     q.add_argument("--threads", type=int, default=1, metavar="N", help="CPU threads of the engine")
     g = q.add_argument_group("cluster rendering")
-    g.add_argument("--backend", choices=("local", "kubernetes", "slurm"), default=None)
+    g.add_argument("--backend", choices=("local", "kubernetes", "slurm"), default=None, help="local, kubernetes, slurm")
     g.add_argument("--dry-run", action="store_true", help="print the manifests / script; start nothing")
     g.add_argument("--gpu", default=None, metavar="TYPE", help="GPU type (vLLM by default on GPUs)")
     g.add_argument("--gpus", type=int, default=1, help="GPUs per replica")

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from jupyter_starverse.cli import main
+from jupyter_starverse.cli import build_parser, main
 from jupyter_starverse.errors import OPTIONAL_PACKAGES, MissingDependencyError, missing_dependency
 
 if sys.version_info >= (3, 11):
@@ -118,3 +120,46 @@ def test_any_command_hitting_a_missing_optional_package_prints_the_hint(
     assert main(["info"]) != 0
     err = capsys.readouterr().err
     assert "Traceback" not in err and "pip install jupyter_starverse[export]" in err
+
+
+def _parsers(parser: argparse.ArgumentParser, path: str = "starverse") -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from _parsers(child, f"{path} {name}")
+
+
+def test_no_help_lists_a_hidden_command_and_every_backend_option_names_slurm() -> None:
+    backends = 0
+    for path, parser in _parsers(build_parser()):
+        text = parser.format_help()
+        assert "SUPPRESS" not in text, path
+        for action in parser._actions:
+            if "--backend" in action.option_strings:
+                backends += 1
+                assert "slurm" in (action.help or "") + str(action.choices or ""), path
+                assert "slurm" in (action.help or ""), f"{path} --backend help omits slurm"
+    assert backends >= 4  # launch, jobs ls/show/..., pipeline run, serve
+
+
+def test_jobs_alone_lists_the_jobs(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["jobs"]) == 0
+    assert capsys.readouterr().out.startswith("no jobs")
+
+
+def test_ctrl_c_on_logs_follow_says_the_job_keeps_running(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from jupyter_starverse.client import Starverse
+
+    class Backend:
+        def logs(self, job_id: str, *, follow: bool, rank: int | None) -> Iterator[object]:
+            raise KeyboardInterrupt  # the user pressed Ctrl-C while the log was followed
+            yield
+
+    monkeypatch.setattr(Starverse, "backend", lambda self, name=None, **kw: Backend())
+    assert main(["jobs", "logs", "-f", "job-123", "--backend", "slurm"]) == 130
+    err = capsys.readouterr().err
+    assert "job job-123 keeps running" in err
+    assert "starverse jobs cancel job-123 --backend slurm" in err and "jobs logs -f job-123" in err
