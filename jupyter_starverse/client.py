@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from .costs import CostService, Preview, PriceTable, UserTotal
     from .data import DataPrep
     from .envs import EnvPlan, JobEnvs
+    from .evals import EvalService
     from .experiments import JobIndex, JobPage, ResumePlan
     from .export import ExportService
     from .feedback import ChatSessions, FeedbackService
@@ -262,6 +263,13 @@ class Starverse:
         from .export import ExportService
 
         return ExportService(self.settings, self.catalog, self.feedback)
+
+    @functools.cached_property
+    def evals(self) -> EvalService:
+        """Evaluations of models on labelled store datasets, with baselines, stored reports and the export gate."""
+        from .evals import EvalService
+
+        return EvalService(self.settings, self.catalog)
 
     @functools.cached_property
     def serve(self) -> ServeService:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._batch import BatchPlan, batch_plan
 from ._checkpoints import (
     CHECKPOINT_INDEX,
     Checkpoint,
@@ -35,6 +36,7 @@ from ._metrics import MetricPoint, Progress, metric_point, parse_log_metrics, pr
 from ._status import NodeInterval, NodeRecord, RunEvent, RunStatus, node_intervals, read_status, write_status
 
 __all__ = [
+    "BatchPlan",
     "CHECKPOINT_INDEX",
     "Checkpoint",
     "CheckpointScan",
@@ -51,6 +53,7 @@ __all__ = [
     "RunEvent",
     "RunPaths",
     "RunStatus",
+    "batch_plan",
     "checkpoint_name",
     "find_run",
     "folder_modes",

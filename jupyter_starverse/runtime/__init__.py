@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_starverse.errors import NotFoundError
+from jupyter_starverse.experiments import BatchPlan
 
+from ._batch import keep_global_batch
 from ._budget import MARGIN_S, BudgetGuard, process_start
 from ._checkpoint import find_resume_checkpoint, load_latest, save_checkpoint
 from ._dist import Context, agree_stop_why, barrier, handle_sigterm, init, signalled_at, stop_requested, wrap
@@ -31,11 +33,13 @@ from ._metrics import close_metrics, log_metrics
 
 __all__ = [
     "Context",
+    "BatchPlan",
     "JobEnv",
     "barrier",
     "find_resume_checkpoint",
     "init",
     "job_env",
+    "keep_global_batch",
     "load_latest",
     "log_metrics",
     "mount_path",
@@ -75,7 +79,12 @@ def mount_path(name: str) -> Path:
 
 
 def steps(
-    total: int | None = None, *, model: Any, optimizer: Any = None, checkpoint_every: int | None = None
+    total: int | None = None,
+    *,
+    model: Any,
+    optimizer: Any = None,
+    checkpoint_every: int | None = None,
+    batch: BatchPlan | None = None,
 ) -> Iterator[int]:
     """Yield the step numbers still to run, resuming after the latest checkpoint.
 
@@ -91,6 +100,9 @@ def steps(
     launcher asks for it (``STARVERSE_PREEMPT_EXIT``, the local backend), the process then exits
     with that code instead of ending the loop, so nothing after the loop runs on a preempted
     attempt and the job is relaunched and resumes from this checkpoint.
+
+    ``batch`` (from :func:`keep_global_batch`) is recorded in every checkpoint, so a resume onto
+    another world size keeps the global batch.
     """
     env = job_env()
     total = total if total is not None else (env.steps or 100)
@@ -100,6 +112,7 @@ def steps(
     if env.rank == 0:  # a cap exported by a backend with no supervisor beside the job (Kubernetes)
         guard = BudgetGuard.from_env(os.environ, run_dir=env.run_dir, job_id=env.job_id, now=process_start())
     start = load_latest(model=model, optimizer=optimizer)
+    extra = {"batch": batch.to_json()} if batch is not None else {}
     last_saved = start - 1
     step = start - 1
     reason: str | None = None
@@ -113,7 +126,7 @@ def steps(
                 reason = guard.check(time.time(), lookahead=MARGIN_S + 2 * slowest)
             signalled, capped = agree_stop_why(also=reason is not None)
             if signalled or capped:
-                save_checkpoint(step, model=model, optimizer=optimizer)
+                save_checkpoint(step, model=model, optimizer=optimizer, **extra)
                 why = f" ({reason})" if reason else ""
                 print(f"stopping after step {step}: checkpoint saved{why}", flush=True)
                 if not capped:  # a SIGTERM, not the job's own cap: possibly a preemption
@@ -122,10 +135,10 @@ def steps(
                         raise SystemExit(env.preempt_exit)
                 return
             if every and (step + 1) % every == 0:
-                save_checkpoint(step, model=model, optimizer=optimizer)
+                save_checkpoint(step, model=model, optimizer=optimizer, **extra)
                 last_saved = step
         if every != 0 and step >= start and last_saved != step:
-            save_checkpoint(step, model=model, optimizer=optimizer)
+            save_checkpoint(step, model=model, optimizer=optimizer, **extra)
     finally:
         if guard is not None:
             guard.record(reason=reason)

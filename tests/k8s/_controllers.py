@@ -24,11 +24,12 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ._store import BUILTIN, CRDS, Obj, Resource, Store
+from ._store import BUILTIN, CRDS, ApiError, Obj, Resource, Store
 
 POD = next(r for r in BUILTIN if r.plural == "pods")
 SERVICE = next(r for r in BUILTIN if r.plural == "services")
 JOB = next(r for r in BUILTIN if r.plural == "jobs")
+EVENT = next(r for r in BUILTIN if r.plural == "events")
 JOBSET = CRDS["jobset"]
 
 
@@ -99,6 +100,11 @@ class Controllers:
         self.logs: dict[tuple[str, str], list[str]] = {}
         self._runs: dict[str, _PodRun] = {}
         self.errors: list[str] = []
+        #: pod admission (the server's): a pod the Job controller creates passes it as a client's does
+        self.admit: Callable[[str, Obj], None] | None = None
+        self.create_retry = 0.2  # seconds before a refused pod creation is tried again
+        self._judged: dict[str, dict[str, str]] = {}  # job uid -> failed pod uid -> the policy's action
+        self._retry_at: dict[str, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="k8s-controllers", daemon=True)
 
@@ -144,7 +150,6 @@ class Controllers:
         self._jobsets()
         self._jobs()
         self._pods()
-        self._job_status()
 
     # -- JobSet -> child Jobs + headless Service -----------------------------------
     def _jobsets(self) -> None:
@@ -185,68 +190,191 @@ class Controllers:
                 c["type"] for j in children for c in j.get("status", {}).get("conditions", []) if c["status"] == "True"
             ]
             want = "Failed" if "Failed" in conds else "Completed" if conds.count("Complete") == len(children) else None
+            policy = js["spec"].get("failurePolicy") or {}
+            restarts = int((js.get("status") or {}).get("restarts") or 0)
+            if want == "Failed" and restarts < int(policy.get("maxRestarts") or 0):
+                # failurePolicy (https://jobset.sigs.k8s.io/docs/concepts/#failure-policy): restartStrategy
+                # Recreate deletes every child Job (and its pods) and creates them anew
+                for child in children:
+                    self.store.delete(JOB, ns, child["metadata"]["name"], "Background", {r.plural: r for r in BUILTIN})
+                self.store.mutate(
+                    JOBSET, ns, name, lambda o, n=restarts + 1: o.setdefault("status", {}).update(restarts=n)
+                )
+                continue
             if want:
                 self.store.mutate(JOBSET, ns, name, lambda o, t=want: _set_condition(o, t, t))
 
-    # -- Job -> one pod per index --------------------------------------------------
+    # -- Job controller -------------------------------------------------------------
     def _jobs(self) -> None:
+        """The Job controller, as https://kubernetes.io/docs/concepts/workloads/controllers/job/
+        documents it, for each unfinished Job:
+
+        - it creates one pod per index not yet succeeded, failed or running (``Indexed``: the
+          index in the ``batch.kubernetes.io/job-completion-index`` annotation and label, the
+          hostname ``<job>-<index>``), at most ``parallelism`` at a time; a replacement only
+          once the pod it replaces is terminal (``podReplacementPolicy: Failed``, the default
+          with a ``podFailurePolicy``). Every pod passes admission (:meth:`KubeServer.admit_pod`):
+          a refused one becomes a ``FailedCreate`` Warning event on the Job (``Error creating:
+          <the API error>``), retried later, and the Job stays without pods;
+        - each failed pod is judged once by the first matching ``podFailurePolicy`` rule
+          (https://kubernetes.io/docs/concepts/workloads/controllers/job/#pod-failure-policy):
+          ``Ignore`` recreates it without counting, ``Count`` (and no match) counts it towards
+          ``backoffLimit`` / ``backoffLimitPerIndex``, ``FailIndex`` fails its index, ``FailJob``
+          fails the Job;
+        - ``backoffLimitPerIndex``
+          (https://kubernetes.io/docs/concepts/workloads/controllers/job/#backoff-limit-per-index):
+          an index whose counted failures exceed it is failed (``status.failedIndexes``), the others
+          run on; the failures of an index travel on its pods in the
+          ``batch.kubernetes.io/job-index-failure-count`` annotation (and the ignored ones in
+          ``...-ignored-failure-count``); more failed indexes than ``maxFailedIndexes`` fail the Job
+          (``MaxFailedIndexesExceeded``), and failed indexes fail it once the rest are done
+          (``FailedIndexes``); without it, more counted failures than ``backoffLimit`` (6 by default)
+          fail it (``BackoffLimitExceeded``);
+        - a Job that fails or succeeds first gets ``FailureTarget`` / ``SuccessCriteriaMet``, its
+          running pods get SIGTERM, and only once none is left the terminal ``Failed`` /
+          ``Complete`` condition (https://kubernetes.io/docs/concepts/workloads/controllers/job/#terminal-job-conditions).
+
+        Not modelled: the exponential back-off between recreations (10 s doubling up to 6 min on a
+        real cluster): the test server recreates at once.
+        """
         jobs, _ = self.store.list(JOB, None)
         pods, _ = self.store.list(POD, None)
         for job in jobs:
-            spec, status = job["spec"], job.get("status", {})
-            if spec.get("suspend") or _finished(job):
+            if job["spec"].get("suspend") or _finished(job):
                 continue
-            ns = job["metadata"]["namespace"]
+            ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
             mine = [p for p in pods if _owned_by(p, job)]
-            done = _indexes(status.get("completedIndexes", ""))
-            busy = {
-                int(p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"])
-                for p in mine
-                if p["status"]["phase"] in ("Pending", "Running")
-            }
-            failed_idx = _indexes(status.get("failedIndexes", ""))
-            for index in range(spec.get("completions", 1)):
-                if index in done or index in busy or index in failed_idx:
-                    continue
-                self._create(POD, ns, self._pod_for(job, index))
+            seen = self._judged.setdefault(job["metadata"]["uid"], {})
+            job = self.store.mutate(JOB, ns, name, lambda o, m=mine, s=seen: _account(o, m, s))
+            if job is None:
+                continue
+            active = [p for p in mine if p["status"]["phase"] in ("Pending", "Running")]
+            target = _condition(job, "FailureTarget") or _condition(job, "SuccessCriteriaMet")
+            if target is not None:
+                for p in active:
+                    if not p["metadata"].get("deletionTimestamp"):
+                        self.terminate(ns, p["metadata"]["name"])
+                if not active:
+                    self.store.mutate(JOB, ns, name, _terminal)
+                continue
+            self._create_pods(job, mine, active, seen)
 
-    def _pod_for(self, job: Obj, index: int) -> Obj:
+    def _create_pods(self, job: Obj, mine: list[Obj], active: list[Obj], judged: dict[str, str]) -> None:
+        spec, status = job["spec"], job.get("status") or {}
+        uid = job["metadata"]["uid"]
+        if time.monotonic() < self._retry_at.get(uid, 0.0):
+            return
+        done = _indexes(status.get("completedIndexes", ""))
+        failed = _indexes(status.get("failedIndexes", ""))
+        busy = {_index(p) for p in active}
+        room = spec.get("parallelism", 1) - len(active)
+        for index in range(spec.get("completions", 1)):
+            if room <= 0:
+                break
+            if index in done or index in failed or index in busy:
+                continue
+            before = [p for p in mine if _index(p) == index and p["status"]["phase"] == "Failed"]
+            pod = self._pod_for(job, index, before, judged)
+            ns = job["metadata"]["namespace"]
+            try:
+                if self.admit is not None:
+                    self.admit(ns, pod)
+                self.store.create(POD, ns, pod)
+            except ApiError as err:
+                self.event(job, "Warning", "FailedCreate", f"Error creating: {err.message}")
+                self._retry_at[uid] = time.monotonic() + self.create_retry
+                return
+            self.event(job, "Normal", "SuccessfulCreate", f"Created pod: {pod['metadata']['name']}")
+            room -= 1
+
+    def event(self, obj: Obj, type_: str, reason: str, message: str, component: str = "job-controller") -> None:
+        """Record a core/v1 Event about ``obj``; a repeat of the same event bumps its ``count``."""
+        meta = obj["metadata"]
+        ns = meta.get("namespace", "default")
+        key = f"{meta['name']}.{uuid.uuid5(uuid.NAMESPACE_OID, meta['uid'] + reason + message).hex[:16]}"
+        now = _now()
+
+        def again(o: Obj) -> None:
+            o["count"] = int(o.get("count", 1)) + 1
+            o["lastTimestamp"] = now
+
+        if self.store.mutate(EVENT, ns, key, again) is not None:
+            return
+        body = {
+            "metadata": {"name": key},
+            "involvedObject": {
+                "apiVersion": obj.get("apiVersion"),
+                "kind": obj.get("kind"),
+                "name": meta["name"],
+                "namespace": ns,
+                "uid": meta["uid"],
+            },
+            "reason": reason,
+            "message": message,
+            "type": type_,
+            "count": 1,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "source": {"component": component},
+        }
+        self._create(EVENT, ns, body)
+
+    def _pod_for(self, job: Obj, index: int, before: list[Obj], judged: dict[str, str]) -> Obj:
         name = job["metadata"]["name"]
+        indexed = job["spec"].get("completionMode") == "Indexed"
         template = copy.deepcopy(job["spec"]["template"])
         meta = template.setdefault("metadata", {})
-        meta["name"] = f"{name}-{index}-{uuid.uuid4().hex[:5]}"
+        meta["name"] = f"{name}-{index}-{uuid.uuid4().hex[:5]}" if indexed else f"{name}-{uuid.uuid4().hex[:5]}"
         meta["labels"] = {
             **meta.get("labels", {}),
             "batch.kubernetes.io/job-name": name,
             "job-name": name,
             "batch.kubernetes.io/controller-uid": job["metadata"]["uid"],
-            "batch.kubernetes.io/job-completion-index": str(index),
         }
-        meta["annotations"] = {**meta.get("annotations", {}), "batch.kubernetes.io/job-completion-index": str(index)}
+        annotations = {**meta.get("annotations", {}), "batch.kubernetes.io/job-completion-index": str(index)}
+        if indexed:
+            meta["labels"]["batch.kubernetes.io/job-completion-index"] = str(index)
+        if job["spec"].get("backoffLimitPerIndex") is not None:
+            # the failures of this index so far: the newest failed pod's count, plus it if it counted
+            counts = [_failure_counts(p, judged) for p in before]
+            failures = max((f + int(counted) for f, _, counted in counts), default=0)
+            ignored = max((i + int(not counted) for _, i, counted in counts), default=0)
+            annotations[FAILURE_COUNT] = str(failures)
+            annotations[IGNORED_COUNT] = str(ignored)
+        meta["annotations"] = annotations
         meta["ownerReferences"] = [_owner(job)]
         pod_spec = template["spec"]
-        if pod_spec.get("subdomain"):
+        if indexed and pod_spec.get("subdomain"):
             pod_spec["hostname"] = f"{name}-{index}"
-        for c in pod_spec.get("containers", []):
-            c.setdefault("env", []).append({"name": "JOB_COMPLETION_INDEX", "value": str(index)})
+        if indexed:
+            for c in pod_spec.get("containers", []):
+                c.setdefault("env", []).append({"name": "JOB_COMPLETION_INDEX", "value": str(index)})
         template["status"] = {"phase": "Pending"}
         return dict(template)
 
-    def _job_status(self) -> None:
-        jobs, _ = self.store.list(JOB, None)
-        pods, _ = self.store.list(POD, None)
-        for job in jobs:
-            if _finished(job):
-                continue
-            mine = [p for p in pods if _owned_by(p, job)]
-            ns = job["metadata"]["namespace"]
-            updated = self.store.mutate(JOB, ns, job["metadata"]["name"], lambda o, m=mine: _job_update(o, m))
-            if updated is not None and any(
-                c["type"] == "Failed" and c["status"] == "True" for c in updated["status"].get("conditions", [])
-            ):  # a failed Job deletes its remaining pods: SIGTERM, each within its grace period
-                for p in mine:
-                    if p["status"]["phase"] in ("Pending", "Running"):
-                        self.terminate(ns, p["metadata"]["name"])
+    def fail(self, namespace: str, name: str, *, exit_code: int, disruption: str | None = None) -> None:
+        """The kubelet's report of a pod that ended now (a test plays the kubelet)."""
+        pod = self.store.get(POD, namespace, name)
+        self._runs.pop(pod["metadata"]["uid"], None)
+
+        def end(o: Obj) -> None:
+            if disruption is not None:
+                o["status"].setdefault("conditions", []).append(
+                    {
+                        "type": "DisruptionTarget",
+                        "status": "True",
+                        "reason": disruption,
+                        "message": f"{disruption}: the pod was disrupted",
+                        "lastTransitionTime": _now(),
+                    }
+                )
+            if not o["status"].get("containerStatuses"):
+                o["status"]["containerStatuses"] = [
+                    {"name": o["spec"]["containers"][0]["name"], "ready": False, "restartCount": 0, "state": {}}
+                ]
+            _terminate_container(o, exit_code)
+
+        self.store.mutate(POD, namespace, name, end)
 
     # -- scheduler + kubelet -------------------------------------------------------
     def _pods(self) -> None:
@@ -396,48 +524,85 @@ def _exit_code(pod: Obj) -> int | None:
     return None
 
 
-def _job_update(job: Obj, pods: list[Obj]) -> None:
+FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
+IGNORED_COUNT = "batch.kubernetes.io/job-index-ignored-failure-count"
+
+
+def _index(pod: Obj) -> int:
+    return int((pod["metadata"].get("annotations") or {}).get("batch.kubernetes.io/job-completion-index", 0))
+
+
+def _failure_counts(pod: Obj, judged: dict[str, str]) -> tuple[int, int, bool]:
+    """(failures before it, ignored failures before it, whether its own failure counted)."""
+    annotations = pod["metadata"].get("annotations") or {}
+    counted = judged.get(pod["metadata"]["uid"], "Count") != "Ignore"
+    return int(annotations.get(FAILURE_COUNT, 0)), int(annotations.get(IGNORED_COUNT, 0)), counted
+
+
+def _condition(job: Obj, type_: str) -> Obj | None:
+    for c in (job.get("status") or {}).get("conditions") or []:
+        if c["type"] == type_ and c["status"] == "True":
+            return dict(c)
+    return None
+
+
+def _terminal(job: Obj) -> None:
+    """``FailureTarget`` -> ``Failed``, ``SuccessCriteriaMet`` -> ``Complete`` (no pod is left running)."""
+    failure = _condition(job, "FailureTarget")
+    if failure is not None:
+        _set_condition(job, "Failed", failure["reason"], failure.get("message", ""))
+        return
+    success = _condition(job, "SuccessCriteriaMet")
+    if success is not None:
+        job["status"]["completionTime"] = _now()
+        _set_condition(job, "Complete", success["reason"], success.get("message", ""))
+
+
+def _account(job: Obj, pods: list[Obj], judged: dict[str, str]) -> None:
+    """Count the Job's pods into its status and judge each newly failed pod once (see ``_jobs``)."""
     spec, status = job["spec"], job.setdefault("status", {})
     if pods and "startTime" not in status:
         status["startTime"] = _now()
-    index_of = {id(p): int(p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]) for p in pods}
-    succeeded = {index_of[id(p)] for p in pods if p["status"]["phase"] == "Succeeded"}
-    failed_pods = [p for p in pods if p["status"]["phase"] == "Failed"]
-    per_index: dict[int, int] = {}
-    for p in failed_pods:
-        per_index[index_of[id(p)]] = per_index.get(index_of[id(p)], 0) + 1
+    per_index = spec.get("backoffLimitPerIndex")
+    backoff_limit = spec.get("backoffLimit", 2147483647 if per_index is not None else 6)
+    succeeded = _indexes(status.get("completedIndexes", "")) | {
+        _index(p) for p in pods if p["status"]["phase"] == "Succeeded"
+    }
+    failed_indexes = _indexes(status.get("failedIndexes", ""))
     status["active"] = sum(p["status"]["phase"] in ("Pending", "Running") for p in pods)
-    status["succeeded"], status["failed"] = len(succeeded), len(failed_pods)
-    status["completedIndexes"] = _format_indexes(succeeded)
-    for p in sorted(failed_pods, key=_finished_at):  # the first pod to end decides
+    status["succeeded"] = len(succeeded)
+    status.setdefault("failed", 0)
+    target: tuple[str, str] | None = None
+    new = [p for p in pods if p["status"]["phase"] == "Failed" and p["metadata"]["uid"] not in judged]
+    for p in sorted(new, key=_finished_at):
         message, action = _policy_match(spec, p)
-        if action == "FailJob":
-            _set_condition(job, "Failed", "PodFailurePolicy", message)
-            return
+        judged[p["metadata"]["uid"]] = action or "Count"  # the real controller keeps it in the pod's finalizer
         if action == "Ignore":
-            per_index[index_of[id(p)]] -= 1
-    limit = spec.get("backoffLimitPerIndex")
-    if limit is not None:
-        bad = {i for i, n in per_index.items() if n > limit}
-        status["failedIndexes"] = _format_indexes(bad)
-        max_failed = spec.get("maxFailedIndexes")
-        if max_failed is not None and len(bad) > max_failed:
-            _set_condition(
-                job,
-                "Failed",
-                "MaxFailedIndexesExceeded",
-                "Job has exceeded the specified maximal number of failed indexes",
-            )
-            return
-        if bad and status["active"] == 0:
-            _set_condition(job, "Failed", "FailedIndexes", "Job has failed indexes")
-            return
-    elif len(failed_pods) > spec.get("backoffLimit", 6):
-        _set_condition(job, "Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")
+            continue
+        status["failed"] += 1
+        if action == "FailJob" and target is None:
+            target = ("PodFailurePolicy", message)
+        if per_index is not None:
+            before, _, _ = _failure_counts(p, judged)
+            if action == "FailIndex" or before + 1 > per_index:
+                failed_indexes.add(_index(p))
+    status["completedIndexes"] = _format_indexes(succeeded)
+    if per_index is not None:
+        status["failedIndexes"] = _format_indexes(failed_indexes)
+    if _condition(job, "FailureTarget") or _condition(job, "SuccessCriteriaMet"):
         return
-    if len(succeeded) >= spec.get("completions", 1):
-        status["completionTime"] = _now()
-        _set_condition(job, "Complete", "CompletionsReached", "Reached expected number of succeeded pods")
+    completions = spec.get("completions", 1)
+    max_failed = spec.get("maxFailedIndexes")
+    if target is None and per_index is not None and max_failed is not None and len(failed_indexes) > max_failed:
+        target = ("MaxFailedIndexesExceeded", "Job has exceeded the specified maximal number of failed indexes")
+    if target is None and status["failed"] > backoff_limit:
+        target = ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
+    if target is None and failed_indexes and len(succeeded | failed_indexes) >= completions:
+        target = ("FailedIndexes", "Job has failed indexes")
+    if target is not None:
+        _set_condition(job, "FailureTarget", *target)
+    elif len(succeeded) >= completions:
+        _set_condition(job, "SuccessCriteriaMet", "CompletionsReached", "Reached expected number of succeeded pods")
 
 
 def _finished_at(pod: Obj) -> str:

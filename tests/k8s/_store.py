@@ -53,6 +53,13 @@ BUILTIN = (
     Resource("batch", "v1", "jobs", "Job"),
     Resource("apps", "v1", "deployments", "Deployment"),
     Resource("apps", "v1", "statefulsets", "StatefulSet"),
+    Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim"),
+    Resource("", "v1", "resourcequotas", "ResourceQuota"),
+    Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False),
+    Resource("rbac.authorization.k8s.io", "v1", "roles", "Role"),
+    Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
+    Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False),
+    Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False),
 )
 CRDS = {
     "jobset": Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),

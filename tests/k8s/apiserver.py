@@ -22,6 +22,7 @@ import contextlib
 import json
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -31,8 +32,13 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from . import _admission
+from ._admission import MASTERS
 from ._controllers import POD, Controllers, Node, PodPlan
 from ._store import BUILTIN, CRDS, ApiError, Obj, Resource, Store, json_patch, match_labels, merge_patch
+
+#: the Kubernetes version whose schemas strict field validation reads
+K8S_VERSION = "1.32.0"
 
 __all__ = ["Call", "KubeServer", "Node", "PodPlan", "kube_server", "serve_kube", "write_kubeconfig"]
 
@@ -51,10 +57,21 @@ class KubeServer:
     """The server, its store and controllers. Start with :func:`serve_kube`."""
 
     def __init__(
-        self, *, namespaces: tuple[str, ...] = ("default",), crds: tuple[str, ...] = (), tick: float = 0.02
+        self,
+        *,
+        namespaces: tuple[str, ...] = ("default",),
+        crds: tuple[str, ...] = (),
+        tick: float = 0.02,
+        rbac: bool = False,
+        version: tuple[int, int] = (1, 32),
     ) -> None:
         self.store = Store(namespaces=namespaces)
         self.controllers = Controllers(self.store, tick=tick)
+        self.controllers.admit = self.admit_pod  # the Job controller's pods pass admission too
+        self.rbac = rbac  # authorize every request from the Roles and RoleBindings in the store
+        self.version = version  # what /version answers
+        #: bearer token -> (user, groups); the kubeconfig's own token is a cluster admin
+        self.tokens: dict[str, tuple[str, tuple[str, ...]]] = {"test-token": ("kubernetes-admin", (MASTERS,))}
         self.resources: dict[str, Resource] = {r.plural: r for r in BUILTIN}
         for name in crds:
             self.install_crd(name)
@@ -84,6 +101,38 @@ class KubeServer:
     def forbid(self, verb: str, plural: str) -> None:
         """Make RBAC refuse ``verb`` (create, get, list, watch, delete, patch) on ``plural``."""
         self.forbidden.add((verb, plural))
+
+    def add_user(self, directory: Path, user: str, *, groups: tuple[str, ...] = ()) -> Path:
+        """A kubeconfig (written into ``directory``) whose bearer token authenticates as ``user``;
+        with ``rbac=True`` that user may do only what RoleBindings grant."""
+        token = f"token-{len(self.tokens)}"
+        self.tokens[token] = (user, groups)
+        safe = "".join(ch if ch.isalnum() else "-" for ch in user)
+        return write_kubeconfig(Path(directory) / f"kubeconfig-{safe}", self.url, token=token)
+
+    def apply(self, obj: Obj, namespace: str = "default") -> Obj:
+        """Create an object (Role, ResourceQuota, PriorityClass, PVC, ...) as an administrator."""
+        res = next(r for r in self.resources.values() if r.kind == obj["kind"])
+        return self.store.create(res, namespace if res.namespaced else "", obj)
+
+    def label_namespace(self, namespace: str, labels: dict[str, str]) -> None:
+        """Label a namespace, e.g. ``pod-security.kubernetes.io/enforce=restricted``."""
+        ns_res = self.resources["namespaces"]
+
+        def add(o: Obj) -> None:
+            o["metadata"]["labels"] = {**(o["metadata"].get("labels") or {}), **labels}
+
+        self.store.mutate(ns_res, "", namespace, add)
+
+    def admit_pod(self, namespace: str, pod: Obj) -> None:
+        """Pod admission (priority class, Pod Security, quotas: ``_admission``), for any creator."""
+        ns = self.store.get(self.resources["namespaces"], "", namespace)
+        _admission.admit_pod(self.store, namespace, pod, namespace_labels=ns["metadata"].get("labels") or {})
+
+    def fail_pod(self, pod: str, *, exit_code: int, disruption: str | None = None, namespace: str = "default") -> None:
+        """Play the kubelet: the pod ends now, ``Failed`` with ``exit_code`` (``disruption``: the
+        reason of a ``DisruptionTarget`` condition the control plane added first)."""
+        self.controllers.fail(namespace, pod, exit_code=exit_code, disruption=disruption)
 
     def compact(self) -> None:
         """Drop the event history: watches from an older resourceVersion get 410 Gone."""
@@ -120,7 +169,9 @@ class KubeServer:
         self._http.server_close()
 
 
-def write_kubeconfig(path: Path, server: str, *, namespace: str | None = None, context: str = "test") -> Path:
+def write_kubeconfig(
+    path: Path, server: str, *, namespace: str | None = None, context: str = "test", token: str = "test-token"
+) -> Path:
     """A kubeconfig with one cluster/user/context pointing at ``server`` (bearer token)."""
     ctx: dict[str, str] = {"cluster": "test", "user": "test"}
     if namespace:
@@ -129,7 +180,7 @@ def write_kubeconfig(path: Path, server: str, *, namespace: str | None = None, c
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "test", "cluster": {"server": server}}],
-        "users": [{"name": "test", "user": {"token": "test-token"}}],
+        "users": [{"name": "test", "user": {"token": token}}],
         "contexts": [{"name": context, "context": ctx}],
         "current-context": context,
     }
@@ -184,10 +235,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._dispatch("DELETE")
 
     # -- plumbing --------------------------------------------------------------------
-    def _send_json(self, code: int, body: Obj) -> None:
+    def _send_json(self, code: int, body: Obj, warnings: list[str] | None = None) -> None:
         data = json.dumps(body).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
+        for text in warnings or []:  # RFC 7234 warning headers, as the API server sends them
+            self.send_header("Warning", '299 - "' + text.replace('"', '\\"') + '"')
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -231,7 +284,9 @@ class _Handler(BaseHTTPRequestHandler):
             calls = [c.__dict__ for c in self.kube.calls]
             return self._send_json(200, {"calls": calls})
         if parts == ["version"]:
-            return self._send_json(200, {"major": "1", "minor": "32", "gitVersion": "v1.32.0-starverse-test"})
+            major, minor = self.kube.version
+            git = f"v{major}.{minor}.0-starverse-test"
+            return self._send_json(200, {"major": str(major), "minor": str(minor), "gitVersion": git})
         if parts[:1] == ["api"]:
             group, version, rest = "", parts[1] if len(parts) > 1 else "", parts[2:]
         elif parts[:1] == ["apis"] and len(parts) >= 3:
@@ -252,6 +307,10 @@ class _Handler(BaseHTTPRequestHandler):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         verb = _verb(method, name, query, sub)
         self._authorize(verb, res, namespace, name)
+        if self.kube.rbac:
+            user, groups = self._user()
+            check, subresource = ("get", "log") if verb == "log" else (verb, None)
+            _admission.authorize(self.kube.store, user, groups, check, res, namespace, name, subresource)
         ns = namespace or ""
         store = self.kube.store
         if verb == "watch":
@@ -271,11 +330,21 @@ class _Handler(BaseHTTPRequestHandler):
             )
         if verb == "get":
             return self._send_json(200, store.get(res, ns, name or ""))
+        mode = query.get("fieldValidation") or "Warn"
         if verb == "create":
             self._check_quota(res, ns)
-            return self._send_json(201, store.create(res, ns, body or {}))
+            body = body or {}
+            warnings = _admission.strict_fields(res, body, mode, K8S_VERSION)
+            if res.plural == "pods":
+                meta = body.setdefault("metadata", {})
+                if not meta.get("name") and meta.get("generateName"):
+                    meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+                self.kube.admit_pod(ns, body)
+            return self._send_json(201, store.create(res, ns, body), warnings)
         if verb == "update":
-            return self._send_json(200, store.update(res, ns, name or "", body or {}))
+            body = body or {}
+            warnings = _admission.strict_fields(res, body, mode, K8S_VERSION)
+            return self._send_json(200, store.update(res, ns, name or "", body), warnings)
         if verb == "patch":
             old = store.get(res, ns, name or "")
             kind = self.headers.get("Content-Type", "")
@@ -294,11 +363,19 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send_json(200, deleted)
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {path}")
 
+    def _user(self) -> tuple[str, tuple[str, ...]]:
+        """The request's user, from its bearer token (``401 Unauthorized`` for an unknown one)."""
+        header = self.headers.get("Authorization", "")
+        token = header.removeprefix("Bearer ").strip()
+        if token not in self.kube.tokens:
+            raise ApiError(401, "Unauthorized", "Unauthorized")
+        return self.kube.tokens[token]
+
     def _authorize(self, verb: str, res: Resource, namespace: str | None, name: str | None) -> None:
         check = "get" if verb == "log" else verb
         plural = "pods/log" if verb == "log" else res.plural
         if (check, plural) in self.kube.forbidden:
-            group = res.group or '""'
+            group = f'"{res.group}"'
             where = f' in the namespace "{namespace}"' if namespace else " at the cluster scope"
             raise ApiError(
                 403,

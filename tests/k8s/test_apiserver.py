@@ -122,7 +122,7 @@ def test_failure_policy_and_unschedulable(kube_server: KubeServer, api: client.A
     kube_server.set_plan(lambda pod: PodPlan(exit_code=3 if pod["metadata"]["name"].startswith("bad-1") else 0))
     batch.create_namespaced_job("default", _job("bad", 2))
     job = _wait_job(batch, "bad")
-    assert [c.type for c in job.status.conditions] == ["Failed"]
+    assert [c.type for c in job.status.conditions] == ["FailureTarget", "Failed"]  # v1.31+: target first
     kube_server.set_nodes([Node("cpu-1", labels={"pool": "cpu"})])
     spec = _job("gpu", 1)
     spec["spec"]["template"]["spec"]["nodeSelector"] = {"pool": "a100"}  # type: ignore[index]

@@ -1,8 +1,10 @@
 """Parallelism templates: example scripts, GPU requirements, and Megatron-LM / DeepSpeed arguments.
 
-``ddp`` and ``fsdp`` run anywhere (gloo on CPU). ``tp`` and ``pp`` (DeviceMesh tensor and
-pipeline parallel) and the Megatron-LM / DeepSpeed frameworks need GPUs: on CPU they are
-refused with an error that names the CPU path.
+``ddp``, ``fsdp``, ``tp`` (DTensor tensor parallel, 2-D with FSDP2) and ``pp``
+(``torch.distributed.pipelining``) run anywhere: gloo on CPU, NCCL on GPUs, the same code.
+``tp`` and ``pp`` split the model and need at least two processes. The Megatron-LM and
+DeepSpeed frameworks need GPUs (CUDA-only kernels): on CPU they are refused with an error
+that names the CPU path.
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.experiments import folder_modes
 from jupyter_starverse.jobmodel import TEMPLATES, JobSpec
 
-__all__ = ["GPU_TEMPLATES", "check_template", "deepspeed_config", "example_script", "framework_args", "megatron_args"]
+__all__ = ["SPLIT_TEMPLATES", "check_template", "deepspeed_config", "example_script", "framework_args", "megatron_args"]
 
-GPU_TEMPLATES = ("tp", "pp")
+SPLIT_TEMPLATES = ("tp", "pp")
 _HERE = Path(__file__).parent
 
 
@@ -32,22 +34,16 @@ def example_script(template: str) -> Path:
 
 
 def check_template(spec: JobSpec) -> None:
-    """Refuse GPU-only templates and frameworks on CPU, saying what to use instead."""
-    if spec.is_gpu:
-        if spec.template in GPU_TEMPLATES and spec.procs_per_node < 2 and spec.nodes < 2:
-            raise BadInputError(
-                f"JobSpec.template: {spec.template!r} splits the model across GPUs and needs more than one",
-                field="template",
-                hint="raise procs_per_node (GPUs per node) or nodes, or use template='ddp'",
-            )
-        return
-    if spec.template in GPU_TEMPLATES:
-        kind = "tensor" if spec.template == "tp" else "pipeline"
+    """Refuse what cannot run: a split model on one process, GPU-only frameworks on CPU."""
+    if spec.template in SPLIT_TEMPLATES and spec.world_size < 2:
+        where = "GPUs" if spec.is_gpu else "processes (gloo on CPU)"
         raise BadInputError(
-            f"JobSpec.template: {spec.template!r} ({kind} parallel over a DeviceMesh with NCCL) needs GPUs",
+            f"JobSpec.template: {spec.template!r} splits the model across {where} and needs more than one",
             field="template",
-            hint="pick a GPU type (--gpu a100-80g) or, on CPU, use template='ddp' or 'fsdp' with gloo",
+            hint="raise procs_per_node or nodes, or use template='ddp'",
         )
+    if spec.is_gpu:
+        return
     if spec.framework != "torch":
         name = {"megatron": "Megatron-LM", "deepspeed": "DeepSpeed"}[spec.framework]
         raise BadInputError(

@@ -1,14 +1,45 @@
-"""A tiny character-level transformer LM and its data, shared by the template scripts."""
+"""A tiny character-level transformer LM, its data and the arguments shared by the template scripts.
+
+Every template builds the same model from ``torch.manual_seed(0)`` (so ddp, fsdp, tp and pp
+start from the same weights) and trains on the same batch plan: the global batch is fixed on the
+first run and kept on a resume onto another layout (``runtime.keep_global_batch``).
+"""
 
 from __future__ import annotations
 
+import argparse
 import math
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["FALLBACK_TEXT", "CharData", "TinyLM", "load_text"]
+__all__ = ["FALLBACK_TEXT", "CharData", "TinyLM", "lm_loss", "load_text", "template_args"]
+
+
+def template_args(doc: str | None = None) -> argparse.Namespace:
+    """The arguments every template takes (``--batch`` is the micro batch per data-parallel rank)."""
+    parser = argparse.ArgumentParser(description=doc)
+    parser.add_argument("--data", default=None, help="catalog dataset mounted with --mount")
+    parser.add_argument("--batch", type=int, default=16, help="micro batch: sequences per rank per forward")
+    parser.add_argument(
+        "--global-batch",
+        type=int,
+        default=None,
+        help="sequences per optimizer step (default batch x ranks), kept on resume",
+    )
+    parser.add_argument("--seq-len", type=int, default=64)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--step-sleep", type=float, default=0.0, help="slow each step down (tests)")
+    return parser.parse_args()
+
+
+def lm_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Mean next-character cross entropy of a batch."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
 
 FALLBACK_TEXT = (
     "the quick brown fox jumps over the lazy dog. "

@@ -1,46 +1,73 @@
-"""Template ``tp``: tensor parallel over a 2-D DeviceMesh (data x tensor), GPUs with NCCL.
+"""Template ``tp``: tensor parallel with DTensor over a 2-D DeviceMesh (data x tensor), CPU or GPUs.
 
-The MLP of every block is split column-wise then row-wise across the ``tp`` dimension
-(``STARVERSE_TENSOR_PARALLEL`` ranks); the data-parallel dimension shards the rest with
-FSDP2. Launch with ``template="tp", tensor_parallel=N`` and a GPU type.
+The MLP of every block is split column-wise then row-wise (``parallelize_module`` with
+``ColwiseParallel`` / ``RowwiseParallel``, as Megatron-LM splits it) across the ``tp`` dimension
+(``STARVERSE_TENSOR_PARALLEL`` ranks); when the world holds more than one tensor-parallel group
+the data-parallel dimension shards every block with FSDP2 (2-D: fsdp x tp). The same code runs
+on gloo (CPU) and NCCL (GPUs). Checkpoints are DCP: a resume may change the layout (tp -> ddp,
+pp, another tp or dp degree); the global batch is kept (see ``ddp.py``).
+Launch with ``template="tp", tensor_parallel=N`` (world size a multiple of N).
 """
 
 from __future__ import annotations
 
+import time
+
 import torch
-import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 from jupyter_starverse import runtime as sv
-from jupyter_starverse.backends.templates._lm import CharData, TinyLM, load_text
+from jupyter_starverse.backends.templates._lm import CharData, TinyLM, lm_loss, load_text, template_args
+from jupyter_starverse.errors import BadInputError
 
 
 def main() -> None:
+    args = template_args(__doc__)
     ctx = sv.init()
     env = sv.job_env()
     tp = int(env.tensor_parallel)
-    mesh = init_device_mesh(ctx.device.split(":")[0], (ctx.world_size // tp, tp), mesh_dim_names=("dp", "tp"))
-    mounts = env.mounts
-    text = load_text(sv.mount_path(next(iter(mounts))) if len(mounts) == 1 else None)
-    torch.manual_seed(0)
-    data = CharData(text, seq_len=64, seed=1000 + mesh["dp"].get_local_rank())
-    model = TinyLM(data.vocab, dim=256, heads=8, layers=4).to(ctx.device)
+    if tp < 1 or ctx.world_size % tp:
+        raise BadInputError(
+            f"tensor_parallel {tp} does not divide the world size {ctx.world_size}",
+            field="tensor_parallel",
+            hint="choose a tensor-parallel degree that divides nodes x processes per node",
+        )
+    dp = ctx.world_size // tp
+    mesh = init_device_mesh(ctx.device.split(":")[0], (dp, tp), mesh_dim_names=("dp", "tp"))
+    dp_rank = mesh["dp"].get_local_rank()
+    name = args.data or (next(iter(env.mounts)) if len(env.mounts) == 1 else None)
+    text = load_text(sv.mount_path(name) if name else None)
+    torch.manual_seed(0)  # the same full model as ddp's on every rank, then split
+    data = CharData(text, seq_len=args.seq_len, seed=1000 + dp_rank)  # one stream per tensor-parallel group
+    model = TinyLM(data.vocab, seq_len=args.seq_len, layers=args.layers).to(ctx.device)
     for block in model.blocks:
         parallelize_module(block.get_submodule("mlp"), mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
-    for block in model.blocks:
-        fully_shard(block, mesh=mesh["dp"])
-    fully_shard(model, mesh=mesh["dp"])
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    for step in sv.steps(model=model, optimizer=opt):
-        x, y = data.batch(8)
-        logits = model(x.to(ctx.device))
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.to(ctx.device).reshape(-1))
+    if dp > 1:  # 2-D: FSDP2 over the data-parallel dimension
+        for block in model.blocks:
+            fully_shard(block, mesh=mesh["dp"])
+        fully_shard(model, mesh=mesh["dp"])
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    plan = sv.keep_global_batch(micro_batch=args.batch, world_size=dp, global_batch=args.global_batch)
+    if ctx.is_main:
+        print(f"tensor parallel {tp} x data parallel {dp} on {ctx.device} ({ctx.backend})", flush=True)
+    t0 = time.time()
+    for step in sv.steps(model=model, optimizer=opt, batch=plan):
         opt.zero_grad(set_to_none=True)
-        loss.backward()  # type: ignore[no-untyped-call]
+        total = torch.zeros((), device=ctx.device)
+        for size in plan.chunks(dp_rank):
+            x, y = data.batch(max(size, 1))
+            loss = lm_loss(model(x.to(ctx.device)), y.to(ctx.device))
+            (loss * (size * dp / plan.global_batch)).backward()  # type: ignore[no-untyped-call]
+            total += loss.detach() * size
         opt.step()
-        sv.log_metrics(step, loss=loss.detach())
+        loss = total / plan.share(dp_rank)
+        sv.log_metrics(step, loss=loss, tokens=(step + 1) * plan.global_batch * args.seq_len)
+        if ctx.is_main and step % 10 == 0:
+            print(f"step {step} loss {loss.item():.4f} ({time.time() - t0:.1f}s)", flush=True)
+        if args.step_sleep:
+            time.sleep(args.step_sleep)
 
 
 if __name__ == "__main__":

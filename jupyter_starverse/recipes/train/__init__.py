@@ -15,7 +15,7 @@ from typing import Any
 
 from ._formats import ChatMessage, LabeledCompletion, PreferencePair, Prompt, data_files, read_records, write_jsonl
 from ._paths import LINEAGE_FILE, MODEL_DIR, RECIPE_FILE, TRAIN_SCRIPT
-from ._plan import BatchPlan, batch_plan
+from jupyter_starverse.experiments import BatchPlan, batch_plan
 
 __all__ = [
     "LINEAGE_FILE",

@@ -17,7 +17,7 @@ from typing import Any
 from jupyter_starverse.errors import BadInputError
 
 from ._formats import LabeledCompletion, PreferencePair, Prompt, data_files, iter_jsonl, parse_message, read_records
-from ._plan import BatchPlan
+from jupyter_starverse.experiments import BatchPlan
 
 __all__ = ["Example", "Sampler", "load_examples"]
 

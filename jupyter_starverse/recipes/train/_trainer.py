@@ -23,7 +23,7 @@ from jupyter_starverse.errors import BadInputError, MissingDependencyError
 from ._data import Sampler, load_examples
 from ._objectives import UNIT, kto_kl, micro_loss, tokens_of
 from ._paths import LINEAGE_FILE, MODEL_DIR, RECIPE_FILE
-from ._plan import BatchPlan, batch_plan
+from jupyter_starverse.experiments import BatchPlan, batch_plan
 
 __all__ = ["run"]
 
