@@ -178,6 +178,21 @@ def _int(node: Node, key: str, default: int) -> int:
     return value if isinstance(value, int) else default
 
 
+def _degrees(node: Node) -> tuple[int, int]:
+    """``(tensor, pipeline)`` parallel of a step: the ``tp`` and ``pp`` templates split every card
+    the data-parallel degree leaves along their axis unless the degree is set (1 would not split)."""
+    cards = _int(node, "nodes", 1) * _int(node, "gpus_per_node", 1)
+    dp = node.params.get("data_parallel")
+    rest = cards // dp if isinstance(dp, int) and dp > 0 else cards
+    tp, pp = _int(node, "tensor_parallel", 1), _int(node, "pipeline_parallel", 1)
+    template = node.params.get("template")
+    if template == "tp" and not isinstance(node.params.get("tensor_parallel"), int) and pp > 0:
+        tp = max(1, rest // pp)
+    if template == "pp" and not isinstance(node.params.get("pipeline_parallel"), int) and tp > 0:
+        pp = max(1, rest // tp)
+    return tp, pp
+
+
 def _data_inputs(pipeline: Pipeline, node: Node, produced: dict[str, str],
                  memo: dict[str, list[tuple[str, str, str | None]]] | None = None,
                  ) -> list[tuple[str, str, str | None]]:  # fmt: skip
@@ -250,8 +265,8 @@ def step_plan(pipeline: Pipeline, node: Node, *, base_dir: Path, facade: Facade,
         "nodes": _int(node, "nodes", 1),
         "procs_per_node": _int(node, "gpus_per_node", 1),
         "accelerator": str(p.get("gpu") or facade.default_accelerator()),
-        "tensor_parallel": _int(node, "tensor_parallel", 1),
-        "pipeline_parallel": _int(node, "pipeline_parallel", 1),
+        "tensor_parallel": _degrees(node)[0],
+        "pipeline_parallel": _degrees(node)[1],
         "env": env,
         "secrets": secrets,
         "billing": str(p.get("billing", "on_demand")),
@@ -337,7 +352,7 @@ def _entry_paths(pipeline: Pipeline, facade: Facade, issues: list[Issue]) -> dic
 def _parallel_issue(node: Node) -> Issue | None:
     """data x tensor x pipeline parallel must be the step's card count (nodes x GPUs per node)."""
     cards = _int(node, "nodes", 1) * _int(node, "gpus_per_node", 1)
-    tp, pp = _int(node, "tensor_parallel", 1), _int(node, "pipeline_parallel", 1)
+    tp, pp = _degrees(node)
     dp = node.params.get("data_parallel")
     if tp < 1 or pp < 1 or (isinstance(dp, int) and dp < 1):
         name, value = next((n, v) for n, v in (("tensor_parallel", tp), ("pipeline_parallel", pp),
@@ -408,7 +423,8 @@ def check(pipeline: Pipeline, facade: Facade, *, base_dir: Path) -> PipelineChec
             issues.append(Issue(node.id, warning, "warning", "env"))
         produced_by = {ref: prep for _, ref, prep in _data_inputs(pipeline, node, {}) if prep}
         dp = spec.world_size // (spec.tensor_parallel * spec.pipeline_parallel) if not parallel else None
-        info[node.id] = {"cards": spec.world_size, "data_parallel": dp, "backend": step.backend,
+        info[node.id] = {"cards": spec.world_size, "data_parallel": dp, "tensor_parallel": spec.tensor_parallel,
+                         "pipeline_parallel": spec.pipeline_parallel, "backend": step.backend,
                          "accelerator": spec.accelerator, "job_name": spec.name, "mounts": list(spec.mounts),
                          "paths": {ref: paths.get(ref) for ref in spec.mounts}, "script": spec.script,
                          "produced_by": produced_by}  # fmt: skip

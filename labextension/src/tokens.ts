@@ -557,6 +557,9 @@ export interface IPipelineCheck {
     {
       cards: number;
       data_parallel: number | null;
+      /** the degrees the step runs with (the tp / pp templates derive theirs from the cards) */
+      tensor_parallel?: number;
+      pipeline_parallel?: number;
       backend: string;
       accelerator: string;
       job_name: string;

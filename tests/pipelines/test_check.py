@@ -34,6 +34,19 @@ def test_parallel_sizes_must_multiply_to_the_cards(client: Starverse, folder: Pa
     assert not [i for i in _issues(client, doc(train=train), folder) if i.field == "data_parallel"]
 
 
+def test_the_tp_and_pp_templates_derive_their_degree_from_the_cards(client: Starverse, folder: Path) -> None:
+    # the form's placeholders show these: a tp step on 4 cards splits 4 ways, not 1 (dp 4 x tp 1)
+    for template, key in (("tp", "tensor_parallel"), ("pp", "pipeline_parallel")):
+        train = {"nodes": 2, "gpus_per_node": 2, "template": template}
+        info = client.pipelines.check(Pipeline.from_json(doc(train=train)), base_dir=folder).info["train"]
+        assert info[key] == 4 and info["data_parallel"] == 1, (template, info)
+        train["data_parallel"] = 2  # a set degree is kept; the template takes the rest
+        info = client.pipelines.check(Pipeline.from_json(doc(train=train)), base_dir=folder).info["train"]
+        assert info[key] == 2 and info["data_parallel"] == 2, (template, info)
+    ddp = client.pipelines.check(Pipeline.from_json(doc(train={"nodes": 2})), base_dir=folder).info["train"]
+    assert ddp["tensor_parallel"] == 1 and ddp["pipeline_parallel"] == 1
+
+
 def test_a_gpu_type_without_a_pool_is_shown_on_the_node(client: Starverse, folder: Path) -> None:
     issues = _issues(client, doc(backend="kubernetes", train={"gpu": "h900-1t"}), folder)
     gpu = [i for i in issues if i.node == "train" and i.field == "gpu" and i.level == "error"]

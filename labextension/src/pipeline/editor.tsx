@@ -329,27 +329,39 @@ function Editor(props: {
     }
   };
 
-  const errors = check?.issues.filter(i => i.level === 'error').length ?? 0;
-  const pipelineIssues = check?.issues.filter(i => i.node === null) ?? [];
+  // a new pipeline is empty, not wrong: it says what to do first instead of "1 error(s)"
+  const empty = doc.nodes.length === 0;
+  const errors = empty ? 0 : (check?.issues.filter(i => i.level === 'error').length ?? 0);
+  const pipelineIssues = empty ? [] : (check?.issues.filter(i => i.node === null) ?? []);
   const selectedNode = doc.nodes.find(n => n.id === selected) ?? null;
   return (
     <div className="jp-SvPipeline-editor">
       <div className="jp-SvPipeline-bar">
         <span className="jp-SvPipeline-name">{doc.name}</span>
-        <span className={`jp-SvPipeline-status ${errors ? 'jp-mod-error' : 'jp-mod-ok'}`} data-role="status">
-          {checkError ?? (check === null ? 'checking…' : errors ? `${errors} error(s)` : 'ready to run')}
+        <span
+          className={`jp-SvPipeline-status ${errors || checkError ? 'jp-mod-error' : empty ? 'jp-mod-empty' : 'jp-mod-ok'}`}
+          data-role="status"
+        >
+          {checkError ??
+            (empty
+              ? 'empty: drag a training step from the palette'
+              : check === null
+                ? 'checking…'
+                : errors
+                  ? `${errors} error(s)`
+                  : 'ready to run')}
         </span>
         <span className="jp-SvPipeline-total" data-role="total-cost" title="estimated cost of every step">
           {check ? `estimated ${check.total}` : ''}
         </span>
         <span className="jp-SvPipeline-spacer" />
-        <button disabled={busy || errors > 0 || !check} onClick={() => void doExport('sbatch')}>Export sbatch</button>
-        <button disabled={busy || errors > 0 || !check} onClick={() => void doExport('yaml')}>Export YAML</button>
-        <button disabled={busy || errors > 0 || !check} onClick={() => void doExport('python')}>Export Python</button>
+        <button disabled={busy || empty || errors > 0 || !check} onClick={() => void doExport('sbatch')}>Export sbatch</button>
+        <button disabled={busy || empty || errors > 0 || !check} onClick={() => void doExport('yaml')}>Export YAML</button>
+        <button disabled={busy || empty || errors > 0 || !check} onClick={() => void doExport('python')}>Export Python</button>
         {running ? (
           <button className="jp-mod-warn" onClick={() => void doCancel()}>Cancel run</button>
         ) : (
-          <button className="jp-mod-accept" disabled={busy || errors > 0 || !check} onClick={() => void doRun()}>
+          <button className="jp-mod-accept" disabled={busy || empty || errors > 0 || !check} onClick={() => void doRun()}>
             Run
           </button>
         )}
@@ -369,6 +381,7 @@ function Editor(props: {
         <Palette entries={entries} recipes={recipes} prep={prep} error={entriesError} />
         <div
           className="jp-SvPipeline-canvas"
+          tabIndex={0}
           onDragOver={event => {
             event.preventDefault();
             event.dataTransfer.dropEffect = 'copy';

@@ -111,6 +111,14 @@ function Select(props: {
   );
 }
 
+/** The placeholder of a degree left unset: what the step runs with, "(derived)" where the template chose it. */
+function derived(value: number | undefined, byTemplate: boolean): string {
+  if (value === undefined) {
+    return byTemplate ? 'derived' : '1';
+  }
+  return byTemplate ? `${value} (derived)` : String(value);
+}
+
 /** The form of a training step. */
 function TrainForm(props: {
   node: IPipelineNode;
@@ -132,15 +140,19 @@ function TrainForm(props: {
     <>
       {recipe && f('Recipe', 'recipe', <Select field="recipe" value={p.recipe} options={props.recipes} empty="(pick one)" onChange={v => on({ recipe: v })} />)}
       {f('Template', 'template', <Select field="template" value={p.template ?? (recipe ? undefined : 'ddp')} options={['ddp', 'fsdp', 'tp', 'pp']}
-        empty={recipe ? "the recipe's" : undefined} onChange={v => on({ template: v as ITrainParams['template'] })} />)}
+        empty={recipe ? "the recipe's" : undefined}
+        // a new template derives its own split: the old template's degrees do not stay behind
+        onChange={v => on({ template: v as ITrainParams['template'], tensor_parallel: undefined, pipeline_parallel: undefined })} />)}
       {!recipe && f('Script', 'script', <TextInput field="script" value={p.script} placeholder="the template's example" onChange={on} />)}
       {f('Nodes', 'nodes', <NumberInput field="nodes" value={p.nodes} placeholder="1" onChange={on} />)}
       {f('Cards per node', 'gpus_per_node', <NumberInput field="gpus_per_node" value={p.gpus_per_node} placeholder="1" onChange={on} />)}
       {f('GPU type', 'gpu', <Select field="gpu" value={p.gpu} options={props.gpus} empty="workspace default" onChange={v => on({ gpu: v })} />)}
       {f('Data parallel', 'data_parallel', <NumberInput field="data_parallel" value={p.data_parallel}
         placeholder={props.info?.data_parallel ? `${props.info.data_parallel} (derived)` : 'derived'} onChange={on} />)}
-      {f('Tensor parallel', 'tensor_parallel', <NumberInput field="tensor_parallel" value={p.tensor_parallel} placeholder="1" onChange={on} />)}
-      {f('Pipeline parallel', 'pipeline_parallel', <NumberInput field="pipeline_parallel" value={p.pipeline_parallel} placeholder="1" onChange={on} />)}
+      {f('Tensor parallel', 'tensor_parallel', <NumberInput field="tensor_parallel" value={p.tensor_parallel}
+        placeholder={derived(props.info?.tensor_parallel, p.template === 'tp')} onChange={on} />)}
+      {f('Pipeline parallel', 'pipeline_parallel', <NumberInput field="pipeline_parallel" value={p.pipeline_parallel}
+        placeholder={derived(props.info?.pipeline_parallel, p.template === 'pp')} onChange={on} />)}
       {f('Steps', 'steps', <NumberInput field="steps" value={p.steps} placeholder="the script's" onChange={on} />)}
       {f('Estimated hours', 'hours', <NumberInput field="hours" value={p.hours} min={0.01} step={0.25} placeholder="1" onChange={on} />)}
       {f('Budget', 'budget', <TextInput field="budget" value={p.budget} placeholder="no cap" onChange={on} />)}

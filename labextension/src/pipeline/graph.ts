@@ -93,12 +93,10 @@ export function nodeFor(
   if (item.kind === 'train') {
     const template = item.template ?? 'ddp';
     const params: ITrainParams = { template, nodes: 1, gpus_per_node: 1, hours: 1 };
-    if (template === 'tp') {
+    if (template === 'tp' || template === 'pp') {
+      // two cards to split; the split itself is derived from the cards (the check serves it),
+      // so it follows a changed card count instead of staying at 2
       params.gpus_per_node = 2;
-      params.tensor_parallel = 2;
-    } else if (template === 'pp') {
-      params.gpus_per_node = 2;
-      params.pipeline_parallel = 2;
     }
     return { id: freshId(doc, 'train'), kind: 'train', params, position: rounded };
   }

@@ -117,4 +117,80 @@ test.describe('Starverse pipeline editor', () => {
     expect(doc.edges).toEqual([{ source: 'pipedata', target: 'train' }]);
     expect(doc.nodes.find((n: { id: string }) => n.id === 'train').params.nodes).toBe(2);
   });
+
+  test('a pipeline is a document: dirty after an edit, saved by Ctrl+S, undo/redo, asked about on close', async ({
+    page
+  }) => {
+    const file = 'doc/untitled.svpipeline';
+    await page.contents.createDirectory('doc');
+    await page.evaluate(async () => {
+      await (window as any).jupyterapp.commands.execute('starverse:new-pipeline', { cwd: 'doc' });
+    });
+    // (the first test's pipeline may still be open in a hidden tab)
+    const editor = page.locator('.jp-SvPipeline-editor').filter({ visible: true });
+    await expect(editor).toBeVisible();
+    // a new pipeline is empty, not an error
+    await expect(editor.locator('[data-role="status"]')).toHaveText('empty: drag a training step from the palette');
+    await expect(editor.locator('.jp-SvPipeline-message.jp-mod-error')).toHaveCount(0);
+    const tab = page.locator(`.lm-TabBar-tab[title*="${file}"]`);
+    await expect(tab).not.toHaveClass(/jp-mod-dirty/);
+
+    // add a node: the tab is dirty; Ctrl+S writes it to disk
+    const pane = editor.locator('.react-flow__pane');
+    await editor.locator('.jp-SvPipeline-paletteItem[data-palette-ref="tp"]').dragTo(pane);
+    const train = editor.locator('.jp-SvPipeline-train[data-node-id="train"]');
+    await expect(train).toBeVisible();
+    await expect(tab).toHaveClass(/jp-mod-dirty/);
+    await train.click();
+    const side = editor.locator('.jp-SvPipeline-form[data-form="train"]');
+    await side.locator('select[name="gpu"]').selectOption({ index: 1 }); // tp needs GPUs
+    await expect(side.locator('input[name="tensor_parallel"]')).toHaveAttribute('placeholder', '2 (derived)', {
+      timeout: 15000
+    });
+    await side.locator('input[name="gpus_per_node"]').fill('3');
+    // the form's derived degree follows the template: tp on 3 cards splits 3 ways
+    await expect(side.locator('input[name="tensor_parallel"]')).toHaveAttribute('placeholder', '3 (derived)', {
+      timeout: 15000
+    });
+    await editor.locator('.jp-SvPipeline-canvas').focus();
+    await page.keyboard.press('Control+s');
+    await expect(tab).not.toHaveClass(/jp-mod-dirty/);
+    const onDisk = async (): Promise<any> =>
+      JSON.parse(
+        await page.evaluate(async (p: string) => {
+          const app = (window as any).jupyterapp;
+          return (await app.serviceManager.contents.get(p, { content: true })).content as string;
+        }, file)
+      );
+    const saved = await onDisk();
+    expect(saved.nodes.map((n: { id: string }) => n.id)).toEqual(['train']);
+    expect(saved.nodes[0].params.gpus_per_node).toBe(3);
+
+    // undo (toolbar) takes the card count back, redo restores it; back at the saved text it is clean
+    const undo = page.locator('.jp-SvPipeline-undo');
+    const redo = page.locator('.jp-SvPipeline-redo');
+    await undo.click();
+    await expect(side.locator('input[name="gpus_per_node"]')).toHaveValue('2');
+    await expect(tab).toHaveClass(/jp-mod-dirty/);
+    await redo.click();
+    await expect(side.locator('input[name="gpus_per_node"]')).toHaveValue('3');
+    await expect(tab).not.toHaveClass(/jp-mod-dirty/);
+
+    // drag the node: dirty again; closing the tab asks about the unsaved change
+    const box = await train.boundingBox();
+    expect(box).not.toBeNull();
+    await page.mouse.move(box!.x + 20, box!.y + 10);
+    await page.mouse.down();
+    await page.mouse.move(box!.x + 120, box!.y + 90, { steps: 5 });
+    await page.mouse.up();
+    await expect(tab).toHaveClass(/jp-mod-dirty/);
+    await tab.locator('.lm-TabBar-tabCloseIcon').click();
+    const dialog = page.locator('.jp-Dialog');
+    await expect(dialog).toContainText('Save changes in "untitled.svpipeline" before closing?');
+    await page.screenshot({ path: path.join(ARTIFACTS, 'starverse-pipeline-unsaved.png') });
+    await dialog.getByRole('button', { name: /discard/i }).click();
+    await expect(editor).toHaveCount(0);
+    // the file keeps the saved position, not the dragged one
+    expect((await onDisk()).nodes[0].position).toEqual(saved.nodes[0].position);
+  });
 });
