@@ -1,0 +1,117 @@
+"""``starverse eval MODEL --data DATASET[@VERSION]`` (and ``%sv eval``): score models on labelled data.
+
+- ``eval MODEL --data D [--baseline M2 ...]``: the models on the same examples, side by side with
+  deltas; ``--errors`` lists the examples MODEL got wrong; ``--backend B --job`` runs it as a job
+  (``--dry-run`` shows the job).
+- ``eval compare --data D M1 M2 ...``: the chain (base -> CPT -> SFT -> DPO -> INT4) from the
+  stored reports, each model against the one before.
+- ``eval ls [--model M] [--data D]``, ``eval show ID [--errors]``: the stored reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from jupyter_starverse.client import Starverse
+from jupyter_starverse.errors import BadInputError
+from jupyter_starverse.evals import TASKS, TaskOptions
+
+from ._common import add_json_flag
+
+__all__ = ["register"]
+
+_VERBS = ("compare", "ls", "show")
+
+
+class ReportList(list):  # type: ignore[type-arg]
+    """Reports as lines (text) and a table (notebook)."""
+
+    def __str__(self) -> str:
+        return "\n".join(f"{r.model}  {r.line()}" for r in self) or "no evaluation reports"
+
+    def _repr_pretty_(self, p: object, cycle: bool) -> None:
+        p.text(str(self))  # type: ignore[attr-defined]
+
+
+def _options(args: argparse.Namespace) -> TaskOptions:
+    labels = tuple(x.strip() for x in args.labels.split(",") if x.strip()) if args.labels else ()
+    return TaskOptions(
+        task=args.task,
+        prompt=args.prompt,
+        labels=labels,
+        max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size,
+    )
+
+
+def _eval(client: Starverse, args: argparse.Namespace) -> object:
+    words = list(args.words)
+    verb = words[0] if words and words[0] in _VERBS else None
+    if verb == "ls":
+        return ReportList(client.evals.reports(model=args.model_filter, data=args.data))
+    if verb == "show":
+        if len(words) != 2:
+            raise BadInputError("eval show takes one report id", field="id", hint="see `starverse eval ls`")
+        report = client.evals.report(words[1])
+        return report.wrong(limit=args.max_errors) if args.errors else report
+    if not args.data:
+        raise BadInputError("name the labelled dataset", field="data", hint="--data NAME[@VERSION]")
+    if verb == "compare":
+        return client.evals.compare(args.data, words[1:])
+    if len(words) != 1:
+        raise BadInputError(
+            "eval takes one MODEL (more models: --baseline M2, or `eval compare --data D M1 M2 ...`)",
+            field="model",
+            hint="starverse eval hf:ORG/REPO@REV --data NAME[@VERSION] --baseline hf:ORG/BASE",
+        )
+    kw = dict(
+        baselines=tuple(args.baseline),
+        task=args.task,
+        input_field=args.input_field,
+        target_field=args.target_field,
+        options=_options(args),
+        limit=args.limit,
+    )
+    if args.job or args.dry_run:
+        spec = client.evals.job_spec(words[0], args.data, **kw)  # type: ignore[arg-type]
+        backend = client.backend(args.backend)
+        return client.preview(spec, backend=backend) if args.dry_run else client.launch(spec, backend=backend)
+    status = args.presenter.status()
+    try:
+        run = client.evals.evaluate(words[0], args.data, progress=lambda p: status.update(str(p)), **kw)  # type: ignore[arg-type]
+    finally:
+        status.close()
+    return run.report.wrong(limit=args.max_errors) if args.errors else run
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "eval",
+        help="score models on a labelled dataset (baselines side by side), compare a chain, list reports",
+        description="eval MODEL --data D [--baseline M2] | eval compare --data D M1 M2 ... | eval ls | eval show ID. "
+        "MODEL: hf:ORG/REPO@REV (a store model or an exported ONNX version), exp:EXPERIMENT or a folder.",
+    )
+    p.add_argument("words", nargs="+", metavar="MODEL | compare M1 M2 ... | ls | show ID")
+    p.add_argument("--data", default=None, metavar="DATASET[@VERSION]", help="the labelled store dataset")
+    p.add_argument(
+        "--baseline", action="append", default=[], metavar="MODEL2", help="score this model too (repeatable)"
+    )
+    p.add_argument("--task", choices=TASKS, default="classification", help="default: classification")
+    p.add_argument("--input-field", default="input", help="field of the input text (default: input)")
+    p.add_argument("--target-field", default="target", help="field of the expected answer (default: target)")
+    p.add_argument(
+        "--labels", default=None, metavar="A,B,...", help="classification: the labels (default: every target)"
+    )
+    p.add_argument("--prompt", default="{input}", help="template of the model input (default: {input})")
+    p.add_argument("--batch-size", type=int, default=8, metavar="N", help="examples per forward pass (default 8)")
+    p.add_argument("--max-new-tokens", type=int, default=32, metavar="N", help="generated tokens (default 32)")
+    p.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N examples")
+    p.add_argument("--errors", action="store_true", help="list the examples MODEL got wrong")
+    p.add_argument("--max-errors", type=int, default=50, metavar="N", help="with --errors: at most N (default 50)")
+    p.add_argument("--model", dest="model_filter", default=None, help="eval ls: only this model's reports")
+    g = p.add_argument_group("as a job")
+    g.add_argument("--job", action="store_true", help="run as a job on --backend")
+    g.add_argument("--backend", default=None, help="backend of the job (default: settings)")
+    g.add_argument("--dry-run", action="store_true", help="show the job; start nothing")
+    add_json_flag(p)
+    p.set_defaults(run=_eval)

@@ -1,0 +1,410 @@
+"""``client.evals``: score models on a labelled store dataset; reports are store records.
+
+``evaluate(MODEL, DATA, baselines=...)`` reads the examples once, runs every model on the same
+examples (batched; predictions appended to ``STORE/evals/.work/KEY/MODEL.jsonl`` so a killed
+run resumes), scores them and writes one report per model to ``STORE/evals/ID/`` (``report.json``
+with the lineage of the model and the dataset version, and ``predictions.jsonl``).
+``reports(model=, data=)`` lists them (``store show MODEL``), ``compare(DATA, models)`` is the
+chain base -> CPT -> SFT -> DPO -> INT4 and :meth:`gate` the export's accuracy check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from jupyter_starverse._settings import Settings
+from jupyter_starverse.catalog import Catalog, DatasetRef, parse_ref
+from jupyter_starverse.data import list_files, read_docs
+from jupyter_starverse.errors import BadInputError, NotFoundError
+from jupyter_starverse.feedback import resolve_model
+from jupyter_starverse.jobmodel import JobSpec
+
+from ._predict import load_predictor
+from ._report import HEADLINE, EvalChain, EvalReport, EvalRun, points, read_predictions
+from ._run import EvalProgress, Example, TaskOptions, predict_all, score
+
+__all__ = ["AccuracyGate", "EvalService", "GateFigure"]
+
+LINEAGE = "starverse-lineage.json"
+
+
+@dataclass(frozen=True)
+class Dataset:
+    ref: str
+    version: str | None
+    examples: tuple[Example, ...]
+    skipped: int
+
+
+@dataclass(frozen=True)
+class GateFigure:
+    """One graph of an export scored on the gate's examples."""
+
+    graph: str
+    metric: str
+    value: float
+    drop_points: float
+    ms_per_example: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "graph": self.graph,
+            "metric": self.metric,
+            "value": self.value,
+            "drop_points": self.drop_points,
+            "ms_per_example": self.ms_per_example,
+        }
+
+
+@dataclass(frozen=True)
+class AccuracyGate:
+    """The export gate's verdict: fp32 against the exported graph on the same examples."""
+
+    dataset: str
+    limit_points: float
+    figures: tuple[GateFigure, ...]
+    failures: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dataset": self.dataset,
+            "limit_points": self.limit_points,
+            "figures": [f.to_json() for f in self.figures],
+            "failures": list(self.failures),
+        }
+
+    def lines(self) -> list[str]:
+        """``INT4: F1 -0.8 points, latency x0.25`` for each exported graph."""
+        base = self.figures[0]
+        out = []
+        for f in self.figures[1:]:
+            ratio = f.ms_per_example / base.ms_per_example if base.ms_per_example else float("nan")
+            name = f.graph.replace("onnx-", "").upper()
+            out.append(
+                f"{name}: {_metric_name(f.metric)} {-f.drop_points:+.1f} points, latency x{ratio:.2f} "
+                f"(on {self.dataset}, limit {self.limit_points:g} points)"
+            )
+        return out
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+
+def _metric_name(metric: str) -> str:
+    return {
+        "f1_macro": "F1",
+        "f1_micro": "F1 micro",
+        "accuracy": "accuracy",
+        "token_f1": "F1",
+        "rouge_l": "ROUGE-L",
+        "exact_match": "EM",
+    }.get(metric, metric)
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:80]
+
+
+class EvalService:
+    """Evaluations of store models, experiment outputs and exported versions (``client.evals``)."""
+
+    def __init__(self, settings: Settings, catalog: Catalog) -> None:
+        self.settings = settings
+        self.catalog = catalog
+
+    @property
+    def root(self) -> Path:
+        return self.catalog.root / "evals"
+
+    # -- inputs ------------------------------------------------------------------------------------
+    def dataset(
+        self,
+        data: str,
+        *,
+        input_field: str = "input",
+        target_field: str = "target",
+        task: str = "classification",
+        limit: int | None = None,
+    ) -> Dataset:
+        """The examples of a store dataset ``NAME[@VERSION]`` (or a local file/folder)."""
+        if not isinstance(data, str) or not data.strip():
+            raise BadInputError("name a dataset", field="data", hint="--data NAME[@VERSION] (a labelled store dataset)")
+        data = data.strip()
+        version: str | None
+        if os.sep in data or data.startswith((".", "~")) or Path(data).exists():
+            location, ref, version = str(Path(data).expanduser()), data, None
+        else:
+            parsed = parse_ref(data)
+            if not isinstance(parsed, DatasetRef):
+                raise BadInputError(f"{data!r} is a model, not a dataset", field="data", hint="--data NAME[@VERSION]")
+            entry = self.catalog.entry(data)
+            self.catalog.pull(entry.ref)
+            location, ref, version = str(self.catalog.mount(entry.ref)), entry.ref, entry.version
+        skipped = 0
+
+        def bad(_m: Any) -> None:
+            nonlocal skipped
+            skipped += 1
+
+        examples: list[Example] = []
+        for doc in read_docs(list_files(location), text_field=input_field, report=bad):
+            target = doc.row.get(target_field) if task != "perplexity" else ""
+            if target is None:
+                skipped += 1
+                continue
+            examples.append(Example(len(examples), doc.text, str(target)))
+            if limit is not None and len(examples) >= limit:
+                break
+        if not examples:
+            raise BadInputError(
+                f"{data}: no example has a string {input_field!r}"
+                + ("" if task == "perplexity" else f" and a {target_field!r}"),
+                field="input_field",
+                hint="name the fields with --input-field / --target-field",
+            )
+        return Dataset(ref, version, tuple(examples), skipped)
+
+    def _model_version(self, model: str, folder: Path) -> tuple[str | None, dict[str, Any]]:
+        lineage: dict[str, Any] = {}
+        try:
+            data = json.loads((folder / LINEAGE).read_text(encoding="utf-8"))
+            lineage = data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            pass
+        if model.startswith("hf:"):
+            return self.catalog.status(model).commit, lineage
+        return str(folder), lineage
+
+    # -- running -------------------------------------------------------------------------------
+    def evaluate(
+        self,
+        model: str,
+        data: str,
+        *,
+        baselines: Sequence[str] = (),
+        task: str = "classification",
+        input_field: str = "input",
+        target_field: str = "target",
+        options: TaskOptions | None = None,
+        limit: int | None = None,
+        progress: Callable[[EvalProgress], None] | None = None,
+        threads: int | None = None,
+    ) -> EvalRun:
+        """Score ``model`` and each baseline on the same examples of ``data``; one report each."""
+        opts = replace(options or TaskOptions(), task=task)
+        opts.check()
+        models = list(dict.fromkeys([model, *baselines]))
+        folders = [resolve_model(self.settings, self.catalog, m) for m in models]  # a wrong name fails first
+        ds = self.dataset(data, input_field=input_field, target_field=target_field, task=task, limit=limit)
+        reports = []
+        for name, folder in zip(models, folders, strict=True):
+            reports.append(self._one(name, folder, ds, opts, input_field, target_field, progress, threads))
+        return EvalRun(tuple(reports))
+
+    def _work_file(
+        self, model: str, version: str | None, ds: Dataset, opts: TaskOptions, fields: tuple[str, str]
+    ) -> Path:
+        key = json.dumps([model, version, ds.ref, ds.version, len(ds.examples), opts.to_json(), fields], sort_keys=True)
+        digest = hashlib.sha256(key.encode()).hexdigest()[:20]
+        return self.root / ".work" / f"{_slug(model)}-{digest}.jsonl"
+
+    def _one(
+        self,
+        model: str,
+        folder: Path,
+        ds: Dataset,
+        opts: TaskOptions,
+        input_field: str,
+        target_field: str,
+        progress: Callable[[EvalProgress], None] | None,
+        threads: int | None,
+    ) -> EvalReport:
+        started = time.monotonic()
+        version, lineage = self._model_version(model, folder)
+        work = self._work_file(model, version, ds, opts, (input_field, target_field))
+        pred = load_predictor(folder, threads=threads)
+        predict_all(pred, ds.examples, opts, work, model=model, progress=progress)
+        rows = read_predictions(work)
+        metrics, per_label, notes = score(opts.task, rows)
+        if ds.skipped:
+            notes = [*notes, f"{ds.skipped} records without the fields were skipped"]
+        report_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+        folder_out = self.root / report_id
+        folder_out.mkdir(parents=True, exist_ok=True)
+        preds = folder_out / "predictions.jsonl"
+        shutil.move(str(work), preds)  # a finished run's file is the report's; a rerun predicts afresh
+        report = EvalReport(
+            id=report_id,
+            model=model,
+            model_version=version,
+            dataset=ds.ref,
+            dataset_version=ds.version,
+            task=opts.task,
+            examples=len(rows),
+            metrics=metrics,
+            per_label=per_label,
+            predictions=str(preds),
+            engine=pred.engine,
+            seconds=time.monotonic() - started,
+            created_at=time.time(),
+            user=self.settings.user,
+            options={**opts.to_json(), "input_field": input_field, "target_field": target_field},
+            lineage={
+                "model": model,
+                "model_version": version,
+                "dataset": ds.ref,
+                "dataset_version": ds.version,
+                "parent": lineage or None,
+            },
+            notes=notes,
+        )
+        tmp = folder_out / ".report.json.tmp"
+        tmp.write_text(json.dumps(report.to_json(), indent=1, ensure_ascii=False), encoding="utf-8")
+        tmp.replace(folder_out / "report.json")
+        return report
+
+    # -- records -------------------------------------------------------------------------------
+    def reports(self, *, model: str | None = None, data: str | None = None) -> list[EvalReport]:
+        """Every stored report (oldest first), of one model and/or one dataset."""
+        out: list[EvalReport] = []
+        if not self.root.is_dir():
+            return out
+        for path in sorted(self.root.glob("*/report.json")):
+            try:
+                rep = EvalReport.from_json(json.loads(path.read_text(encoding="utf-8")))
+            except (OSError, ValueError, TypeError):
+                continue
+            if model is not None and rep.model != model:
+                continue
+            if data is not None and rep.dataset != data and rep.dataset.split("@")[0] != data:
+                continue
+            out.append(rep)
+        return sorted(out, key=lambda r: (r.created_at, r.id))
+
+    def report(self, report_id: str) -> EvalReport:
+        if not report_id or "/" in report_id or report_id.startswith("."):
+            raise BadInputError(f"{report_id!r} is not a report id", field="id", hint="see `starverse eval ls`")
+        path = self.root / report_id / "report.json"
+        if not path.is_file():
+            raise NotFoundError(f"no evaluation report {report_id!r}", hint="see `starverse eval ls`")
+        return EvalReport.from_json(json.loads(path.read_text(encoding="utf-8")))
+
+    def compare(self, data: str, models: Sequence[str]) -> EvalChain:
+        """The newest report of each model on ``data``, in the order given (a lineage chain)."""
+        if not models:
+            raise BadInputError("name the models of the chain", field="models", hint="eval compare --data D M1 M2 ...")
+        found, missing = [], []
+        for m in models:
+            reps = self.reports(model=m, data=data)
+            if reps:
+                found.append(reps[-1])
+            else:
+                missing.append(m)
+        return EvalChain(data, tuple(found), tuple(missing))
+
+    # -- the export gate ---------------------------------------------------------------------------
+    def gate(
+        self,
+        data: str,
+        *,
+        limit_points: float = 1.0,
+        task: str = "classification",
+        input_field: str = "input",
+        target_field: str = "target",
+        metric: str | None = None,
+        options: TaskOptions | None = None,
+        max_examples: int | None = 200,
+    ) -> Callable[[Sequence[tuple[str, Path]]], AccuracyGate]:
+        """A check for the export: scores each ``(graph name, folder)`` on the same examples of
+        ``data`` and fails a graph whose metric is more than ``limit_points`` below the first's."""
+        if limit_points < 0:
+            raise BadInputError("the accuracy limit must be >= 0 points", field="eval_limit", hint="e.g. 1")
+        opts = replace(options or TaskOptions(), task=task)
+        opts.check()
+        ds = self.dataset(data, input_field=input_field, target_field=target_field, task=task, limit=max_examples)
+        name = metric or HEADLINE[task]
+
+        def check(graphs: Sequence[tuple[str, Path]]) -> AccuracyGate:
+            figures: list[GateFigure] = []
+            failures = []
+            scratch = self.catalog.root / "evals" / ".gate" / uuid.uuid4().hex[:8]
+            try:
+                for graph, folder in graphs:
+                    pred = load_predictor(folder)
+                    t = time.perf_counter()
+                    predict_all(pred, ds.examples, opts, scratch / f"{graph}.jsonl", model=graph)
+                    ms = (time.perf_counter() - t) * 1000 / len(ds.examples)
+                    metrics, _, _ = score(task, read_predictions(scratch / f"{graph}.jsonl"))
+                    value = metrics[name]
+                    base = figures[0].value if figures else value
+                    drop = (base - value) * 100 if points(name) else (value - base)
+                    figures.append(GateFigure(graph, name, value, drop, ms))
+                    if figures and len(figures) > 1 and drop > limit_points:
+                        failures.append(
+                            f"{graph}: {_metric_name(name)} -{drop:.1f} points on {ds.ref} "
+                            f"> limit {limit_points:g} points"
+                        )
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+            return AccuracyGate(ds.ref, limit_points, tuple(figures), tuple(failures))
+
+        return check
+
+    # -- as a job ------------------------------------------------------------------------------
+    def job_spec(
+        self,
+        model: str,
+        data: str,
+        *,
+        baselines: Sequence[str] = (),
+        task: str = "classification",
+        input_field: str = "input",
+        target_field: str = "target",
+        options: TaskOptions | None = None,
+        limit: int | None = None,
+        experiment: str | None = None,
+        accelerator: str = "cpu",
+    ) -> JobSpec:
+        """The evaluation as a job of any backend: store models and the dataset are mounted."""
+        opts = replace(options or TaskOptions(), task=task)
+        opts.check()
+        mounts = [m for m in [model, *baselines] if m.startswith("hf:")]
+        self.dataset(data, input_field=input_field, target_field=target_field, task=task, limit=1)  # fails now
+        if not (os.sep in data or data.startswith(".")):
+            mounts.append(data)
+        params = {
+            "model": model,
+            "data": data,
+            "baselines": list(baselines),
+            "task": task,
+            "input_field": input_field,
+            "target_field": target_field,
+            "options": opts.to_json(),
+            "limit": limit,
+        }
+        return JobSpec(
+            name="eval",
+            code=_JOB,
+            args=(json.dumps(params),),
+            accelerator=accelerator,
+            procs_per_node=1,
+            mounts=tuple(dict.fromkeys(mounts)),
+            experiment=experiment or "evals",
+        )
+
+
+# Runs inside the job: the same service, on the store the job sees; the table goes to the log.
+_JOB = """\
+import sys
+from jupyter_starverse.evals.job import main
+main(sys.argv[1])
+"""
