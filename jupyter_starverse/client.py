@@ -348,8 +348,28 @@ class Starverse:
         return Mode("gpu", spec.accelerator, spec.procs_per_node) if spec.is_gpu else Mode("cpu")
 
     def prepare(self, spec: JobSpec) -> JobSpec:
-        """``spec`` as it is submitted: the CPU (gloo) or GPU (nccl/cuda) translation of its mode."""
-        return self.modes.translate(spec, mode=self.job_mode(spec))
+        """``spec`` as it is submitted: the CPU (gloo) or GPU (nccl/cuda) translation of its mode,
+        with the exact version of every mount recorded (``mount_versions``)."""
+        return self.modes.translate(self.pin_mounts(spec), mode=self.job_mode(spec))
+
+    def pin_mounts(self, spec: JobSpec) -> JobSpec:
+        """``spec`` with ``mount_versions``: each ``--mount NAME`` as the exact ``NAME@VERSION`` it means now.
+
+        The job mounts that version even if a newer one appears before it starts, and its
+        record (``spec.json``: ``jobs show``, the job list, the monitor) names it. A name the
+        catalog does not know is left for the backend's own check (its error names the mount).
+        """
+        if not spec.mounts:
+            return spec
+        pinned = dict(spec.mount_versions)
+        for name in spec.mounts:
+            if name in pinned:
+                continue
+            try:
+                pinned[name] = self.catalog.entry(name).ref
+            except StarverseError:
+                continue
+        return dataclasses.replace(spec, mount_versions=pinned)
 
     def preview(
         self, spec: JobSpec, *, backend: str | LaunchBackend | None = None, output: str = "yaml"
@@ -362,7 +382,7 @@ class Starverse:
         resume = None
         if spec.resume:
             exp = ExperimentPaths.of(self.settings.experiments, spec.experiment_name)
-            resume = plan_resume(exp.root, new_world_size=spec.world_size)
+            resume = plan_resume(exp.root, new_world_size=spec.world_size, data_parallel=spec.data_parallel)
         target = self._target(backend)
         spec, env = self.envs.resolve(spec, target.env_target(spec), build=False)
         rendered = target.render(spec, output=output)
@@ -425,13 +445,26 @@ class Starverse:
         )
 
     def job_backends(self) -> list[str]:
-        """Backends a job list looks at: the default, local, and Kubernetes or Slurm when configured."""
+        """Backends a job list looks at: the default, local, Kubernetes or Slurm when configured,
+        and every backend with a run folder in the experiments root (a job launched with
+        ``--backend slurm`` is followed to its end even when Slurm is not the default)."""
         names = [self.settings.backend, "local"]
         if _kube_configured(self.settings):
             names.append("kubernetes")
         if self.settings.slurm_partitions or self.settings.slurm_account:
             names.append("slurm")  # a Slurm cluster this workspace submits to
+        names += self._recorded_backends()
         return list(dict.fromkeys(names))
+
+    def _recorded_backends(self, job_id: str | None = None) -> list[str]:
+        """Backends the run records name (of ``job_id``, or of any job); [] when the root cannot be read."""
+        from .backends import BACKENDS
+
+        try:
+            found = self.job_index.backends_of(job_id)
+        except (OSError, StarverseError):
+            return []
+        return [name for name in found if name in BACKENDS]
 
     def list_jobs(self, *, backend: str | None = None) -> JobsAcross:
         """Jobs of ``backend``, or of every configured backend that answers, newest first.
@@ -512,10 +545,11 @@ class Starverse:
     def keep_jobs(self) -> int:
         """One look at every unfinished Kubernetes job; returns how many were looked at.
 
-        The Kubernetes backend relaunches a preempted group when the job is read, so a job
-        nobody lists, shows or follows would wait without pods. A JupyterLab server calls this
-        every ``StarverseApp.keep_jobs_every`` seconds. (Local jobs have their supervisor, and
-        a Slurm job's batch script requeues itself.)
+        A Kubernetes job recovers in the cluster (the Job controller recreates a preempted or
+        failed pod); this look only watches and reports: the job's row, its restarts and their
+        lost work, read from the pods. (A TrainJob, whose runtime owns its failure policy, is
+        still relaunched by the reader.) A JupyterLab server calls this every
+        ``StarverseApp.keep_jobs_every`` seconds.
         """
         if "kubernetes" not in self.job_backends():
             return 0
@@ -554,7 +588,8 @@ class Starverse:
         if backend is not None:
             return self.backend(backend).get(job_id)
         missing: NotFoundError | None = None
-        for name in self.job_backends():
+        # the run folder's record names the job's backend: ask that one first, then the others
+        for name in dict.fromkeys([*self._recorded_backends(job_id), *self.job_backends()]):
             try:
                 return self.backend(name).get(job_id)
             except NotFoundError as e:

@@ -43,8 +43,8 @@ class StarverseApp(ExtensionApp):
     keep_jobs_every = Float(
         30.0,
         config=True,
-        help="Seconds between looks at unfinished Kubernetes jobs, which relaunch a preempted group"
-        " that nobody follows (0: off).",
+        help="Seconds between looks at unfinished Kubernetes jobs, which record what the cluster"
+        " recovered (restarts, lost work) for jobs nobody follows (0: off).",
     )
 
     def settings_from_config(self) -> Settings:
