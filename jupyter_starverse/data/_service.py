@@ -31,7 +31,7 @@ from ._html import report_html
 from ._pii import PII_TYPES, SUGGESTED, Deidentifier, find_pii, resolve_salt
 from ._progress import Progress, ProgressMeter
 from ._read import Doc, Malformed, Source, list_files, read_docs
-from ._shard import JOB_CODE, merge_dedup_signed, merge_rows, merge_tallies, missing_ranks
+from ._shard import JOB_CODE, malformed_of, merge_rows, merge_rows_idx, merge_tallies, missing_ranks
 from ._types import DataReport, ReportList, StepEstimate, clip
 
 __all__ = ["DataPrep"]
@@ -317,10 +317,19 @@ class DataPrep:
         to: str | None = None,
         text_field: str = "text",
         shards: tuple[int, int] | None = None,
+        against: str | None = None,
+        boilerplate_docs: int = 4,
+        semantic_clusters: int = 0,
         say: Say | None = None,
         progress: Progress | None = None,
     ) -> DataReport:
-        """Exact, MinHash near (Jaccard-verified), paragraph (> ``paragraph_share``) and semantic duplicates."""
+        """Exact, MinHash near (Jaccard-verified), paragraph (> ``paragraph_share``) and semantic duplicates.
+
+        A paragraph in ``boilerplate_docs`` documents or more is boilerplate: stripped, never a
+        reason to remove a document. ``against`` names a version an earlier dedup wrote: the new
+        batch ``source`` is checked against its kept signatures (and itself), and the union of
+        both is written as a new version. The signatures of the output are kept beside it.
+        """
         _text_field(text_field)
         _check_unit("threshold", threshold)
         _check_unit("lsh_threshold", lsh_threshold)
@@ -333,11 +342,32 @@ class DataPrep:
                 field="lsh_threshold",
                 hint="candidates are found at lsh_threshold and kept at threshold, e.g. 0.5 and 0.7",
             )
+        if not isinstance(boilerplate_docs, int) or boilerplate_docs < 2:
+            raise BadInputError("boilerplate_docs must be 2 or more", field="boilerplate_docs", hint="e.g. 4")
         inp = self._input(source)
-        target = self._target("dedup", inp, to)
-        from ._models import Encoder
+        from . import _incremental
+        from ._models import load_encoder
 
-        encoder = self._model(semantic_model, "semantic_model", Encoder)
+        old: _Input | None = None
+        against_dir: Path | None = None
+        if against:
+            old = self._input(against)
+            if old.ref is None:
+                raise BadInputError(
+                    "--against names a store dataset version", field="against", hint="e.g. corpus@1-dedup"
+                )
+            if shards:
+                raise BadInputError(
+                    "an incremental dedup runs in one process", field="shards", hint="drop --shards with --against"
+                )
+            against_dir = _incremental.require(self.catalog.mount(str(old.ref)), old.label)
+            batch = f"{inp.ref.name}-{inp.ref.version}" if inp.ref else "batch"
+            to = to or f"{old.ref.name}@{old.ref.version}-plus-{batch}"
+            inp = _Input(
+                inp.label, inp.source, [*old.provenance, *({**r, "batch": True} for r in inp.provenance)], inp.ref
+            )
+        target = self._target("dedup", inp, to)
+        encoder = self._model(semantic_model, "semantic_model", load_encoder)
         params = {
             "text_field": text_field,
             "threshold": threshold,
@@ -348,6 +378,10 @@ class DataPrep:
             "semantic_model": semantic_model,
             "semantic_threshold": semantic_threshold,
             "max_memory": max_memory,
+            "boilerplate_docs": boilerplate_docs,
+            "semantic_clusters": semantic_clusters,
+            "semantic_encoder": getattr(encoder, "kind", None),
+            "against": against,
         }
         models = [encoder] if encoder else []
 
@@ -362,16 +396,40 @@ class DataPrep:
                 encoder,
                 semantic_threshold,
                 expected_docs=est.docs,
+                boilerplate_docs=boilerplate_docs,
+                semantic_clusters=semantic_clusters,
             )
+            beside = work / "out" / "_starverse" / _incremental.FOLDER
             if shards:
+                world = shards[0] * shards[1]
+                prep = work / "shards"
+                p.stage_config(est.docs).save(prep / "stages")
                 out = self._shard_job("dedup", inp, params, shards, work, say)
-                signed, _ = merge_dedup_signed(out, shards[0] * shards[1])
-                result = _steps.dedup(docs, write, work, params=p, progress=tick, signed=signed)
-                result.notes.append(f"pass one ran as {shards[0]} x {shards[1]} ranks; banding saw every shard")
-                return result
-            return _steps.dedup(docs, write, work, params=p, progress=tick)
 
-        reads = 1 if shards else 2  # a sharded run reads the corpus here once (pass two)
+                def merged() -> Iterator[Doc]:
+                    for row, i in merge_rows_idx(out, world):
+                        yield Doc(i, "", 0, str((row or {}).get(text_field, "")), row or {})
+
+                result = _steps.dedup(merged, write, work, params=p, progress=tick, staged=out / "stages")
+                result.malformed = malformed_of(out)
+                result.notes.append(f"the five stages ran as {shards[0]} x {shards[1]} ranks")
+                _incremental.keep_beside(out / "stages", beside)
+                return result
+            kept_old = 0
+            if old is not None:
+                for doc in read_docs(old.source, text_field=text_field):  # the clean version comes first
+                    write(doc, doc.text)
+                    kept_old += 1
+            result = _steps.dedup(docs, write, work, params=p, progress=tick, against=against_dir)
+            union = _incremental.keep_beside(work / "stages", beside, against=against_dir)
+            if old is not None:
+                result.notes.append(
+                    f"against {old.label}: {kept_old:,} documents kept as they were, {result.docs_out:,} of "
+                    f"{result.docs_in:,} new ones added ({union:,} in all); its signatures were read, not recomputed"
+                )
+            return result
+
+        reads = 1 if shards else (3 if encoder else 2)  # a sharded run: the ranks read; here the merged rows
         return self._run("dedup", inp, target, params, say, body, models=models, progress=progress, reads=reads)
 
     def score(
@@ -538,8 +596,9 @@ class DataPrep:
                 shutil.rmtree(final)  # left by a run that died before the catalog took it in
             staging.rename(final)  # the whole version appears at once
             self.catalog.add_dataset(
-                target.name, str(final), version=str(target.version), description=f"{step} of {inp.label}"
-            )
+                target.name, str(final), version=str(target.version), description=f"{step} of {inp.label}",
+                derived_from=str(inp.ref) if inp.ref is not None else None,
+            )  # fmt: skip
             self.catalog.pull(str(target))
             self._save_report(rep)  # listed once the version it names exists
             say(f"{step}: wrote {target} ({result.docs_out:,} of {result.docs_in:,} documents)")

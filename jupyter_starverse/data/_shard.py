@@ -7,9 +7,9 @@ detectors, MinHash), never the facade. It writes its results under the shared ou
 each file by temp + rename, and ``done-RANK.json`` last.
 
 The merge reads the ranks' files in document order (a k-way merge on ``idx``), so the result
-does not depend on how many ranks ran. For dedup the ranks compute the expensive part (shingles,
-signatures, exact hashes); the banding, Jaccard verification and the paragraph rule then see
-every shard at once, so duplicates across shards are found.
+does not depend on how many ranks ran. For dedup the ranks run the five stages of
+:mod:`._stages` (signatures per shard, bucket partitions, pairs, components on rank 0, filter
+per shard), meeting at a file barrier between stages; no rank holds the corpus.
 """
 
 from __future__ import annotations
@@ -17,19 +17,18 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
-import struct
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ._minhash import MinHasher
 from ._pii import PII_TYPES, SUGGESTED, Deidentifier, find_pii, resolve_salt
 from ._read import Doc, Malformed, list_files, read_docs
-from ._steps import StepResult, _PiiTally, mask_text, sign
+from ._steps import StepResult, _PiiTally, mask_text
 from ._types import Example
 
-__all__ = ["JOB_CODE", "main", "merge_dedup_signed", "merge_rows", "merge_tallies", "missing_ranks"]
+__all__ = ["JOB_CODE", "main", "malformed_of", "merge_rows", "merge_rows_idx", "merge_tallies", "missing_ranks"]
 
 #: The job's script: a notebook-cell-sized entry point (the job runs it with the worker).
 JOB_CODE = "from jupyter_starverse.data._shard import main\n\nmain()\n"
@@ -111,22 +110,70 @@ def _job(args: argparse.Namespace) -> None:
         summary["tally"] = _tally_json(tally, tally.firsts)
         summary["before_after"] = before_after
     elif args.step == "dedup":
-        hasher = MinHasher(num_perm=int(params.get("num_perm", 128)), ngram=int(params.get("ngram", 5)))
-        path = out / f"signed-{rank}.bin"
-        tmp = path.with_name(f".{path.name}.tmp")
-        with open(tmp, "wb") as f:
-            for idx, norm, digest, signature in sign(iter(docs), hasher):
-                n += 1
-                data = norm.encode("utf-8")
-                f.write(struct.pack("<qI", idx, len(data)) + digest + signature.tobytes() + data)
-        tmp.replace(path)
-        summary["num_perm"] = hasher.num_perm
+        _dedup_stages(out, rank, world, docs, args.text_field, lambda: _shard_docs(args, rank, world))
+        n = sum(1 for _ in (out / f"rows-{rank}.jsonl").open(encoding="utf-8"))
     else:
         raise SystemExit(f"unknown step {args.step!r}")
     summary["docs"] = n
     summary["malformed"] = [m.to_json() for m in malformed]
     _write_atomic(out / f"done-{rank}.json", json.dumps(summary, ensure_ascii=False))
     print(f"rank {rank}/{world}: {args.step} of {n} documents", flush=True)
+
+
+def _barrier(out: Path, name: str, rank: int, world: int, *, timeout: float = 7 * 86400.0) -> None:
+    """Wait until every rank has finished stage ``name`` (a marker file each); stop if one failed."""
+    _write_atomic(out / f"barrier-{name}-{rank}", "")
+    deadline = time.monotonic() + timeout
+    while True:
+        failed = sorted(out.glob("failed-*"))
+        if failed:
+            raise SystemExit(f"rank {rank}: {failed[0].name} failed: {failed[0].read_text(encoding='utf-8')[:500]}")
+        if all((out / f"barrier-{name}-{r}").exists() for r in range(world)):
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"rank {rank}: gave up waiting for the other ranks after stage {name}")
+        time.sleep(0.2)
+
+
+def _dedup_stages(out: Path, rank: int, world: int, docs: Iterator[Doc], text_field: str, reread: Any) -> None:
+    """The five dedup stages on this rank: its shard, then its partitions, rank 0 the components, its shard."""
+    from . import _stages as st
+
+    work = out / "stages"
+    cfg = st.StageConfig.load(work)
+    try:
+        st.sign_shard(docs, cfg, work, rank)
+        _barrier(out, "sign", rank, world)
+        for p in range(rank, cfg.partitions, world):
+            st.sort_partition(cfg, work, p)
+            st.partition_pairs(cfg, work, p)
+        _barrier(out, "pairs", rank, world)
+        if rank == 0:
+            total = sum(s.docs for s in st.shard_stats(work))
+            st.components(cfg, work, total)
+        _barrier(out, "components", rank, world)
+        rows_path = out / f"rows-{rank}.jsonl"
+        tmp = rows_path.with_name(f".{rows_path.name}.tmp")
+        with open(tmp, "w", encoding="utf-8") as rows:
+
+            def write(doc: Doc, text: str) -> None:
+                row = dict(doc.row)
+                row[text_field] = text
+                rows.write(json.dumps({"i": doc.idx, "row": row}, ensure_ascii=False, default=str) + "\n")
+
+            st.filter_shard(reread(), cfg, work, write)
+        tmp.replace(rows_path)
+    except BaseException as e:
+        if not isinstance(e, SystemExit):
+            _write_atomic(out / f"failed-{rank}", f"{type(e).__name__}: {e}")
+        raise
+
+
+def _shard_docs(args: argparse.Namespace, rank: int, world: int) -> Iterator[Doc]:
+    from jupyter_starverse import runtime
+
+    source = list_files(str(runtime.mount_path(args.mount)))
+    return (d for d in read_docs(source, text_field=args.text_field) if d.idx % world == rank)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -190,34 +237,22 @@ def merge_tallies(
 
 def merge_rows(out: Path, world: int) -> Iterator[dict[str, Any] | None]:
     """The ranks' output rows in document order (None: a dropped document)."""
+    for row, _ in merge_rows_idx(out, world):
+        yield row
+
+
+def merge_rows_idx(out: Path, world: int) -> Iterator[tuple[dict[str, Any] | None, int]]:
+    """The ranks' output rows in document order, each with its document number."""
     files = [open(out / f"rows-{r}.jsonl", encoding="utf-8") for r in range(world)]  # noqa: SIM115
     try:
         streams = [(json.loads(line) for line in f) for f in files]
         for item in heapq.merge(*streams, key=lambda x: int(x["i"])):
-            yield item["row"]
+            yield item["row"], int(item["i"])
     finally:
         for f in files:
             f.close()
 
 
-def _signed(path: Path, num_perm: int) -> Iterator[tuple[int, str, bytes, Any]]:
-    import numpy as np
-
-    head = struct.calcsize("<qI")
-    with open(path, "rb") as f:
-        while True:
-            raw = f.read(head)
-            if not raw:
-                return
-            idx, size = struct.unpack("<qI", raw)
-            digest = f.read(12)
-            signature = np.frombuffer(f.read(4 * num_perm), dtype=np.uint32)
-            yield idx, f.read(size).decode("utf-8"), digest, signature
-
-
-def merge_dedup_signed(out: Path, world: int) -> tuple[Iterator[tuple[int, str, bytes, Any]], list[dict[str, Any]]]:
-    """Every rank's (doc, text, exact hash, signature) in document order, and rank 0's malformed lines."""
-    summaries = _summaries(out, world)
-    num_perm = int(summaries[0]["num_perm"])
-    streams = [_signed(out / f"signed-{r}.bin", num_perm) for r in range(world)]
-    return heapq.merge(*streams, key=lambda x: x[0]), list(summaries[0]["malformed"])
+def malformed_of(out: Path) -> list[dict[str, Any]]:
+    """Rank 0's malformed lines (every rank reads every line; rank 0 reports them)."""
+    return list(json.loads((out / "done-0.json").read_text(encoding="utf-8"))["malformed"])

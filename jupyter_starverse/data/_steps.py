@@ -11,18 +11,16 @@ import hashlib
 import heapq
 import json
 import math
-import re
-import sqlite3
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ._minhash import LshIndex, MinHasher, greedy, normalize, partitions_for
 from ._pii import PII_TYPES, SUGGESTED, WHY, Deidentifier, Finding, display_mask, find_pii, masked_snippet
 from ._read import Doc
+from ._stages import StageConfig, partitions_for
 from ._types import Cluster, DocRef, DupMember, Example, Histogram, PiiType
 
 __all__ = ["DedupParams", "ScoreParams", "StepResult", "clean", "dedup", "mask_text", "quality", "scan", "score"]
@@ -31,8 +29,6 @@ Docs = Callable[[], Iterator[Doc]]
 Write = Callable[[Doc, str], None]
 Progress = Callable[[int], None]
 _SNIPPET = 160
-_PARA_MIN = 20
-_PARA_SPLIT = re.compile(r"\n\s*\n|\n")
 
 
 @dataclass
@@ -168,82 +164,30 @@ class DedupParams:
     ngram: int = 5
     paragraph_share: float | None = 0.15
     max_memory: int = 256 << 20
-    semantic: Any = None  # an Encoder
+    semantic: Any = None  # an Encoder or a StaticEncoder
     semantic_threshold: float = 0.95
     max_clusters: int = 200
     expected_docs: int = 0
+    boilerplate_docs: int = 4
+    semantic_clusters: int = 0  # k-means clusters; 0: about sqrt(documents / 4)
 
-
-class _Db:
-    """Exact hashes, paragraph hashes, decisions and raw snippets: on disk, not in memory."""
-
-    def __init__(self, path: Path) -> None:
-        self.con = sqlite3.connect(path)
-        self.con.execute("PRAGMA journal_mode=OFF")
-        self.con.execute("PRAGMA synchronous=OFF")
-        self.con.executescript(
-            "CREATE TABLE exact(h BLOB PRIMARY KEY, doc INTEGER) WITHOUT ROWID;"
-            "CREATE TABLE para(h BLOB PRIMARY KEY, doc INTEGER) WITHOUT ROWID;"
-            "CREATE TABLE removed(doc INTEGER PRIMARY KEY, kept INTEGER, method TEXT, sim REAL);"
-            "CREATE TABLE snip(doc INTEGER PRIMARY KEY, loc TEXT, text TEXT);"
+    def stage_config(self, docs: int) -> StageConfig:
+        cfg = StageConfig(
+            num_perm=self.num_perm,
+            ngram=self.ngram,
+            lsh_threshold=self.lsh_threshold,
+            threshold=self.threshold,
+            paragraph_share=self.paragraph_share,
+            boilerplate_docs=self.boilerplate_docs,
+            semantic_threshold=self.semantic_threshold,
         )
-
-    def first(self, table: str, h: bytes, doc: int) -> int:
-        cur = self.con.execute(f"INSERT OR IGNORE INTO {table}(h, doc) VALUES (?, ?)", (h, doc))  # noqa: S608 - fixed names
-        if cur.rowcount:
-            return doc
-        return int(self.con.execute(f"SELECT doc FROM {table} WHERE h = ?", (h,)).fetchone()[0])  # noqa: S608
-
-    def remove(self, doc: int, kept: int, method: str, sim: float) -> None:
-        self.con.execute("INSERT OR REPLACE INTO removed VALUES (?, ?, ?, ?)", (doc, kept, method, sim))
-
-    def removed(self, doc: int) -> bool:
-        return self.con.execute("SELECT 1 FROM removed WHERE doc = ?", (doc,)).fetchone() is not None
-
-    def close(self) -> None:
-        self.con.close()
+        bands, _ = cfg.bands_rows
+        return replace(cfg, partitions=partitions_for(max(docs, 1), bands, self.max_memory))
 
 
 def exact_hash(text: str) -> bytes:
     """12 bytes naming a normalized text (exact duplicates share it)."""
     return hashlib.blake2b(text.encode("utf-8"), digest_size=12).digest()
-
-
-_h = exact_hash
-
-
-def _bitmap(n: int, path: Path) -> Any:
-    """One flag per document: in memory up to 64M documents, a file on disk beyond."""
-    import numpy as np
-
-    if n <= 1 << 26:
-        return np.zeros(max(1, n), dtype=bool)
-    return np.memmap(path, dtype=bool, mode="w+", shape=(n,))
-
-
-def _preview(index: LshIndex, verified: Path, n: int, work: Path, floor: float) -> list[tuple[float, int]]:
-    """How many near duplicates each threshold from ``floor`` to 1.0 (steps of 0.05) would remove.
-
-    The same keep-first pass replayed over the verified pairs: what the report's slider shows.
-    """
-    out = []
-    steps = round((1.0 - floor) / 0.05)
-    for s in range(steps + 1):
-        t = round(floor + s * 0.05, 2)
-        removed = _bitmap(n, work / "preview.bin")
-        count = sum(1 for batch in index.verified(verified) for _ in greedy(batch, t, removed))
-        out.append((t, count))
-    return out
-
-
-Signed = Iterator[tuple[int, str, bytes, Any]]  # (doc, normalized text, exact hash, MinHash signature)
-
-
-def sign(docs: Iterator[Doc], hasher: MinHasher) -> Signed:
-    """Pass one's per-document work (what the ranks of a sharded run do)."""
-    for doc in docs:
-        norm = normalize(doc.text)
-        yield doc.idx, norm, exact_hash(norm), hasher.signature(hasher.shingles(norm))
 
 
 def dedup(
@@ -253,161 +197,114 @@ def dedup(
     *,
     params: DedupParams,
     progress: Progress | None = None,
-    signed: Signed | None = None,
+    staged: Path | None = None,
+    against: Path | None = None,
 ) -> StepResult:
-    """Exact, then MinHash near duplicates (Jaccard-verified), then the paragraph rule, then semantic.
+    """Exact, MinHash near (Jaccard-verified), paragraph and semantic duplicates: the five stages in turn.
 
-    ``signed`` gives pass one's results computed elsewhere (the ranks of a sharded run, merged
-    in document order); the banding and verification here then see every shard at once.
+    In process the corpus is one shard; ``staged`` names a work folder whose stages 1 to 4 ran
+    elsewhere (the ranks of a sharded job): only the report and stage 5 are left. ``against``
+    is the dedup folder of an existing clean version (incremental: see :mod:`._incremental`).
     """
+    from . import _stages as st
+
     res = StepResult()
     work.mkdir(parents=True, exist_ok=True)
-    db = _Db(work / "dedup.sqlite")
-    hasher = MinHasher(num_perm=params.num_perm, ngram=params.ngram)
-    try:
-        from ._minhash import lsh_params
+    w = staged or work / "stages"
+    offset = 0
+    if staged is None:
+        if against is not None:
+            from ._incremental import old_config, old_docs
 
-        bands, _ = lsh_params(params.lsh_threshold, params.num_perm)
-        parts = partitions_for(max(params.expected_docs, 1), bands, params.max_memory)
-        index = LshIndex(
-            work / "lsh",
-            hasher=hasher,
-            threshold=params.lsh_threshold,
-            partitions=parts,
-            buffer_bytes=max(1 << 20, params.max_memory // 8),
-        )
-        n = 0
-        for idx, norm, digest, signature in signed if signed is not None else sign(docs(), hasher):
-            n += 1  # pass 1: exact hashes, then band keys (on disk) of what is not an exact copy
-            first = db.first("exact", digest, idx)
-            if first != idx:
-                db.remove(idx, first, "exact", 1.0)
-            else:
-                index.add(idx, norm, signature)
-            _tick(progress, n)
-        db.con.commit()
-        index.finish()
-        res.docs_in = n
-        verified = index.verify(floor=params.lsh_threshold, docs=n)
-        removed = _bitmap(n, work / "removed.bin")
-        for batch in index.verified(verified):
-            for pair in greedy(batch, params.threshold, removed):
-                db.remove(pair.dup, pair.kept, "near", pair.similarity)
-        db.con.commit()
-        res.preview = _preview(index, verified, n, work, params.lsh_threshold)
-        exact_removed = db.con.execute("SELECT COUNT(*) FROM removed WHERE method = 'exact'").fetchone()[0]
-        index.close()
-        db.con.commit()
-        _second_pass(docs, write, db, params, res, progress)
-        counts = dict(db.con.execute("SELECT method, COUNT(*) FROM removed GROUP BY method").fetchall())
-        res.removed = {k: int(v) for k, v in counts.items()}
-        res.docs_out = res.docs_in - sum(res.removed.values())
-        res.clusters = _clusters(db, params.max_clusters)
-        _removed_log(db, work / "removed.jsonl")
-        if exact_removed:
-            res.notes.append(f"{exact_removed} exact duplicates (after normalizing case and whitespace)")
+            cfg = old_config(against, params)
+            offset = old_docs(against)
+        else:
+            cfg = params.stage_config(params.expected_docs)
+        cfg.save(w)
+        st.sign_shard(_offset(docs(), offset), cfg, w, 0, tick=None if progress is None else progress)
+        if params.semantic is not None:
+            from ._semantic import semantic_stage
+
+            res.notes.append(
+                semantic_stage(
+                    lambda: _offset(docs(), offset),
+                    params.semantic,
+                    cfg,
+                    w,
+                    clusters=params.semantic_clusters,
+                )
+            )
+        for p in range(cfg.partitions):
+            st.sort_partition(cfg, w, p, extra=against / "buckets" if against is not None else None)
+            st.partition_pairs(cfg, w, p, old=against / "sig" if against is not None else None, new_from=offset)
+        total = offset + sum(s.docs for s in st.shard_stats(w))
+        comp = st.components(cfg, w, total, new_from=offset, start=offset)
+    else:
+        cfg = st.StageConfig.load(w)
+        comp = st.Components(**json.loads((w / "components.json").read_text()))
+        total = comp.docs
+        offset = comp.offset
+    res.docs_in = total - offset
+    kept = st.filter_shard(_offset(docs(), offset), cfg, w, write)
+    res.removed = dict(comp.removed)
+    res.docs_out = kept
+    res.preview = [(float(t), int(c)) for t, c in comp.preview]
+    dec = st.decisions(w)
+    snips = st.Snippets(w / "sig", *([against / "sig"] if against is not None else []))
+    try:
+        res.clusters = _clusters(dec, snips, params.max_clusters)
+        _removed_log(dec, snips, work / "removed.jsonl")
     finally:
-        db.close()
+        snips.close()
+    if comp.removed.get("exact"):
+        res.notes.append(f"{comp.removed['exact']} exact duplicates (after normalizing case and whitespace)")
+    if comp.stripped_docs:
+        res.notes.append(
+            f"boilerplate lines (in {cfg.boilerplate_docs}+ documents) stripped from {comp.stripped_docs} documents,"
+            " none removed for them"
+        )
+    res.notes.append(
+        f"minhash: {cfg.partitions} bucket partitions, {cfg.bands_rows[0]} bands x {cfg.bands_rows[1]} rows"
+    )
     return res
 
 
-def _second_pass(
-    docs: Docs, write: Write, db: _Db, params: DedupParams, res: StepResult, progress: Progress | None
-) -> None:
-    """Paragraph rule and semantic duplicates on what survived, then write the kept documents in order."""
+def _offset(docs: Iterator[Doc], offset: int) -> Iterator[Doc]:
+    if not offset:
+        yield from docs
+        return
+    for d in docs:
+        yield Doc(d.idx + offset, d.file, d.line, d.text, d.row)
+
+
+def _removed_log(dec: Any, snips: Any, path: Path) -> None:
+    """Every removed document, the kept one it duplicated and how similar (the report shows a sample)."""
+    from ._stages import METHODS
+
+    with open(path, "w", encoding="utf-8") as f:
+        for doc, kept, sim, method in dec.tolist():
+            where, _ = snips.get(int(doc))
+            kept_where, _ = snips.get(int(kept))
+            record = {"doc": doc, "where": where, "kept": kept, "kept_where": kept_where, "method": METHODS[method]}
+            f.write(json.dumps({**record, "similarity": round(float(sim), 4)}) + "\n")
+
+
+def _clusters(dec: Any, snips: Any, limit: int) -> list[Cluster]:
     import numpy as np
 
-    enc = params.semantic
-    kept_vecs: Any = None
-    kept_ids: list[int] = []
-    batch: list[Doc] = []
+    from ._stages import METHODS
 
-    def flush() -> None:
-        nonlocal kept_vecs
-        if not batch:
-            return
-        vecs = enc.embed([d.text for d in batch]) if enc is not None else None
-        for i, doc in enumerate(batch):
-            if vecs is not None:
-                v = vecs[i]
-                if kept_vecs is not None and len(kept_ids):
-                    sims = kept_vecs[: len(kept_ids)] @ v
-                    j = int(np.argmax(sims))
-                    if float(sims[j]) >= params.semantic_threshold:
-                        db.remove(doc.idx, kept_ids[j], "semantic", round(float(sims[j]), 4))
-                        continue
-                if kept_vecs is None:
-                    kept_vecs = np.zeros((1024, len(v)), dtype=np.float32)
-                elif len(kept_ids) == len(kept_vecs):
-                    kept_vecs = np.concatenate([kept_vecs, np.zeros_like(kept_vecs)])
-                kept_vecs[len(kept_ids)] = v
-                kept_ids.append(doc.idx)
-            write(doc, doc.text)
-        batch.clear()
-
-    n = 0
-    for doc in docs():
-        n += 1
-        db.con.execute("INSERT OR REPLACE INTO snip VALUES (?, ?, ?)", (doc.idx, doc.where, doc.text[: _SNIPPET + 1]))
-        if db.removed(doc.idx):
-            continue
-        if params.paragraph_share is not None and _paragraph_dup(db, doc, params.paragraph_share):
-            continue
-        batch.append(doc)
-        if len(batch) >= 64 or enc is None:
-            flush()
-        _tick(progress, n)
-    flush()
-    db.con.commit()
-
-
-def _paragraph_dup(db: _Db, doc: Doc, share: float) -> bool:
-    paras = [p.strip() for p in _PARA_SPLIT.split(doc.text) if len(p.strip()) >= _PARA_MIN]
-    if not paras:
-        return False
-    total = sum(len(p) for p in doc.text.split()) or 1
-    dup_chars = 0
-    first_kept: int | None = None
-    hashes = [(_h(normalize(p)), p) for p in paras]
-    for h, p in hashes:
-        row = db.con.execute("SELECT doc FROM para WHERE h = ?", (h,)).fetchone()
-        if row is not None and row[0] != doc.idx:
-            dup_chars += len("".join(p.split()))
-            first_kept = row[0] if first_kept is None else first_kept
-    if first_kept is not None and dup_chars / total > share:
-        db.remove(doc.idx, first_kept, "paragraph", round(dup_chars / total, 4))
-        return True
-    for h, _ in hashes:
-        db.first("para", h, doc.idx)
-    return False
-
-
-def _removed_log(db: _Db, path: Path) -> None:
-    """Every removed document, the kept one it duplicated and how similar (the report shows a sample)."""
-    rows = db.con.execute(
-        "SELECT r.doc, s.loc, r.kept, k.loc, r.method, r.sim FROM removed r "
-        "LEFT JOIN snip s ON s.doc = r.doc LEFT JOIN snip k ON k.doc = r.kept ORDER BY r.doc"
-    )
-    with open(path, "w", encoding="utf-8") as f:
-        for doc, where, kept, kept_where, method, sim in rows:
-            record = {"doc": doc, "where": where, "kept": kept, "kept_where": kept_where, "method": method}
-            f.write(json.dumps({**record, "similarity": sim}) + "\n")
-
-
-def _clusters(db: _Db, limit: int) -> list[Cluster]:
-    kept = [r[0] for r in db.con.execute("SELECT DISTINCT kept FROM removed ORDER BY kept LIMIT ?", (limit,))]
+    if not len(dec):
+        return []
     out = []
-    for k in kept:
-        rows = db.con.execute(
-            "SELECT r.doc, r.method, r.sim, s.loc, s.text FROM removed r LEFT JOIN snip s ON s.doc = r.doc "
-            "WHERE r.kept = ? ORDER BY r.doc LIMIT 20",
-            (k,),
-        ).fetchall()
-        row = db.con.execute("SELECT loc, text FROM snip WHERE doc = ?", (k,)).fetchone() or (f"#{k}", "")
-        members = tuple(
-            DupMember(DocRef(d, loc or f"#{d}", mask_text(t or "")), m, float(s)) for d, m, s, loc, t in rows
-        )
-        out.append(Cluster(DocRef(k, row[0], mask_text(row[1])), members))
+    for k in np.unique(dec["kept"])[:limit].tolist():
+        rows = dec[dec["kept"] == k][:20]
+        kw, kt = snips.get(int(k))
+        members = []
+        for d, _, s, m in rows.tolist():
+            loc, text = snips.get(int(d))
+            members.append(DupMember(DocRef(int(d), loc, mask_text(text)), METHODS[m], round(float(s), 4)))
+        out.append(Cluster(DocRef(int(k), kw, mask_text(kt)), tuple(members)))
     return out
 
 

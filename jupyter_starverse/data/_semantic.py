@@ -1,0 +1,206 @@
+"""Semantic dedup without all pairs (SemDedup's approach): embed, cluster, compare inside clusters.
+
+Stages over files, like the MinHash ones (:mod:`._stages`), each a plain function:
+
+1. :func:`embed_shard` (per shard): unit vectors of the documents, appended to a file a batch
+   at a time (float32, one row per document) beside their document numbers.
+2. :func:`train_centroids` (one worker): spherical k-means on a sample of the vectors read
+   from every shard (at most ``sample`` rows in memory), ``k`` centroids written.
+3. :func:`assign_shard` (per shard): each vector goes to its nearest centroid; the rows of a
+   cluster are appended to the file of its group (``cluster % groups``).
+4. :func:`group_pairs` (per group): inside each cluster, every document against the earlier
+   ones (a block of rows at a time); pairs at ``semantic_threshold`` or more are written
+   sorted by the later document, the input of the MinHash stages' union-find (stage 4).
+
+Comparisons are the sum of the squared cluster sizes, not the square of the corpus.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from ._read import Doc
+from ._stages import METHODS, StageConfig, _atomic_bytes, _pair_dtype
+
+__all__ = ["assign_shard", "default_clusters", "embed_shard", "group_pairs", "semantic_stage", "train_centroids"]
+
+_BATCH = 256
+_BLOCK = 2048  # rows of a cluster compared at once
+
+
+def _np() -> Any:
+    import numpy as np
+
+    return np
+
+
+def default_clusters(docs: int) -> int:
+    """About 1,000 documents a cluster, at most 1,024 clusters."""
+    return max(1, min(1024, math.ceil(docs / 1000)))
+
+
+def embed_shard(docs: Iterable[Doc], encoder: Any, work: Path, rank: int, *, batch: int = _BATCH) -> tuple[int, float]:
+    """Stage 1: this shard's unit vectors; returns (documents, seconds spent in the encoder)."""
+    np = _np()
+    sem = work / "sem"
+    sem.mkdir(parents=True, exist_ok=True)
+    vec_tmp, ids_tmp = sem / f".vec-{rank:04d}.tmp", sem / f".ids-{rank:04d}.tmp"
+    n, spent, dim = 0, 0.0, 0
+    pending: list[Doc] = []
+    with open(vec_tmp, "wb") as vf, open(ids_tmp, "wb") as idf:
+
+        def flush() -> None:
+            nonlocal n, spent, dim
+            if not pending:
+                return
+            t = time.perf_counter()
+            vecs = np.ascontiguousarray(encoder.embed([d.text for d in pending]), dtype=np.float32)
+            spent += time.perf_counter() - t
+            dim = vecs.shape[1]
+            vf.write(vecs.tobytes())
+            idf.write(np.array([d.idx for d in pending], dtype=np.int64).tobytes())
+            n += len(pending)
+            pending.clear()
+
+        for doc in docs:
+            pending.append(doc)
+            if len(pending) >= batch:
+                flush()
+        flush()
+    vec_tmp.replace(sem / f"vec-{rank:04d}.bin")
+    ids_tmp.replace(sem / f"ids-{rank:04d}.bin")
+    _atomic_bytes(sem / f"embed-{rank:04d}.json", json.dumps({"docs": n, "seconds": spent, "dim": dim}).encode())
+    return n, spent
+
+
+def _shards(work: Path) -> Iterator[tuple[int, Any, Any]]:
+    np = _np()
+    for meta in sorted((work / "sem").glob("embed-*.json")):
+        rank = int(meta.stem.split("-")[1])
+        info = json.loads(meta.read_text())
+        if not info["docs"]:
+            continue
+        vecs = np.memmap(work / "sem" / f"vec-{rank:04d}.bin", dtype=np.float32, mode="r").reshape(-1, info["dim"])
+        ids = np.memmap(work / "sem" / f"ids-{rank:04d}.bin", dtype=np.int64, mode="r")
+        yield rank, ids, vecs
+
+
+def train_centroids(work: Path, k: int, *, sample: int = 50_000, iters: int = 12, seed: int = 0) -> int:
+    """Stage 2: spherical k-means on a sample drawn from every shard; returns the number of centroids."""
+    np = _np()
+    rng = np.random.default_rng(seed)
+    shards = list(_shards(work))
+    total = sum(len(ids) for _, ids, _ in shards)
+    if not total:
+        return 0
+    take = min(total, max(sample, 0))
+    parts = []
+    for _, ids, vecs in shards:
+        share = max(1, round(take * len(ids) / total))
+        rows = np.sort(rng.choice(len(ids), size=min(share, len(ids)), replace=False))
+        parts.append(np.asarray(vecs[rows]))
+    x = np.concatenate(parts)
+    k = max(1, min(k, len(x)))
+    c = x[rng.choice(len(x), size=k, replace=False)].copy()
+    for _ in range(iters):
+        assign = np.argmax(x @ c.T, axis=1)
+        sums = np.zeros_like(c)
+        np.add.at(sums, assign, x)
+        norms = np.linalg.norm(sums, axis=1, keepdims=True)
+        empty = norms[:, 0] == 0
+        c = np.where(empty[:, None], c, sums / np.maximum(norms, 1e-12))
+    np.save(work / "sem" / "centroids.npy", c.astype(np.float32))
+    return k
+
+
+def assign_shard(work: Path, rank: int, groups: int, *, batch: int = 1 << 15) -> None:
+    """Stage 3: this shard's rows to the group files of their nearest centroid."""
+    np = _np()
+    c = np.load(work / "sem" / "centroids.npy")
+    for r, ids, vecs in _shards(work):
+        if r != rank:
+            continue
+        files = {}
+        try:
+            for at in range(0, len(ids), batch):
+                v = np.asarray(vecs[at : at + batch])
+                cl = np.argmax(v @ c.T, axis=1)
+                for g in np.unique(cl % groups).tolist():
+                    sel = cl % groups == g
+                    if g not in files:
+                        files[g] = (
+                            open(work / "sem" / f"grp-{g:04d}-{rank:04d}.ids", "wb"),  # noqa: SIM115
+                            open(work / "sem" / f"grp-{g:04d}-{rank:04d}.vec", "wb"),  # noqa: SIM115
+                        )
+                    rec = np.stack([cl[sel].astype(np.int64), np.asarray(ids[at : at + batch])[sel]], axis=1)
+                    files[g][0].write(rec.tobytes())
+                    files[g][1].write(v[sel].tobytes())
+        finally:
+            for a, b in files.values():
+                a.close()
+                b.close()
+
+
+def group_pairs(cfg: StageConfig, work: Path, group: int, *, dim: int) -> tuple[int, int]:
+    """Stage 4: pairs inside each cluster of ``group``; returns (pairs written, comparisons made)."""
+    np = _np()
+    recs, vecs = [], []
+    for path in sorted((work / "sem").glob(f"grp-{group:04d}-*.ids")):
+        recs.append(np.fromfile(path, dtype=np.int64).reshape(-1, 2))
+        vecs.append(np.fromfile(path.with_suffix(".vec"), dtype=np.float32).reshape(-1, dim))
+    out: list[Any] = []
+    compared = 0
+    if recs:
+        rec, vec = np.concatenate(recs), np.concatenate(vecs)
+        order = np.lexsort((rec[:, 1], rec[:, 0]))  # by cluster, then document
+        rec, vec = rec[order], vec[order]
+        starts = np.flatnonzero(np.concatenate(([True], rec[1:, 0] != rec[:-1, 0])))
+        ends = np.concatenate((starts[1:], [len(rec)]))
+        for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+            docs, v = rec[s:e, 1], vec[s:e]
+            for a in range(0, e - s, _BLOCK):
+                sims = v[a : a + _BLOCK] @ v[: a + _BLOCK].T  # later rows against every earlier one
+                compared += sims.size
+                rows, cols = np.nonzero(sims >= cfg.semantic_threshold)
+                keep = cols < rows + a  # only earlier documents
+                rows, cols = rows[keep], cols[keep]
+                if len(rows):
+                    p = np.zeros(len(rows), dtype=_pair_dtype())
+                    p["later"], p["earlier"] = docs[rows + a], docs[cols]
+                    p["sim"] = sims[rows, cols]
+                    p["method"] = METHODS.index("semantic")
+                    out.append(p)
+    pairs = np.concatenate(out) if out else np.zeros(0, dtype=_pair_dtype())
+    pairs = pairs[np.lexsort((pairs["earlier"], pairs["later"]))]
+    (work / "pairs").mkdir(parents=True, exist_ok=True)
+    _atomic_bytes(work / "pairs" / f"sem-{group:04d}.bin", pairs.tobytes())
+    return len(pairs), compared
+
+
+def semantic_stage(
+    docs: Callable[[], Iterator[Doc]], encoder: Any, cfg: StageConfig, work: Path, *, clusters: int = 0
+) -> str:
+    """The four stages in one process (one shard); the report's line about what ran."""
+    n, spent = embed_shard(docs(), encoder, work, 0)
+    k = train_centroids(work, clusters or default_clusters(n))
+    if not k:
+        return "semantic: no documents to embed"
+    groups = max(1, min(cfg.partitions, k))
+    assign_shard(work, 0, groups)
+    dim = int(json.loads((work / "sem" / "embed-0000.json").read_text())["dim"])
+    pairs = compared = 0
+    for g in range(groups):
+        p, c = group_pairs(cfg, work, g, dim=dim)
+        pairs, compared = pairs + p, compared + c
+    rate = n / spent if spent > 0 else float("inf")
+    return (
+        f"semantic: encoder {getattr(encoder, 'name', type(encoder).__name__)} "
+        f"({getattr(encoder, 'kind', 'transformer')}), {rate:,.0f} documents/s; "
+        f"k-means {k} clusters, threshold {cfg.semantic_threshold}; "
+        f"{compared:,} comparisons inside clusters ({n * (n - 1) // 2:,} for all pairs), {pairs:,} pairs"
+    )
