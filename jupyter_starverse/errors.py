@@ -7,6 +7,8 @@ that tells the user what to do next; front doors print ``str(err)`` which includ
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 __all__ = [
     "StarverseError",
     "BadInputError",
@@ -20,6 +22,7 @@ __all__ = [
     "IntegrityError",
     "MissingDependencyError",
     "OPTIONAL_PACKAGES",
+    "did_you_mean",
     "error_kind",
     "missing_dependency",
 ]
@@ -98,6 +101,21 @@ class MissingDependencyError(BackendUnavailableError):
             hint=f"pip install {target}",
         )
         self.package = package
+
+
+def did_you_mean(name: str, known: Iterable[str], *, suffix: str = " ") -> str:
+    """``"did you mean 'mycorpus'?"`` (plus ``suffix``) for a mistyped ``name``, else ``""``.
+
+    The one spelling helper of every door (datasets, models, recipes, jobs, GPU types):
+    difflib's closest match at a ratio of 0.6 or more, compared case-insensitively.
+    """
+    import difflib
+
+    choices = {str(k).lower(): str(k) for k in known}
+    close = difflib.get_close_matches(str(name).lower(), list(choices), n=1, cutoff=0.6)
+    if not close or choices[close[0]] == name:
+        return ""
+    return f"did you mean {choices[close[0]]!r}?{suffix}"
 
 
 # Optional packages (import name -> the extra of pyproject.toml that brings it): a

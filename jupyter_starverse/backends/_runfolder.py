@@ -61,8 +61,8 @@ class RunFolderBackend(LaunchBackend):
         catalog = Catalog(self.settings)
         paths: dict[str, str] = {}
         for name in spec.mounts:
-            try:
-                paths[name] = str(catalog.mount(name))
+            try:  # the version pinned at launch (client.pin_mounts), else what the name means now
+                paths[name] = str(catalog.mount(spec.mount_versions.get(name, name)))
             except (NotFoundError, ConflictError, BadInputError) as e:
                 raise BadInputError(f"mount {name!r}: {e.message}", field="mounts", hint=e.hint) from e
         return paths, catalog.job_env()

@@ -176,8 +176,13 @@ class Catalog:
         version: str | None = None,
         description: str | None = None,
         license: str | None = None,
+        derived_from: str | None = None,
     ) -> Entry:
-        """Register a dataset (a folder or fsspec URL); nothing is copied until :meth:`pull`."""
+        """Register a dataset (a folder or fsspec URL); nothing is copied until :meth:`pull`.
+
+        ``derived_from`` (``corpus@1``) marks a version a data step made: the bare name keeps
+        meaning the newest *original* version (see :meth:`CatalogLayout.resolve`).
+        """
         check_name(name)
         version = check_name(version, what="version") if version is not None else DEFAULT_VERSION
         self._prepare()
@@ -193,7 +198,10 @@ class Catalog:
             raise NotFoundError(f"source {source!r} does not exist", hint="check the path or URL")
         ref = DatasetRef(name, version)
         self._claim_name(ref)
-        entry = Entry("dataset", name, version, source, str(ref), description, license, owner=current_owner())
+        entry = Entry(
+            "dataset", name, version, source, str(ref), description, license, owner=current_owner(),
+            derived_from=derived_from,
+        )  # fmt: skip
         old = self.layout.create_entry(ref, entry)  # atomic: of racing adds exactly one writes
         if old is None:
             return entry

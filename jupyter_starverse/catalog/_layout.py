@@ -286,7 +286,13 @@ class Layout:
             return _CORRUPT
 
     def resolve(self, ref: Ref) -> Ref:
-        """Give a dataset ref without version its newest version; NotFoundError if unknown.
+        """Give a dataset ref without version its newest *original* version; NotFoundError if unknown.
+
+        The rule (README, "Versions"): a bare NAME is the newest version that was added
+        (``store add``, a pull, a snapshot), never one a data step derived from it
+        (``NAME@1-clean``, ``NAME@1-dedup``): those are used only when named, so a re-run
+        notebook mounts the same data after someone ran a step. When only derived versions
+        are left, the newest of them is used.
 
         Only versions whose record belongs to the name's owner (or root) count: another user's
         record planted in an old, group-writable folder never becomes what the name means.
@@ -301,6 +307,7 @@ class Layout:
                 raise NotFoundError(f"{ref} is not in the catalog", hint=hint)
             return ref
         newest: tuple[float, str] | None = None
+        newest_derived: tuple[float, str] | None = None
         corrupt: str | None = None
         refused: PermissionDeniedError | None = None
         folder = self.dataset_folder(ref.name)
@@ -328,8 +335,15 @@ class Layout:
                     with contextlib.suppress(InvalidNameError):  # read_entry will name what is wrong
                         corrupt = check_name(version, what="version")
                     continue
-                if newest is None or added > newest[0]:
+                # records written before derived_from: NAME@1-clean beside NAME@1 is derived too
+                derived = isinstance(data, dict) and isinstance(data.get("derived_from"), str)
+                derived = derived or ("-" in version and f"{version.rsplit('-', 1)[0]}.json" in names)
+                if derived:  # a data step's output: only named (NAME@1-clean) or when no original is left
+                    if newest_derived is None or added > newest_derived[0]:
+                        newest_derived = (float(added), version)
+                elif newest is None or added > newest[0]:
                     newest = (float(added), version)
+        newest = newest or newest_derived
         if newest is None and refused is not None:
             raise refused
         if newest is None and corrupt is not None:

@@ -81,6 +81,8 @@ class Entry:
     license: str | None = None
     added_at: float = field(default_factory=time.time)
     owner: Owner | None = None
+    # the version a data step made this one from (``corpus@1`` for ``corpus@1-clean``); None: an original
+    derived_from: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -208,11 +210,29 @@ class StoreListing:
                          _ago(e.last_used)))  # fmt: skip
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+        chains = self.derivations()
+        if chains:  # which version a step made from which; a bare NAME means the chain's first
+            lines += ["", "derived versions (a bare NAME mounts the first; name the others: NAME@VERSION):"]
+            lines += [f"  {chain}" for chain in chains]
         bad = [e for e in self.entries if e.problem]
         lines += [f"{e.ref}: {e.problem}" for e in bad]
         if bad:
             lines.append("see what changed: `starverse store verify REF`; repair: `starverse store pull REF`")
         return "\n".join(lines)
+
+    def derivations(self) -> list[str]:
+        """``corpus: 1 -> 1-clean -> 1-clean-dedup``, one line per derived version nothing was made from."""
+        by_ref = {e.ref: e.entry for e in self.entries if e.entry.kind == "dataset"}
+        parents = {ref: entry.derived_from for ref, entry in by_ref.items() if entry.derived_from in by_ref}
+        made_from = set(parents.values())
+        out = []
+        for ref in sorted(r for r in parents if r not in made_from):
+            chain, seen = [ref], {ref}
+            while chain[-1] in parents and parents[chain[-1]] not in seen:
+                chain.append(str(parents[chain[-1]]))
+                seen.add(chain[-1])
+            out.append(f"{by_ref[ref].name}: " + " -> ".join(by_ref[r].version for r in reversed(chain)))
+        return out
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         pretty_text(p, str(self))
@@ -225,8 +245,9 @@ class StoreListing:
             badge = state_badge(e.state) + (f" pulling {e.pulling.percent:.0f}%" if e.pulling is not None else "")
             rows.append((escape(e.ref), escape(e.entry.kind), escape(str(e.entry.owner or "-")), badge,
                          format_bytes(e.size), format_count(e.files), escape(_ago(e.last_used))))  # fmt: skip
+        chains = "".join(f"<div><small>{escape(c)}</small></div>" for c in self.derivations())
         return html_table(("ref", "kind", "owner", "state", "size", "files", "last use"), rows,
-                          raw_columns=(0, 1, 2, 3, 4, 5, 6))  # fmt: skip
+                          raw_columns=(0, 1, 2, 3, 4, 5, 6)) + chains  # fmt: skip
 
 
 @dataclass(frozen=True)

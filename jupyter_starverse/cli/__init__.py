@@ -15,9 +15,19 @@ from typing import Any
 
 from .._version import __version__
 from ..errors import StarverseError, missing_dependency
-from ._common import CommandParser, HelpShown, Presenter, UsageError, exit_code_for, interrupted_text, notes, render
+from ._common import (
+    CommandParser,
+    HelpShown,
+    Presenter,
+    UsageError,
+    door_text,
+    exit_code_for,
+    interrupted_text,
+    notes,
+    render,
+)
 
-__all__ = ["HelpShown", "Presenter", "build_parser", "main", "parse"]
+__all__ = ["HelpShown", "Presenter", "build_parser", "door_text", "main", "parse"]
 
 # Command group modules (each has ``register``); add yours here.
 _GROUPS = ("_info", "_cost", "_train", "_store", "_data", "_launch", "_jobs", "_demo", "_mode", "_pipeline", "_recipes",
@@ -58,9 +68,11 @@ def _mark_groups(parser: argparse.ArgumentParser) -> None:
     """Each command group (a parser with its own actions) remembers itself, to show its own help.
 
     A hidden command (``help=argparse.SUPPRESS``) leaves its group's help: argparse before
-    3.14 prints it as ``drive  ==SUPPRESS==``.
+    3.14 prints it as ``drive  ==SUPPRESS==``. Every ``--backend`` help names the three backends.
     """
     for action in parser._actions:
+        if "--backend" in action.option_strings and "slurm" not in (action.help or ""):
+            action.help = f"local, kubernetes or slurm; {action.help}" if action.help else "local, kubernetes or slurm"
         if isinstance(action, argparse._SubParsersAction):
             action._choices_actions = [a for a in action._choices_actions if a.help != argparse.SUPPRESS]
             for child in set(action.choices.values()):
@@ -133,6 +145,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:
         print(f"error: {e.message}\n{e.hint or ''}".rstrip(), file=sys.stderr)
         return 2
+    except StarverseError as e:  # a check made while parsing (a bad --gpu, a name)
+        print(f"error: {door_text(e)}", file=sys.stderr)
+        return exit_code_for(e)
     try:
         client = Starverse()
         result: Any = args.run(client, args)
@@ -147,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _quiet_stdout()
         return 141
     except StarverseError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {door_text(e)}", file=sys.stderr)
         return exit_code_for(e)
     except ModuleNotFoundError as e:
         missing = missing_dependency(e)  # an optional package: its install hint, not a traceback

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import sys
 import threading
 import time
@@ -25,7 +26,9 @@ __all__ = [
     "StatusLine",
     "UsageError",
     "add_json_flag",
+    "door_text",
     "exit_code_for",
+    "flag_of",
     "interrupted_text",
     "notes",
     "render",
@@ -258,3 +261,38 @@ _EXIT = {"bad_input": 2, "not_found": 3, "conflict": 4, "unavailable": 5, "forbi
 def exit_code_for(error: StarverseError) -> int:
     """Exit codes: 2 bad input, 3 not found, 4 conflict, 5 backend unavailable, 6 forbidden, 1 other."""
     return _EXIT.get(error_kind(error), 1)
+
+
+# A JobSpec field as the user typed it (the launch flags; the magics share them).
+_FLAGS = {
+    "accelerator": "--gpu",
+    "procs_per_node": "--procs",
+    "tensor_parallel": "--tp",
+    "pipeline_parallel": "--pp",
+    "mounts": "--mount",
+    "secrets": "--secret",
+    "script": "SCRIPT",
+}
+_FIELD_TEXT = re.compile(r"\bJobSpec\.([a-z_]+)\b")
+_FIELD_WORD = re.compile(r"\b(accelerator|procs_per_node|tensor_parallel|pipeline_parallel)\b(?!=)")
+_FIELD_ASSIGN = re.compile(r"\b(accelerator|nodes|procs_per_node)=['\"]?([\w.-]+)['\"]?")
+
+
+def flag_of(field: str) -> str:
+    """The option a user types for a :class:`JobSpec` field (``procs_per_node`` -> ``--procs``)."""
+    return _FLAGS.get(field, "--" + field.replace("_", "-"))
+
+
+def door_text(error: StarverseError, *, notebook: bool = False) -> str:
+    """``str(error)`` in the words of the door in use: flags, not ``JobSpec`` fields; ``%sv`` in a notebook.
+
+    The core names its fields (``JobSpec.nodes``, ``accelerator='cpu'``); a terminal user typed
+    ``--nodes`` and ``--gpu cpu``, a notebook user ``%sv launch ... --nodes``.
+    """
+    text = str(error)
+    text = _FIELD_TEXT.sub(lambda m: flag_of(m.group(1)), text)
+    text = _FIELD_ASSIGN.sub(lambda m: f"{flag_of(m.group(1))} {m.group(2)}", text)
+    text = _FIELD_WORD.sub(lambda m: flag_of(m.group(1)), text)
+    if notebook:
+        text = text.replace("`starverse ", "`%sv ")
+    return text

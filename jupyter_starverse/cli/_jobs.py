@@ -8,7 +8,7 @@ import datetime
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
@@ -67,6 +67,11 @@ def _topology(job: Job) -> str:
 def _table(rows: list[tuple[str, ...]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+def _mounted(versions: Mapping[str, str], name: str) -> str:
+    exact = versions.get(name)
+    return name if exact in (None, name) else f"{name} -> {exact}"
 
 
 def _row_topology(s: JobSummary) -> str:
@@ -166,6 +171,8 @@ class JobDetail:
                          f"{j.spec.accelerator}"),
             ("experiment", j.experiment_dir),
         ]  # fmt: skip
+        if j.spec.mounts:  # the exact version each mount read (pinned at launch)
+            out.append(("mounts", ", ".join(_mounted(j.spec.mount_versions, m) for m in j.spec.mounts)))
         if j.spec.env_id or j.spec.workdir_id:  # `starverse env show ID` lists the packages
             env = f"{j.spec.env_id[:12]} (--env-from {j.spec.env_from})" if j.spec.env_id else "the image's"
             out.append(("environment", env + (f", workdir {j.spec.workdir_id[:12]}" if j.spec.workdir_id else "")))

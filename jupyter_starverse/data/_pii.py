@@ -242,6 +242,7 @@ def _cjk_findings(text: str, types: frozenset[str], hmm: bool = True) -> list[Fi
         return []
     pseg = _posseg()  # first: a missing jieba is an install hint (MissingDependencyError)
     import jieba
+
     tags = pseg.dt.word_tag_tab  # type: ignore[attr-defined]
     freq = jieba.dt.FREQ
     found: list[Finding] = []

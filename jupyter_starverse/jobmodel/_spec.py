@@ -137,6 +137,9 @@ class JobSpec:
         Who renders the launch command: plain ``torch`` (torchrun), ``megatron``, ``deepspeed``.
     mounts
         Catalog entry names made available to every rank.
+    mount_versions
+        The exact version each mount resolved to at launch (``{"corpus": "corpus@1"}``), filled in
+        by the facade: what the job read, shown by ``jobs show`` and the job list.
     env
         Extra environment variables (plain values; no secrets here).
     secrets
@@ -205,6 +208,7 @@ class JobSpec:
     workdir: str | None = None
     env_id: str | None = None
     workdir_id: str | None = None
+    mount_versions: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -287,6 +291,7 @@ class JobSpec:
                     f"give a reference, not the secret: {REF_EXAMPLES} (e.g. {key}=env:{key})",
                 )
         set_(self, "secrets", secrets)
+        set_(self, "mount_versions", {str(k): str(v) for k, v in dict(self.mount_versions).items()})
         if self.steps is not None:
             _positive_int("steps", self.steps, upper=10**12)
         if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int) or self.max_restarts < 0:
@@ -319,6 +324,11 @@ class JobSpec:
         return self.nodes * self.procs_per_node
 
     @property
+    def data_parallel(self) -> int:
+        """Ranks that train on their own samples (tensor- and pipeline-parallel ranks share theirs)."""
+        return max(1, self.world_size // (self.tensor_parallel * self.pipeline_parallel))
+
+    @property
     def is_gpu(self) -> bool:
         """True when the job asks for GPUs."""
         return self.accelerator != "cpu"
@@ -348,6 +358,7 @@ class JobSpec:
         data["after"] = list(self.after)
         data["env"] = dict(self.env)
         data["secrets"] = dict(self.secrets)
+        data["mount_versions"] = dict(self.mount_versions)
         data["budget"] = str(self.budget) if self.budget is not None else None
         return data
 
@@ -385,7 +396,7 @@ _TEXT_FIELDS = ("name", "script", "code", "accelerator", "template", "framework"
 _OPTIONAL = ("script", "code", "command", "steps", "checkpoint_every", "budget", "experiment", "image", "cpu",
              "memory", "display_name", "env_from", "workdir", "env_id", "workdir_id")  # fmt: skip
 _LIST_FIELDS = ("command", "args", "mounts", "after")
-_MAP_FIELDS = ("env", "secrets")
+_MAP_FIELDS = ("env", "secrets", "mount_versions")
 _INT_FIELDS = ("nodes", "procs_per_node", "tensor_parallel", "pipeline_parallel", "steps", "max_restarts",
                "checkpoint_every")  # fmt: skip
 _MAX_TEXT = 4096  # a path, an image, a name; ``code`` may be a whole cell

@@ -14,7 +14,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from .._settings import Settings
-from ..cli import HelpShown, parse
+from ..cli import HelpShown, door_text, parse
 from ..client import Starverse
 from ..errors import StarverseError, missing_dependency
 from ._presenter import NotebookPresenter
@@ -55,13 +55,13 @@ class StarverseMagics(Magics):
         except StarverseError as e:
             # IPython shows a UsageError as one red line, without a traceback to dig through,
             # and still marks the cell as failed (so "run all" stops here).
-            raise UsageError(str(e)) from None
+            raise UsageError(door_text(e, notebook=True)) from None
         try:
             return args.presenter.show(args.run(self.client, args))
         except StarverseError as e:
-            raise UsageError(str(e)) from None
+            raise UsageError(door_text(e, notebook=True)) from None
         except ModuleNotFoundError as e:
             missing = missing_dependency(e)  # an optional package: its install hint, not a traceback
             if missing is None:
                 raise
-            raise UsageError(str(missing)) from None
+            raise UsageError(door_text(missing, notebook=True)) from None

@@ -34,6 +34,8 @@ def test_cli_runs_steps_prints_the_estimate_first_and_lists_reports(
     assert err.splitlines()[0].startswith("estimate for dedup of corpus@1")
     assert "... dedup pass 1/2 [" in err and "... dedup pass 2/2 [" in err and "ETA" in err  # the bar, per tenth
     assert "dedup corpus@1 -> corpus@1-dedup" in out and "near" in out
+    assert Starverse().catalog.entry("corpus@1-dedup").derived_from == "corpus@1"
+    assert Starverse().catalog.entry("corpus").ref == "corpus@1"  # a step's output is used only when named
     assert cli_main(["data", "reports", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert listed[0]["output"] == "corpus@1-dedup"

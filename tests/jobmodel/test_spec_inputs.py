@@ -70,4 +70,5 @@ def test_good_values_still_pass() -> None:
 def test_launch_dry_run_refuses_bad_arguments_with_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["launch", *argv, "--dry-run"]) == 2
     err = capsys.readouterr().err
-    assert "JobSpec." in err and "Traceback" not in err
+    # the flag the user typed, not the core's field name (issue 27)
+    assert "JobSpec." not in err and "Traceback" not in err and "error: " in err
