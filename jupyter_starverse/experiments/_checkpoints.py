@@ -56,8 +56,9 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_starverse._volume import in_group, write_atomic
-from jupyter_starverse.errors import ConflictError, NotFoundError, PermissionDeniedError
+from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError, PermissionDeniedError
 
+from ._batch import BatchPlan, batch_plan
 from ._layout import ExperimentPaths, RunPaths
 
 __all__ = [
@@ -731,6 +732,9 @@ class ResumePlan:
     old_world_size: int | None
     new_world_size: int
     ignored: tuple[IgnoredCheckpoint, ...] = field(default=())
+    old_batch: BatchPlan | None = None  # the plan the checkpoint recorded (templates record theirs)
+    new_batch: BatchPlan | None = None  # the same global batch over the new data-parallel ranks
+    batch_problem: str | None = None  # why the global batch cannot be kept
 
     @property
     def start_step(self) -> int:
@@ -750,7 +754,19 @@ class ResumePlan:
             "start_step": self.start_step,
             "reshard": self.reshard,
             "ignored": [i.to_json() for i in self.ignored],
+            "old_batch": self.old_batch.to_json() if self.old_batch else None,
+            "new_batch": self.new_batch.to_json() if self.new_batch else None,
+            "keeps_global_batch": (self.new_batch is not None) if self.old_batch else None,
+            "batch": self._batch_text() or None,
+            "batch_problem": self.batch_problem,
         }
+
+    def _batch_text(self) -> str:
+        if self.old_batch is None:
+            return ""
+        if self.new_batch is None:
+            return f"global batch {self.old_batch.global_batch} cannot be kept: {self.batch_problem}"
+        return self.new_batch.change_from(self.old_batch)
 
     def _ignored_text(self) -> str:
         if not self.ignored:
@@ -770,13 +786,40 @@ class ResumePlan:
         )
         return (
             f"resume {self.experiment}: checkpoint step {self.checkpoint.step} ({self.checkpoint.path.name}), "
-            f"world size {change}, continues at step {self.start_step}" + self._ignored_text()
+            f"world size {change}, continues at step {self.start_step}"
+            + (f"; {self._batch_text()}" if self.old_batch else "")
+            + self._ignored_text()
         )
 
 
-def plan_resume(exp_dir: Path | ExperimentPaths, *, new_world_size: int) -> ResumePlan:
-    """The resume plan for an experiment folder and the world size of the next run (healthy checkpoints only)."""
+def plan_resume(
+    exp_dir: Path | ExperimentPaths, *, new_world_size: int, data_parallel: int | None = None
+) -> ResumePlan:
+    """The resume plan for an experiment folder and the world size of the next run (healthy checkpoints only).
+
+    When the checkpoint recorded its batch plan (the templates do), the plan also says how the
+    global batch is kept over ``data_parallel`` ranks (default: the world size; tensor and
+    pipeline parallel ranks share their samples), or why it cannot be.
+    """
     exp = exp_dir if isinstance(exp_dir, ExperimentPaths) else ExperimentPaths(Path(exp_dir))
     scan = scan_checkpoints(exp)
     ckpt = scan.trusted[-1] if scan.trusted else None
-    return ResumePlan(exp.name, ckpt, ckpt.world_size if ckpt else None, new_world_size, scan.ignored)
+    old = new = None
+    problem = None
+    if ckpt is not None:
+        try:
+            meta = json.loads((ckpt.path / "meta.json").read_text())
+        except (OSError, ValueError):
+            meta = None
+        old = BatchPlan.from_json(meta.get("batch")) if isinstance(meta, dict) else None
+    if old is not None:
+        ranks = data_parallel or new_world_size
+        try:
+            new = batch_plan(
+                global_batch=old.global_batch, micro_batch=old.requested_micro_batch, world_size=ranks, uneven=True
+            )
+        except BadInputError as e:
+            problem = f"{e} ({e.hint})" if e.hint else str(e)
+    return ResumePlan(
+        exp.name, ckpt, ckpt.world_size if ckpt else None, new_world_size, scan.ignored, old, new, problem
+    )

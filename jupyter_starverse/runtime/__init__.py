@@ -112,7 +112,7 @@ def steps(
     if env.rank == 0:  # a cap exported by a backend with no supervisor beside the job (Kubernetes)
         guard = BudgetGuard.from_env(os.environ, run_dir=env.run_dir, job_id=env.job_id, now=process_start())
     start = load_latest(model=model, optimizer=optimizer)
-    extra = {"batch": batch.to_json()} if batch is not None else {}
+    extra: dict[str, Any] = {"batch": batch.to_json()} if batch is not None else {}
     last_saved = start - 1
     step = start - 1
     reason: str | None = None

@@ -193,7 +193,9 @@ class KubernetesBackend(LaunchBackend):
         if attempt and spec.script and not Path(spec.script).expanduser().is_file():
             spec = dataclasses.replace(spec, script=str(run.root / "train.py"))  # the copy made at submit
         mounts, warm, hf_cache = self._resolve_mounts(spec)
-        resume = plan_resume(exp, new_world_size=spec.world_size) if spec.resume else None
+        resume = (
+            plan_resume(exp, new_world_size=spec.world_size, data_parallel=spec.data_parallel) if spec.resume else None
+        )
         cost_env: dict[str, str] = {}
         if spec.budget is not None:  # costs: no supervisor beside a pod, so the job enforces its own cap
             from jupyter_starverse.costs import cap_env, load_price_table

@@ -138,7 +138,11 @@ class LocalBackend(RunFolderBackend):
     ) -> tuple[LaunchPlan, ResumePlan | None]:
         exp = ExperimentPaths.of(self.settings.experiments, spec.experiment_name)
         run = exp.run(job_id)
-        resume = plan_resume(exp.root, new_world_size=spec.world_size) if spec.resume else None
+        resume = (
+            plan_resume(exp.root, new_world_size=spec.world_size, data_parallel=spec.data_parallel)
+            if spec.resume
+            else None
+        )
         env = job_env(
             spec,
             job_id=job_id,
@@ -173,7 +177,7 @@ class LocalBackend(RunFolderBackend):
     def resume_plan(self, spec: JobSpec) -> ResumePlan:
         """Checkpoint step, old and new world size of ``spec`` resumed into its experiment."""
         exp = ExperimentPaths.of(self.settings.experiments, spec.experiment_name)
-        return plan_resume(exp.root, new_world_size=spec.world_size)
+        return plan_resume(exp.root, new_world_size=spec.world_size, data_parallel=spec.data_parallel)
 
     def render(self, spec: JobSpec, *, output: str = "yaml") -> str:
         if output not in ("yaml", "json"):

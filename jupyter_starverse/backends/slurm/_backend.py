@@ -151,7 +151,7 @@ class SlurmBackend(RunFolderBackend):
     def resume_plan(self, spec: JobSpec) -> ResumePlan:
         """Checkpoint step, old and new world size of ``spec`` resumed into its experiment."""
         exp = ExperimentPaths.of(self.settings.experiments, spec.experiment_name)
-        return plan_resume(exp.root, new_world_size=spec.world_size)
+        return plan_resume(exp.root, new_world_size=spec.world_size, data_parallel=spec.data_parallel)
 
     def _entry(self, spec: JobSpec, run: RunPaths) -> list[str]:
         """What torchrun runs for each rank: the script under the worker, or the command."""

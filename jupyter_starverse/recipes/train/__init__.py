@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from jupyter_starverse.experiments import BatchPlan, batch_plan
+
 from ._formats import ChatMessage, LabeledCompletion, PreferencePair, Prompt, data_files, read_records, write_jsonl
 from ._paths import LINEAGE_FILE, MODEL_DIR, RECIPE_FILE, TRAIN_SCRIPT
-from jupyter_starverse.experiments import BatchPlan, batch_plan
 
 __all__ = [
     "LINEAGE_FILE",

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_starverse.errors import BadInputError
+from jupyter_starverse.experiments import BatchPlan
 
 from ._formats import LabeledCompletion, PreferencePair, Prompt, data_files, iter_jsonl, parse_message, read_records
-from jupyter_starverse.experiments import BatchPlan
 
 __all__ = ["Example", "Sampler", "load_examples"]
 

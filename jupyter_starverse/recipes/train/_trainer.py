@@ -19,11 +19,11 @@ import torch
 
 from jupyter_starverse import runtime as sv
 from jupyter_starverse.errors import BadInputError, MissingDependencyError
+from jupyter_starverse.experiments import BatchPlan, batch_plan
 
 from ._data import Sampler, load_examples
 from ._objectives import UNIT, kto_kl, micro_loss, tokens_of
 from ._paths import LINEAGE_FILE, MODEL_DIR, RECIPE_FILE
-from jupyter_starverse.experiments import BatchPlan, batch_plan
 
 __all__ = ["run"]
 
