@@ -155,6 +155,9 @@ def _dedup(client: Starverse, args: argparse.Namespace) -> object:
             to=args.to,
             text_field=args.text_field,
             shards=args.shards,
+            against=args.against,
+            boilerplate_docs=args.boilerplate_docs,
+            semantic_clusters=args.semantic_clusters,
             say=say,
             progress=progress,
         ),
@@ -269,9 +272,32 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--lsh-threshold", type=_unit, default=0.5, help="LSH candidate threshold (default 0.5)")
     p.add_argument("--num-perm", type=int, default=128)
     p.add_argument("--ngram", type=int, default=5, help="character shingle length (default 5)")
-    p.add_argument("--paragraph-share", type=_unit, default=0.15, help="drop documents more duplicated than this")
+    p.add_argument(
+        "--paragraph-share",
+        type=_unit,
+        default=0.15,
+        help="remove a document when more than this share of its characters are paragraphs an earlier one has",
+    )
+    p.add_argument(
+        "--boilerplate-docs",
+        type=int,
+        default=4,
+        help="a paragraph in this many documents is boilerplate: stripped, never a reason to remove (default 4)",
+    )
+    p.add_argument(
+        "--against",
+        default=None,
+        metavar="NAME@VERSION",
+        help="a version an earlier dedup wrote: remove from SOURCE what duplicates it, write the union",
+    )
+    p.add_argument("--semantic-clusters", type=int, default=0, help="k-means clusters (default ~1 per 1,000 docs)")
     p.add_argument("--no-paragraph", action="store_true", help="skip the paragraph rule")
-    p.add_argument("--semantic", default=None, metavar="hf:ORG/REPO", help="embedding model for semantic dedup")
+    p.add_argument(
+        "--semantic",
+        default=None,
+        metavar="hf:ORG/REPO",
+        help="embedding model for semantic dedup: a transformer, or a static model (data.distill_static)",
+    )
     p.add_argument("--semantic-threshold", type=_unit, default=0.95, help="cosine similarity (default 0.95)")
     p.add_argument("--max-memory", default="256M", help="memory for band tables; the rest spills to disk")
     _add_shards(p)

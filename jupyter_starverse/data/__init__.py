@@ -8,6 +8,7 @@ dataset and writes a new version with provenance and a report. The pieces are us
 from __future__ import annotations
 
 from ._minhash import LshIndex, MinHasher, normalize
+from ._models import StaticEncoder, distill_static
 from ._pii import ACTIONS, PII_TYPES, SUGGESTED, Deidentifier, Finding, find_pii, id_card_valid, luhn_valid
 from ._progress import Progress, StepProgress
 from ._read import Doc, Malformed, Source, list_files, read_docs
@@ -49,7 +50,9 @@ __all__ = [
     "ReportSummary",
     "Source",
     "StepEstimate",
+    "StaticEncoder",
     "StepProgress",
+    "distill_static",
     "find_pii",
     "id_card_valid",
     "list_files",

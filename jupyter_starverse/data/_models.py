@@ -109,7 +109,8 @@ class StaticEncoder:
             raise BadInputError(
                 f"{folder} is not a static embedding model (no {STATIC_MARK})",
                 field="model",
-                hint="distil one from a sentence-transformer folder: starverse data distill hf:ORG/REPO",
+                hint="distil one with jupyter_starverse.data.distill_static(TRANSFORMER_FOLDER, OUT), then "
+                "`starverse store import-model OUT --repo ORG/NAME`",
             )
         self.np = np
         self.table = load_file(str(folder / STATIC_WEIGHTS))["embeddings"].astype(np.float32)
