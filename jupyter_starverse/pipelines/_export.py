@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,7 @@ from jupyter_starverse.jobmodel import JobSpec
 
 from ._model import Pipeline
 from ._plan import StepPlan, plan
+from ._prep import prep_job_spec, prep_target
 
 if TYPE_CHECKING:
     from ._facade import Facade
@@ -30,6 +32,7 @@ __all__ = ["EXPORT_FORMATS", "ExportFile", "PipelineExport", "export"]
 
 EXPORT_FORMATS = ("sbatch", "yaml", "python")
 _PLACEHOLDER = "<job-id>"  # what the renderers write where a submitted job has its id
+_PLACEHOLDER_RUN = "run<stamp>"  # submit.sh: the submission's stamp, in the versions prep steps write
 
 
 @dataclass(frozen=True)
@@ -91,27 +94,49 @@ def export(pipeline: Pipeline, facade: Facade, *, fmt: str, base_dir: Path) -> P
     steps = plan(pipeline, facade, base_dir=base_dir)
     if fmt == "python":
         return PipelineExport(pipeline.name, fmt, (_python(pipeline, base_dir),))
-    prep = [s.node for s in steps if s.prep is not None]
-    if prep:
-        raise BadInputError(
-            f"{', '.join(prep)} prepare data in the workspace, which {fmt} cannot express",
-            field="format",
-            hint="export python (it runs every step through the API), or run the pipeline",
-        )
+    backend = "slurm" if fmt == "sbatch" else "kubernetes"
+    tag = _PLACEHOLDER_RUN if fmt == "sbatch" else time.strftime("%y%m%d-%H%M%S", time.gmtime())
+    specs = _specs(pipeline, steps, backend, tag)
     if fmt == "yaml":
-        return PipelineExport(pipeline.name, fmt, (_yaml(pipeline, steps, facade),))
-    scripts = [ExportFile(f"{s.node}.sbatch", facade.preview(_spec(s), backend="slurm", output="sbatch").rendered)
+        return PipelineExport(pipeline.name, fmt, (_yaml(pipeline, steps, specs, facade),))
+    scripts = [ExportFile(f"{s.node}.sbatch", facade.preview(specs[s.node], backend="slurm", output="sbatch").rendered)
                for s in steps]  # fmt: skip
-    return PipelineExport(pipeline.name, fmt, (_submit(pipeline, steps, facade), *scripts))
+    return PipelineExport(pipeline.name, fmt, (_submit(pipeline, steps, specs, facade), *scripts))
 
 
-def _spec(step: StepPlan) -> JobSpec:
-    if step.spec is None:
-        raise BadInputError(f"step {step.node} runs no job", field="format", hint="export python")
-    return step.spec
+def _specs(pipeline: Pipeline, steps: list[StepPlan], backend: str, tag: str) -> dict[str, JobSpec]:
+    """Every step's job; a prep step is a job of its shards (pipelines/_prep.py) reading store references.
+
+    The version a prep step writes is named by ``tag`` (sbatch: the submission's stamp, filled in
+    by submit.sh), so the prep step after it reads it without waiting to learn its name. A job step
+    that mounts such a version is refused: its mount must exist when its job text is rendered.
+    """
+    out: dict[str, JobSpec] = {}
+    targets: dict[str, str] = {}
+    for step in steps:
+        node = pipeline.by_id[step.node]
+        if step.prep is None:
+            fed = [n.id for n in pipeline.inputs(step.node) if n.kind == "prep"]
+            if fed:
+                raise BadInputError(
+                    f"step {step.node} mounts the data {fed[0]} prepares, which does not exist before the "
+                    "pipeline runs",
+                    field="format",
+                    hint=f"run it (`starverse pipeline run FILE --backend {backend}` mounts the version "
+                    f"{fed[0]} wrote), or export the preparation steps alone",
+                )
+            assert step.spec is not None
+            out[step.node] = step.spec
+            continue
+        prep = step.prep
+        source = targets.get(prep.from_node or "", prep.source)
+        targets[step.node] = prep_target(source, prep.step, tag, step.node)
+        out[step.node] = prep_job_spec(pipeline, node, prep, source=source, target=targets[step.node],
+                                       backend=backend)  # fmt: skip
+    return out
 
 
-def _submit(pipeline: Pipeline, steps: list[StepPlan], facade: Facade) -> ExportFile:
+def _submit(pipeline: Pipeline, steps: list[StepPlan], specs: dict[str, JobSpec], facade: Facade) -> ExportFile:
     """``submit.sh``: each step's script with a fresh job id, after the steps it waits for (afterok)."""
     experiments = facade.settings.experiments
     lines = [
@@ -129,7 +154,7 @@ def _submit(pipeline: Pipeline, steps: list[StepPlan], facade: Facade) -> Export
     ]
     var = {s.node: f"sid_{i}" for i, s in enumerate(steps)}
     for i, step in enumerate(steps):
-        spec = _spec(step)
+        spec = specs[step.node]
         run = ExperimentPaths.of(experiments, spec.experiment_name).run(_PLACEHOLDER).root
         folder = str(run).replace(_PLACEHOLDER, f'"$id_{i}"')
         deps = ":".join(f"${{{var[a]}}}" for a in step.after)
@@ -139,7 +164,8 @@ def _submit(pipeline: Pipeline, steps: list[StepPlan], facade: Facade) -> Export
             + (f", after {', '.join(step.after)}" if step.after else ""),
             f'id_{i}={shlex.quote(spec.name)}-"$stamp"',
             f"mkdir -p {_quote_path(folder)}/logs",
-            f'{var[step.node]}=$(sed "s/{_PLACEHOLDER}/$id_{i}/g" "$here"/{shlex.quote(step.node + ".sbatch")} '
+            f'{var[step.node]}=$(sed -e "s/{_PLACEHOLDER}/$id_{i}/g" -e "s/{_PLACEHOLDER_RUN}/run$stamp/g" '
+            f'"$here"/{shlex.quote(step.node + ".sbatch")} '
             f"| sbatch --parsable{depend} | cut -d';' -f1)",
             f'echo "{step.node}: Slurm job ${{{var[step.node]}}} (run folder {_line(str(run))})"'.replace(
                 _PLACEHOLDER, f"$id_{i}"
@@ -165,7 +191,7 @@ def _line(text: str) -> str:
     return " ".join(text.split()).replace('"', "'").replace("$", "").replace("`", "'")
 
 
-def _yaml(pipeline: Pipeline, steps: list[StepPlan], facade: Facade) -> ExportFile:
+def _yaml(pipeline: Pipeline, steps: list[StepPlan], specs: dict[str, JobSpec], facade: Facade) -> ExportFile:
     """Every step's Kubernetes objects in order; each is applied once the steps before it succeeded."""
     docs = [
         f"# The pipeline {_line(pipeline.name)!r} on Kubernetes (jupyter_starverse {__version__}): one job per",
@@ -174,7 +200,7 @@ def _yaml(pipeline: Pipeline, steps: list[StepPlan], facade: Facade) -> ExportFi
         "# do it (it submits each step when the previous ones succeeded).",
     ]
     for step in steps:
-        text = facade.preview(_spec(step), backend="kubernetes", output="yaml").rendered.strip()
+        text = facade.preview(specs[step.node], backend="kubernetes", output="yaml").rendered.strip()
         after = f"after {', '.join(step.after)}" if step.after else "first"
         docs.append(f"---\n# step {step.node} ({after})\n{text}")
     return ExportFile(f"{_stem(pipeline)}.yaml", "\n".join(docs) + "\n")

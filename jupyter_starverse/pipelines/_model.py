@@ -75,7 +75,11 @@ RECIPE_PARAMS: dict[str, tuple[type, ...]] = {
     "recipe": (str,),
     "recipe_params": (dict,),
 }
-PREP_PARAMS: dict[str, tuple[type, ...]] = {"step": (str,), "options": (dict,)}
+# A data preparation step: the step, its options, and where it runs: ``backend`` (the pipeline's
+# unless set) and ``shards`` (N or "NxP" ranks; unset: one). On local without shards it runs in
+# the driver's process; anywhere else as a job (pipelines/_prep.py).
+PREP_PARAMS: dict[str, tuple[type, ...]] = {"step": (str,), "options": (dict,), "backend": (str,),
+                                            "shards": (int, str)}  # fmt: skip
 
 
 def _bad(where: str, why: str, hint: str | None = None, *, field_name: str = "pipeline") -> BadInputError:

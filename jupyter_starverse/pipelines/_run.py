@@ -30,6 +30,7 @@ from jupyter_starverse.jobmodel import Job, JobState
 
 from ._model import Pipeline
 from ._plan import StepPlan, plan, step_plan
+from ._prep import prep_backend, prep_job_spec, prep_target, runs_as_job
 
 if TYPE_CHECKING:
     from ._facade import Facade
@@ -192,6 +193,7 @@ def drive(facade: Facade, store: RunStore, run_id: str, *, poll: float = 0.5,
             on_change(step.node, step)
 
     produced: dict[str, str] = {}  # prep node -> the dataset version it wrote
+    prep_out: dict[str, str] = {}  # prep job -> the version it writes (once it succeeds)
     base_dir = Path(data["base_dir"])
     try:
         for step in steps:
@@ -200,21 +202,46 @@ def drive(facade: Facade, store: RunStore, run_id: str, *, poll: float = 0.5,
                 failed[step.node] = f"after {bad[0]}, which did not succeed"
                 record(StepRun(step.node, step.backend, SKIPPED, reason=failed[step.node]))
                 continue
-            job_deps = [a for a in step.after if a in jobs]  # prep steps before it have already finished
-            chain = step.backend == "slurm" and all(jobs[a].backend == "slurm" for a in job_deps)
+            node = pipeline.by_id[step.node]
+            as_job = step.prep is not None and runs_as_job(pipeline, node)
+            backend = prep_backend(pipeline, node) if as_job else step.backend
+            job_deps = [a for a in step.after if a in jobs]  # prep steps run here have already finished
+            chain = backend == "slurm" and all(jobs[a].backend == "slurm" for a in job_deps)
+            if step.prep is None and any(a in prep_out for a in job_deps):
+                chain = False  # it mounts what a prep job writes: wait until that exists
             if not chain:  # wait here for the inputs, and go on only when they all succeeded
                 for dep in job_deps:
                     jobs[dep] = done = _wait(facade, jobs[dep], poll)
                     record(_step_of(dep, done))
                     if done.state != JobState.SUCCEEDED:
                         failed[dep] = done.reason or done.state.value
+                    elif dep in prep_out:
+                        produced[dep] = prep_out[dep]
                 bad = [a for a in step.after if a in failed]
                 if bad:
                     failed[step.node] = f"after {bad[0]}, which did not succeed"
                     record(StepRun(step.node, step.backend, SKIPPED, reason=failed[step.node]))
                     continue
-            if step.prep is not None:
+            if step.prep is not None and not as_job:
                 _prepare(facade, run_id, pipeline, step, produced, failed, record)
+                continue
+            if step.prep is not None:  # a prep job: its source and target are store references
+                prep = step.prep
+                source = prep_out.get(prep.from_node) or produced.get(prep.from_node) if prep.from_node else None
+                source = source or prep.source
+                target = prep_target(source, prep.step, "-".join(run_id.split("-")[-3:]), step.node)
+                try:
+                    spec = prep_job_spec(pipeline, node, prep, source=source, target=target, backend=backend)
+                    if chain:
+                        spec = spec.replace(after=[jobs[a].id for a in job_deps])
+                    job = facade.launch(spec, backend=backend)
+                except StarverseError as e:
+                    failed[step.node] = e.message
+                    record(StepRun(step.node, backend, NOT_SUBMITTED, reason=f"{e.message} ({e.hint})"))
+                    continue
+                jobs[step.node] = job
+                prep_out[step.node] = target
+                record(_step_of(step.node, job))
                 continue
             if produced:  # mount what the prep steps before it wrote, not their stand-ins
                 paths = {ref: facade.catalog.status(ref).path for ref in produced.values()}
@@ -251,7 +278,7 @@ def _prepare(facade: Facade, run_id: str, pipeline: Pipeline, step: StepPlan, pr
     assert prep is not None
     source = produced.get(prep.from_node, prep.source) if prep.from_node else prep.source
     name = source.split("@")[0]
-    target = f"{name}@{prep.step}-{'-'.join(run_id.split('-')[-3:])}-{step.node}"  # one version per run
+    target = prep_target(name, prep.step, "-".join(run_id.split("-")[-3:]), step.node)  # one version per run
     record(StepRun(step.node, step.backend, "running", reason=f"{prep.step} {source} -> {target}"))
     try:
         report = getattr(facade.data, prep.step)(source, to=target, **prep.options)

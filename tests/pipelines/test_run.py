@@ -121,5 +121,5 @@ def test_data_preparation_feeds_the_step_after_it(client: Starverse, folder: Pat
     seen = json.loads(next(Path(train.experiment_dir).glob("step-*.json")).read_text())
     text = (Path(seen["data"]) / "data.jsonl").read_text()
     assert "alice@example.com" not in text and "plain text" in text
-    with pytest.raises(BadInputError, match="prepare data in the workspace"):
+    with pytest.raises(BadInputError, match="mounts the data clean prepares"):
         client.pipelines.export(pipeline, "sbatch", base_dir=folder)

@@ -62,3 +62,43 @@ def test_exported_sbatch_runs_the_steps_in_order(
     assert states == {"prep": "COMPLETED", "train": "COMPLETED"}, (states, done.stdout)
     began = {node: json.loads((run / "step-0.json").read_text())["start"] for node, (_sid, run) in steps.items()}
     assert began["train"] >= began["prep"] + 0.5  # prep sleeps 0.5 s after it starts: train waited for it
+
+
+def test_pipeline_run_on_slurm_runs_a_prep_step_as_a_sharded_job(
+    slurm: SlurmBackend, settings: Settings, tmp_path: Path
+) -> None:
+    """raw -> dedup over 2 ranks (2 nodes): one Slurm job whose rank 0 publishes the new version.
+
+    One job only (CI time): the afterok chain between prep jobs is checked in the export's text
+    (tests/pipelines/test_export.py) and is the same ``JobSpec.after`` as between training steps.
+    """
+    from jupyter_starverse.cli import main
+
+    client = Starverse(settings)
+    src = tmp_path / "raw"
+    src.mkdir()
+    rows = ["a line that appears twice in the corpus, once per shard"] * 2 + ["a line of its own", "and another"]
+    (src / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in rows))
+    client.catalog.add_dataset("raw", str(src), version="v1")
+    client.catalog.pull("raw@v1")
+    pipeline = {
+        "version": 1,
+        "name": "prep",
+        "nodes": [
+            {"id": "raw", "kind": "dataset", "params": {"ref": "raw@v1"}},
+            {"id": "dedup", "kind": "prep", "params": {"step": "dedup", "shards": 2}},
+        ],
+        "edges": [{"source": "raw", "target": "dedup"}],
+    }
+    (tmp_path / "prep.svpipeline").write_text(json.dumps(pipeline))
+    assert main(["pipeline", "run", str(tmp_path / "prep.svpipeline"), "--backend", "slurm"]) == 0
+    (run,) = client.pipelines.runs()
+    assert run.state == "succeeded", run
+    job = client.attach(run.step("dedup").job_id or "", backend="slurm")
+    assert job.backend == "slurm" and job.spec.nodes == 2
+    (written,) = [e.ref for e in client.catalog.ls() if e.ref.startswith("raw@dedup-")]
+    text = (client.catalog.mount(written) / "data.jsonl").read_text()
+    assert text.count("appears twice") == 1 and "of its own" in text and "another" in text
+    report = json.loads((Path(job.experiment_dir) / "data-report.json").read_text())
+    assert report["output"] == written and report["docs_in"] == 4 and report["removed"] == {"exact": 1}
+    assert any("2 x 1 ranks" in n for n in report["notes"])  # the shards were the job's two ranks
