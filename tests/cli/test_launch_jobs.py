@@ -26,10 +26,11 @@ def test_launch_dry_run_json_with_resume_shows_the_plan(capsys: pytest.CaptureFi
     assert "disagree" in capsys.readouterr().err
 
 
-def test_launch_refuses_gpu_templates_on_cpu(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli_main(["launch", "--template", "tp", "--procs", "4", "--tp", "2", "--dry-run"]) == 2
-    err = capsys.readouterr().err
-    assert "needs GPUs" in err and "ddp" in err
+def test_launch_previews_tensor_parallel_on_cpu(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["launch", "--template", "tp", "--procs", "4", "--tp", "2", "--dry-run"]) == 0
+    assert "STARVERSE_TENSOR_PARALLEL" in capsys.readouterr().out
+    assert cli_main(["launch", "--template", "pp", "--procs", "1", "--pp", "2", "--dry-run"]) == 2
+    assert "pipeline_parallel" in capsys.readouterr().err
 
 
 def test_jobs_with_no_jobs_and_unknown_ids(capsys: pytest.CaptureFixture[str]) -> None:

@@ -18,9 +18,8 @@ from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.experiments import folder_modes
 from jupyter_starverse.jobmodel import TEMPLATES, JobSpec
 
-__all__ = ["SPLIT_TEMPLATES", "check_template", "deepspeed_config", "example_script", "framework_args", "megatron_args"]
+__all__ = ["check_template", "deepspeed_config", "example_script", "framework_args", "megatron_args"]
 
-SPLIT_TEMPLATES = ("tp", "pp")
 _HERE = Path(__file__).parent
 
 
@@ -34,14 +33,8 @@ def example_script(template: str) -> Path:
 
 
 def check_template(spec: JobSpec) -> None:
-    """Refuse what cannot run: a split model on one process, GPU-only frameworks on CPU."""
-    if spec.template in SPLIT_TEMPLATES and spec.world_size < 2:
-        where = "GPUs" if spec.is_gpu else "processes (gloo on CPU)"
-        raise BadInputError(
-            f"JobSpec.template: {spec.template!r} splits the model across {where} and needs more than one",
-            field="template",
-            hint="raise procs_per_node or nodes, or use template='ddp'",
-        )
+    """Refuse GPU-only frameworks on CPU, saying what to use instead (every template runs on CPU:
+    a split model on fewer ranks than its degrees is refused by ``JobSpec`` itself)."""
     if spec.is_gpu:
         return
     if spec.framework != "torch":
