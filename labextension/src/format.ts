@@ -70,3 +70,23 @@ export function formatCount(n: number): string {
 export function formatShare(share: number): string {
   return `${(share * 100).toFixed(1)}%`;
 }
+
+/**
+ * Money that fits a narrow column: `230.40 CNY` below 10,000, then `26.6k CNY`, `1.20M CNY`,
+ * `3.4B CNY`. For display beside the exact `formatMoney` text (a title), never for sums.
+ */
+export function formatMoneyCompact(amount: string, currency: string): string {
+  const value = Number(amount);
+  if (!Number.isFinite(value) || Math.abs(value) < 10000) {
+    return formatMoney(amount, currency);
+  }
+  const steps: [number, string][] = [
+    [1e9, 'B'],
+    [1e6, 'M'],
+    [1e3, 'k']
+  ];
+  const [scale, unit] = steps.find(([n]) => Math.abs(value) >= n) ?? [1, ''];
+  const scaled = value / scale;
+  const digits = Math.abs(scaled) < 10 ? 2 : Math.abs(scaled) < 100 ? 1 : 0;
+  return `${scaled.toFixed(digits)}${unit} ${currency}`.trim();
+}

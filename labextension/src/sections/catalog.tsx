@@ -1,4 +1,5 @@
 import { Clipboard } from '@jupyterlab/apputils';
+import { copyIcon, downloadIcon, LabIcon } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
 import { errorText, formatBytes, formatDuration } from '../format';
@@ -28,7 +29,32 @@ function PullBar(props: { progress: IPullProgress }): JSX.Element {
   );
 }
 
-/** One catalog entry: state, size, pull, copy path. */
+/** A small icon button (as jupyterlab-git's): its title and aria-label say what it does. */
+export function IconButton(props: {
+  icon: LabIcon;
+  label: string;
+  disabled?: boolean;
+  className?: string;
+  onClick: () => void;
+}): JSX.Element {
+  return (
+    <button
+      type="button"
+      className={`jp-Starverse-iconButton ${props.className ?? ''}`}
+      title={props.label}
+      aria-label={props.label}
+      disabled={props.disabled}
+      onClick={props.onClick}
+    >
+      <props.icon.react tag="span" elementSize="normal" />
+    </button>
+  );
+}
+
+/**
+ * One catalog entry in two lines: the name (ellipsed; its title is the full name), the state
+ * and icon buttons (pull, copy the mount path); then size, owner and source, muted.
+ */
 function EntryRow(props: {
   entry: IStoreEntry;
   progress: IPullProgress | undefined;
@@ -37,34 +63,36 @@ function EntryRow(props: {
 }): JSX.Element {
   const { entry, progress } = props;
   const running = progress !== undefined && ['waiting', 'downloading', 'verifying'].includes(progress.phase);
+  const detail = [formatBytes(entry.size), entry.owner?.name, entry.description ?? entry.source]
+    .filter(Boolean)
+    .join(' · ');
   return (
     <li className="jp-Starverse-entry" data-ref={entry.ref} data-state={entry.state}>
       <div className="jp-Starverse-entryHead">
-        <span
-          className="jp-Starverse-entryRef"
-          title={[entry.ref, entry.owner ? `owner: ${entry.owner.name}` : '', entry.description ?? entry.source]
-            .filter(Boolean)
-            .join('\n')}
-        >
+        <span className="jp-Starverse-entryRef" title={entry.ref}>
           {entry.ref}
         </span>
         <span className={`jp-Starverse-state jp-Starverse-state-${entry.state}`}>{entry.state}</span>
-        <span>{formatBytes(entry.size)}</span>
-      </div>
-      {entry.owner && <div className="jp-Starverse-entryOwner">{entry.owner.name}</div>}
-      {entry.problem && <div className="jp-Starverse-entryProblem">{entry.problem}</div>}
-      <div className="jp-Starverse-entryActions">
         {entry.state !== 'cached' && (
-          <button className="jp-mod-styled" disabled={running} onClick={() => props.onPull(entry.ref)}>
-            {running ? 'Pulling…' : 'Pull'}
-          </button>
+          <IconButton
+            icon={downloadIcon}
+            label={running ? `Pulling ${entry.ref}…` : `Pull ${entry.ref}`}
+            disabled={running}
+            onClick={() => props.onPull(entry.ref)}
+          />
         )}
         {entry.state === 'cached' && (
-          <button className="jp-mod-styled" title={entry.path ?? ''} onClick={() => props.onCopy(entry.ref)}>
-            Copy path
-          </button>
+          <IconButton
+            icon={copyIcon}
+            label={`Copy the mount path of ${entry.ref}${entry.path ? `: ${entry.path}` : ''}`}
+            onClick={() => props.onCopy(entry.ref)}
+          />
         )}
       </div>
+      <div className="jp-Starverse-entryDetail" title={detail}>
+        {detail}
+      </div>
+      {entry.problem && <div className="jp-Starverse-entryProblem">{entry.problem}</div>}
       {progress !== undefined && <PullBar progress={progress} />}
     </li>
   );

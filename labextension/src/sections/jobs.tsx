@@ -174,7 +174,7 @@ function JobRow(props: { job: IJob; onChanged: () => void }): JSX.Element {
   return (
     <li className="jp-Starverse-job" data-job-id={job.id} data-state={job.state}>
       <div className="jp-Starverse-jobHead">
-        <span className="jp-Starverse-jobId" title={job.experiment_dir}>
+        <span className="jp-Starverse-jobId" title={job.id}>
           {job.id}
         </span>
         <span className={`jp-Starverse-state jp-Starverse-state-${job.state}`}>{job.state}</span>

@@ -1,6 +1,6 @@
 import * as React from 'react';
 
-import { errorText, formatMoney } from '../format';
+import { errorText, formatMoney, formatMoneyCompact } from '../format';
 import { usePoll } from '../poll';
 import { requestAPI } from '../request';
 import { IRecipe } from '../tokens';
@@ -8,6 +8,13 @@ import { IRecipe } from '../tokens';
 /** `208.00 CNY` (from the server's estimate), or why the recipe could not be priced. */
 export function recipeCost(recipe: IRecipe): string {
   return typeof recipe.cost === 'string' ? recipe.cost : formatMoney(recipe.cost.amount, recipe.cost.currency);
+}
+
+/** The cost as the narrow row shows it (`1.20M CNY`); the exact figure is its title. */
+function recipeCostShort(recipe: IRecipe): string {
+  return typeof recipe.cost === 'string'
+    ? recipe.cost
+    : formatMoneyCompact(recipe.cost.amount, recipe.cost.currency);
 }
 
 /** `8 x a100-80g · 4 h` for a recipe, the published set-up for a reproduction. */
@@ -21,30 +28,30 @@ export function recipeResources(recipe: IRecipe): string {
   return `${r.nodes * r.procs_per_node} x ${r.accelerator} · ${r.hours} h`;
 }
 
-// Layout only (the theme's variables give colours): this section's look lives with it.
-const SUMMARY: React.CSSProperties = { display: 'flex', gap: '0.5em', alignItems: 'baseline', cursor: 'pointer' };
-const NAME: React.CSSProperties = { fontWeight: 600, flex: '0 0 auto' };
-const TITLE: React.CSSProperties = { flex: '1 1 auto', color: 'var(--jp-ui-font-color2)', overflow: 'hidden' };
-const COST: React.CSSProperties = { flex: '0 0 auto', fontVariantNumeric: 'tabular-nums' };
-const LIST: React.CSSProperties = { listStyle: 'none', margin: 0, padding: 0 };
-const ROW: React.CSSProperties = { padding: '2px 0', borderBottom: '1px solid var(--jp-border-color2)' };
+// Layout: style/base.css (.jp-Starverse-recipe*): two lines, the name and the cost on the first
+// (the cost never shrinks), the title on the second, both ellipsed with the full text on hover.
 
 /** One recipe: name, what it does, resources and cost; its parameters with defaults when opened. */
 function RecipeRow(props: { recipe: IRecipe }): JSX.Element {
   const { recipe } = props;
   const repro = recipe.reproduction;
   return (
-    <li className="jp-Starverse-recipe" data-recipe={recipe.name} data-runner={recipe.runner} style={ROW}>
+    <li className="jp-Starverse-recipe" data-recipe={recipe.name} data-runner={recipe.runner}>
       <details>
-        <summary style={SUMMARY}>
-          <span className="jp-Starverse-recipeName" style={NAME}>
-            {recipe.name}
+        <summary className="jp-Starverse-recipeSummary">
+          <span className="jp-Starverse-recipeLine">
+            <span className="jp-Starverse-recipeName" title={recipe.name}>
+              {recipe.name}
+            </span>
+            <span
+              className="jp-Starverse-recipeCost"
+              title={`${recipeCost(recipe)} · ${recipeResources(recipe)}`}
+            >
+              {recipeCostShort(recipe)}
+            </span>
           </span>
-          <span className="jp-Starverse-recipeTitle" style={TITLE}>
+          <span className="jp-Starverse-recipeTitle" title={recipe.title}>
             {recipe.title}
-          </span>
-          <span className="jp-Starverse-recipeCost" style={COST} title={recipeResources(recipe)}>
-            {recipeCost(recipe)}
           </span>
         </summary>
         <div className="jp-Starverse-recipeBody">
@@ -97,7 +104,7 @@ export function RecipesSection(): JSX.Element {
       {error && <div className="jp-Starverse-error">{error}</div>}
       {recipes === null && !error && <div>Loading recipes…</div>}
       {recipes !== null && (
-        <ul className="jp-Starverse-recipeList" style={LIST}>
+        <ul className="jp-Starverse-recipeList">
           {recipes.map(r => (
             <RecipeRow key={r.name} recipe={r} />
           ))}
