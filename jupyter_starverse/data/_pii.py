@@ -150,6 +150,49 @@ def luhn_valid(digits: str) -> bool:
     return total % 10 == 0
 
 
+# Issuer ranges (IIN prefixes) and the lengths each scheme issues: (low, high, digits of prefix, lengths).
+_ISSUERS = (
+    (4, 4, 1, (13, 16, 19)),  # Visa
+    (51, 55, 2, (16,)),  # Mastercard
+    (2221, 2720, 4, (16,)),  # Mastercard 2-series
+    (34, 34, 2, (15,)),  # American Express
+    (37, 37, 2, (15,)),
+    (62, 62, 2, (16, 17, 18, 19)),  # UnionPay
+    (81, 81, 2, (16, 17, 18, 19)),  # UnionPay (81 series)
+    (6011, 6011, 4, (16, 19)),  # Discover
+    (644, 649, 3, (16, 19)),
+    (65, 65, 2, (16, 19)),
+    (3528, 3589, 4, (16, 17, 18, 19)),  # JCB
+    (300, 305, 3, (14, 16, 19)),  # Diners Club
+    (36, 36, 2, (14, 16, 19)),
+    (38, 39, 2, (16, 19)),
+    (50, 50, 2, tuple(range(12, 20))),  # Maestro
+    (56, 58, 2, tuple(range(12, 20))),
+    (60, 60, 2, (16, 19)),  # RuPay and others
+)
+_CARD_CONTEXT = re.compile(
+    r"(卡号|银行卡|信用卡|借记卡|储蓄卡|银联|卡|账号|帐号|账户|帐户|尾号|card|visa|mastercard|amex|account|acct|iban)",
+    re.IGNORECASE,
+)
+_CONTEXT_CHARS = 24
+
+
+def card_issuer_valid(digits: str) -> bool:
+    """Whether a card number starts with an issuer's prefix and has a length that issuer uses."""
+    return any(len(digits) in lens and low <= int(digits[:width]) <= high for low, high, width, lens in _ISSUERS)
+
+
+def _card_plausible(text: str, start: int, value: str, digits: str) -> bool:
+    """A Luhn-valid number is a card when an issuer issues it and it looks like one: grouped in
+    fours, or a card word (卡号, card, 账号, ...) in the ``_CONTEXT_CHARS`` characters before it.
+    (A random number passes Luhn one time in ten: the checksum alone took order numbers.)"""
+    if not card_issuer_valid(digits):
+        return False
+    if re.fullmatch(r"\d{4}(?:[ -]\d{4})+(?:[ -]\d{1,3})?", value):
+        return True
+    return _CARD_CONTEXT.search(text, max(0, start - _CONTEXT_CHARS), start) is not None
+
+
 def _digits(value: str) -> str:
     return "".join(c for c in value if c.isdigit())
 
@@ -167,7 +210,12 @@ def _regex_findings(text: str, types: frozenset[str]) -> list[Finding]:
     if "bank_card" in types:
         for m in _CARD_RE.finditer(text):
             digits = _digits(m.group())
-            if 13 <= len(digits) <= 19 and luhn_valid(digits) and not (len(digits) == 18 and _ID_RE.fullmatch(digits)):
+            if (
+                13 <= len(digits) <= 19
+                and luhn_valid(digits)
+                and not (len(digits) == 18 and _ID_RE.fullmatch(digits))
+                and _card_plausible(text, m.start(), m.group(), digits)
+            ):
                 found.append(Finding("bank_card", m.start(), m.end(), m.group()))
     if "mobile" in types:
         found += [Finding("mobile", m.start(), m.end(), m.group()) for m in _MOBILE_RE.finditer(text)]

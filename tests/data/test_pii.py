@@ -77,3 +77,30 @@ def test_hash_without_a_salt_and_unknown_actions_are_refused() -> None:
 def test_drop_action_drops_the_document() -> None:
     deid = Deidentifier({"id_card": "drop"}, salt=b"x")
     assert deid.apply("id 11010519491231002X", find_pii("id 11010519491231002X"))[0] is None
+
+
+def test_luhn_valid_decoys_are_not_bank_cards_without_an_issuer_and_a_card_context() -> None:
+    from tests.data.corpus import _luhn_digit
+
+    def luhn(body: str) -> str:
+        return body + _luhn_digit(body)
+
+    visa, unionpay = luhn("411111111111111"), luhn("622202123456789012")
+    cards = lambda text: [f.value for f in find_pii(text, ["bank_card"])]  # noqa: E731
+    # found: an issuer's number after a card word, or grouped in fours as cards are written
+    assert cards(f"银行卡号{unionpay}，请核对") == [unionpay]
+    assert cards(f"card number: {visa}") == [visa]
+    grouped = " ".join(visa[i : i + 4] for i in range(0, 16, 4))
+    assert cards(f"paid with {grouped} yesterday") == [grouped]
+    decoys = [
+        f"订单号{visa}已发货",  # an issuer's prefix, Luhn-valid, but an order number
+        f"tracking {unionpay} shipped",
+        f"卡号 {luhn('999912345678901')}",  # a card word, Luhn-valid, but no issuer starts with 99
+        f"卡号 {luhn('34000000000000000')}",  # Amex prefix with 18 digits: Amex issues 15
+        f"流水号{luhn('123456789012345')}",
+    ]
+    for text in decoys:
+        assert cards(text) == [], text
+    rng = random.Random(7)  # random Luhn-valid numbers in running text: none taken for cards
+    randoms = [luhn("".join(str(rng.randint(0, 9)) for _ in range(15))) for _ in range(300)]
+    assert sum(bool(cards(f"编号{n}的记录")) for n in randoms) == 0
