@@ -72,8 +72,9 @@ class ProgressMeter:
     """Counts what a step reads and calls ``progress`` with a :class:`StepProgress` now and then.
 
     The per-document cost is two additions and a clock read every 64 documents; the snapshot
-    is built only when it is sent. The ETA is the reading rate so far (the estimate and the
-    setup before the first document do not count) applied to what is left of every pass.
+    is built only when it is sent. The ETA is the current pass's reading rate (the estimate,
+    the setup and earlier passes do not count) applied to what is left of every pass; a pass
+    that has read nothing yet claims none.
     """
 
     def __init__(
@@ -91,6 +92,7 @@ class ProgressMeter:
         self._every = every
         self._started = time.monotonic()
         self._reading_since: float | None = None
+        self._pass_since: float | None = None
         self._last = 0.0
         self._in_pass = 0  # documents read in the current pass
         self._done_before = 0  # documents of the passes already finished
@@ -108,8 +110,12 @@ class ProgressMeter:
         fraction = eta = None
         if total and s.phase == "reading":
             fraction = min(0.99, (self._done_before + self._in_pass) / (total * s.passes))
-            if fraction > 0 and self._reading_since is not None:
-                eta = (now - self._reading_since) * (1 - fraction) / fraction
+            if self._in_pass and self._pass_since is not None and now > self._pass_since:
+                # this pass's own rate: a pass that embeds or compares as it reads is slower than
+                # the one before it, and the rate of the first pass made "ETA 1m" of 15 hours
+                rate = self._in_pass / (now - self._pass_since)
+                left = max(0, total - self._in_pass) + total * max(0, s.passes - s.pass_no)
+                eta = left / rate
         if s.phase == "done":
             fraction, eta = 1.0, 0.0
         self.state = s = replace(
@@ -139,6 +145,7 @@ class ProgressMeter:
         self.state = replace(s, phase="reading", pass_no=min(s.pass_no + 1, s.passes))
         if self._reading_since is None:
             self._reading_since = time.monotonic()
+        self._pass_since = time.monotonic()
         self._emit(force=True)
         every = self._every
         for doc in docs:
