@@ -46,6 +46,8 @@ def _options(args: argparse.Namespace) -> TaskOptions:
 
 def _eval(client: Starverse, args: argparse.Namespace) -> object:
     words = list(args.words)
+    if args.data:  # models given after --data D belong to the words
+        args.data, words = args.data[0], words + list(args.data[1:])
     verb = words[0] if words and words[0] in _VERBS else None
     if verb == "ls":
         return ReportList(client.evals.reports(model=args.model_filter, data=args.data))
@@ -92,7 +94,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "MODEL: hf:ORG/REPO@REV (a store model or an exported ONNX version), exp:EXPERIMENT or a folder.",
     )
     p.add_argument("words", nargs="+", metavar="MODEL | compare M1 M2 ... | ls | show ID")
-    p.add_argument("--data", default=None, metavar="DATASET[@VERSION]", help="the labelled store dataset")
+    # nargs="+": `eval compare --data D M1 M2` (argparse takes no positional after an option's value)
+    p.add_argument("--data", nargs="+", default=None, metavar="DATASET[@VERSION]", help="the labelled store dataset")
     p.add_argument(
         "--baseline", action="append", default=[], metavar="MODEL2", help="score this model too (repeatable)"
     )

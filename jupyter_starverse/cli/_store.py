@@ -65,6 +65,8 @@ def _add(client: Starverse, args: argparse.Namespace) -> Entry:
 
 
 def _pull(client: Starverse, args: argparse.Namespace) -> EntryStatus:
+    if not str(args.ref).startswith("hf:"):
+        client.catalog.entry(args.ref)  # a mistyped dataset: its error (did you mean?) before any progress bar
     update, close = _progress(args, args.ref)
     try:
         return client.catalog.pull(
@@ -110,6 +112,10 @@ def _verify(client: Starverse, args: argparse.Namespace) -> VerifyReport:
             else ""
         ),
     )
+
+
+def _show(client: Starverse, args: argparse.Namespace) -> object:
+    return client.evals.card(args.ref)
 
 
 def _rm(client: Starverse, args: argparse.Namespace) -> list[str]:
@@ -173,6 +179,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     _ref_parser(verbs, "mount", "print the read-only path of a pulled entry", _mount)
     _ref_parser(verbs, "status", "cache state of one entry", _status)
+    _ref_parser(verbs, "show", "cache state and every evaluation score of one entry", _show)
     _ref_parser(verbs, "verify", "check every cached file against the size and sha256 recorded at pull", _verify)
     p = _ref_parser(verbs, "rm", "remove an entry and its bytes", _rm)
     p.add_argument("--force", action="store_true", help=_FORCE_HELP)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ._metrics import LabelScore, classification_metrics, qa_metrics, rouge_l, token_f1
 from ._predict import Predictor, load_predictor
-from ._report import EvalChain, EvalErrors, EvalReport, EvalRun, WrongExample
+from ._report import EvalChain, EvalErrors, EvalReport, EvalRun, ScoreCard, WrongExample
 from ._run import TASKS, EvalProgress, Example, TaskOptions
 from ._service import AccuracyGate, EvalService, GateFigure
 
@@ -28,6 +28,7 @@ __all__ = [
     "GateFigure",
     "LabelScore",
     "Predictor",
+    "ScoreCard",
     "TaskOptions",
     "WrongExample",
     "classification_metrics",

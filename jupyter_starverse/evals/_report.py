@@ -18,7 +18,7 @@ from typing import Any
 
 from jupyter_starverse._format import format_duration, html_table, pretty_text
 
-__all__ = ["EvalChain", "EvalErrors", "EvalReport", "EvalRun", "WrongExample", "metric_text", "points"]
+__all__ = ["EvalChain", "EvalErrors", "EvalReport", "EvalRun", "ScoreCard", "WrongExample", "metric_text", "points"]
 
 #: Metrics where lower is better (and printed as is, not as points).
 LOWER_BETTER = ("perplexity", "nll_per_token")
@@ -306,3 +306,37 @@ def read_errors(report: EvalReport, limit: int | None = None) -> EvalErrors:
         for r in shown
     )
     return EvalErrors(report.model, report.dataset, len(wrong), examples)
+
+
+@dataclass(frozen=True)
+class ScoreCard:
+    """``store show REF``: the entry's cache state and every evaluation score of it."""
+
+    ref: str
+    status: Any  # catalog.EntryStatus (has to_json and __str__)
+    reports: tuple[EvalReport, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ref": self.ref, "status": self.status.to_json(), "scores": [r.to_json() for r in self.reports]}
+
+    def _rows(self) -> list[list[str]]:
+        return [
+            [r.id, r.dataset, r.task, f"{r.headline} {metric_text(r.headline, r.metrics.get(r.headline))}",
+             str(r.examples), r.engine]
+            for r in self.reports
+        ]  # fmt: skip
+
+    def __str__(self) -> str:
+        out = [str(self.status)]
+        if self.reports:
+            out += ["scores:", _text_table(["report", "dataset", "task", "metric", "n", "engine"], self._rows())]
+        else:
+            out.append(f"no scores yet: `starverse eval {self.ref} --data DATASET`")
+        return "\n".join(out)
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        pretty_text(p, str(self))
+
+    def _repr_html_(self) -> str:
+        table = html_table(["report", "dataset", "task", "metric", "n", "engine"], self._rows()) if self.reports else ""
+        return f"<div class='starverse-card'><pre>{escape(str(self.status))}</pre>{table}</div>"

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from jupyter_starverse._inputs import check_path, check_text
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.catalog import Catalog, DatasetRef, parse_ref
 from jupyter_starverse.data import list_files, read_docs
@@ -29,7 +30,7 @@ from jupyter_starverse.feedback import resolve_model
 from jupyter_starverse.jobmodel import JobSpec
 
 from ._predict import load_predictor
-from ._report import HEADLINE, EvalChain, EvalReport, EvalRun, points, read_predictions
+from ._report import HEADLINE, EvalChain, EvalReport, EvalRun, ScoreCard, points, read_predictions
 from ._run import EvalProgress, Example, TaskOptions, predict_all, score
 
 __all__ = ["AccuracyGate", "EvalService", "GateFigure"]
@@ -138,6 +139,9 @@ class EvalService:
         """The examples of a store dataset ``NAME[@VERSION]`` (or a local file/folder)."""
         if not isinstance(data, str) or not data.strip():
             raise BadInputError("name a dataset", field="data", hint="--data NAME[@VERSION] (a labelled store dataset)")
+        check_path(data, "data", hint="--data NAME[@VERSION] (a labelled store dataset) or a local file")
+        for name in (input_field, target_field):
+            check_text(name, "input_field", max_len=128, hint="a field name such as input or target")
         data = data.strip()
         version: str | None
         if os.sep in data or data.startswith((".", "~")) or Path(data).exists():
@@ -289,6 +293,11 @@ class EvalService:
                 continue
             out.append(rep)
         return sorted(out, key=lambda r: (r.created_at, r.id))
+
+    def card(self, ref: str) -> ScoreCard:
+        """A store entry's state and every score of it (``store show REF``)."""
+        status = self.catalog.status(ref)
+        return ScoreCard(status.ref, status, tuple(self.reports(model=ref) or self.reports(model=status.ref)))
 
     def report(self, report_id: str) -> EvalReport:
         if not report_id or "/" in report_id or report_id.startswith("."):

@@ -166,6 +166,7 @@ TEMPLATES: dict[tuple[str, str], tuple[dict[str, str], dict[str, Any] | None]] =
     # a model that does not exist: a fuzzed POST serve never starts a real server process (a 4xx first)
     ("POST", "serve"): ({}, {"model": "hf:org/missing", "engine": "auto", "port": 0}),
     ("POST", "serve/render"): ({}, {"model": "hf:org/missing", "backend": "kubernetes"}),
+    ("POST", "evals"): ({}, {"model": "hf:org/missing", "data": "missing-set", "limit": 4}),
 }
 PATH_VALUES = {
     "job_id": "fuzz-job-1",
@@ -177,6 +178,7 @@ PATH_VALUES = {
     "kernel_id": "k1",
     "state_id": "0123abcd-0000",
     "task_id": "abc",
+    "report_id": "fuzz-report",
 }
 
 # What a leaf of a body becomes, by kind.
