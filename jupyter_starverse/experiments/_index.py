@@ -652,6 +652,19 @@ class JobIndex:
                 out.append(f"{self._root}/{rel}: {e.warning}")
         return tuple(out)
 
+    def backends_of(self, job_id: str | None = None, *, sweep: bool | None = False) -> list[str]:
+        """The backends with a run folder of ``job_id`` (None: of any job), from the run records.
+
+        What resolves a job id to its backend (and tells which backends this workspace used),
+        whatever the settings say is configured now.
+        """
+        self.refresh(sweep=sweep)
+        with self._lock:
+            assert self._state is not None
+            rows = [e.row for e in self._state.entries.values() if e.row is not None]
+        found = (row[_BACKEND] for row in rows if job_id is None or row[_ID] == job_id)
+        return sorted({str(b) for b in found})
+
     def summaries(self, *, sweep: bool | None = None) -> list[JobSummary]:
         """Every job summary, newest first."""
         return [_from_row(self.root, rel, row) for rel, row in self._rows(sweep)]

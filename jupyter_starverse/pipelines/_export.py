@@ -164,9 +164,9 @@ def _submit(pipeline: Pipeline, steps: list[StepPlan], specs: dict[str, JobSpec]
             + (f", after {', '.join(step.after)}" if step.after else ""),
             f'id_{i}={shlex.quote(spec.name)}-"$stamp"',
             f"mkdir -p {_quote_path(folder)}/logs",
-            f'{var[step.node]}=$(sed -e "s/{_PLACEHOLDER}/$id_{i}/g" -e "s/{_PLACEHOLDER_RUN}/run$stamp/g" '
+            f'{var[step.node]}=$(sed -e "s/{_PLACEHOLDER_RUN}/run$stamp/g" '
             f'"$here"/{shlex.quote(step.node + ".sbatch")} '
-            f"| sbatch --parsable{depend} | cut -d';' -f1)",
+            f"| sbatch --parsable{depend} --export=ALL,STARVERSE_SUBMIT_ID=\"$id_{i}\" | cut -d';' -f1)",
             f'echo "{step.node}: Slurm job ${{{var[step.node]}}} (run folder {_line(str(run))})"'.replace(
                 _PLACEHOLDER, f"$id_{i}"
             ),

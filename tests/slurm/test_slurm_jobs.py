@@ -11,6 +11,8 @@ import pytest
 
 from jupyter_starverse._procs import job_processes
 from jupyter_starverse.backends.slurm import RECORD, SCRIPT, SlurmBackend
+from jupyter_starverse.cli import main
+from jupyter_starverse.client import Starverse
 from jupyter_starverse.errors import BadInputError, NotFoundError
 from jupyter_starverse.experiments import read_metrics
 from jupyter_starverse.jobmodel import Job, JobSpec, JobState
@@ -36,7 +38,9 @@ def _no_processes_left(job: Job) -> None:
     wait_for(lambda: not job_processes(job.id), timeout=30, why=f"the processes of {job.id} to end")
 
 
-def test_two_nodes_train_with_logs_per_rank(slurm: SlurmBackend, slurm_cluster: SlurmCluster) -> None:
+def test_two_nodes_train_with_logs_per_rank(
+    slurm: SlurmBackend, slurm_cluster: SlurmCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
     spec = JobSpec(name="train", code=TINY, nodes=2, procs_per_node=1, steps=6, checkpoint_every=3)
     job = slurm.submit(spec)
     assert job.backend == "slurm" and job.state in (JobState.PENDING, JobState.RUNNING)
@@ -57,7 +61,23 @@ def test_two_nodes_train_with_logs_per_rank(slurm: SlurmBackend, slurm_cluster: 
     # another backend object (another process) sees the same job, from its record once Slurm is done
     again = SlurmBackend(slurm.settings).get(job.id)
     assert again.state is JobState.SUCCEEDED and again.id in [j.id for j in slurm.list()]
+    _followed_without_backend(slurm, job, capsys)
     _no_processes_left(job)
+
+
+def _followed_without_backend(slurm: SlurmBackend, job: Job, capsys: pytest.CaptureFixture[str]) -> None:
+    """A workspace whose default is local (Slurm not configured) lists the job finished and finds it by id."""
+    record = json.loads((Path(job.experiment_dir) / RECORD).read_text())
+    record["final"] = None  # as left by a submit nobody looked at again until after the job ended
+    (Path(job.experiment_dir) / RECORD).write_text(json.dumps(record))
+    client = Starverse(slurm.settings)
+    assert client.settings.backend == "local" and not client.settings.slurm_partitions
+    row = next(r for r in client.job_page().items if r.id == job.id)
+    assert (row.backend, row.state) == ("slurm", "succeeded"), row
+    capsys.readouterr()
+    assert main(["jobs", "show", job.id, "--json"]) == 0  # without --backend
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["backend"] == "slurm" and shown["state"] == "succeeded", shown
 
 
 def test_a_second_job_resumes_from_the_experiments_checkpoint(slurm: SlurmBackend) -> None:
