@@ -88,6 +88,8 @@ def job_fields(args: argparse.Namespace, *, default_accelerator: str = "cpu") ->
         "experiment": args.experiment,
         "resume": args.resume,
         "image": args.image,
+        "cpu": getattr(args, "cpu", None),
+        "memory": getattr(args, "memory", None),
         # from a notebook the job gets the kernel's packages by default (--env-from image: only the image's)
         "env_from": _env_from(args),
         "workdir": str(Path(args.workdir).expanduser().absolute()) if args.workdir else None,
@@ -273,6 +275,10 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pp", type=int, default=1, metavar="N", help="pipeline parallel degree (pp template)")
     p.add_argument("--framework", choices=FRAMEWORKS, default="torch", help="torch, megatron or deepspeed")
     p.add_argument("--mount", action="append", default=[], metavar="NAME", help="catalog entry to mount (repeatable)")
+    p.add_argument(
+        "--cpu", default=None, metavar="N", help="CPUs per node (default: the GPU type's typical host share)"
+    )
+    p.add_argument("--memory", default=None, metavar="QUANTITY", help="memory per node, e.g. 256Gi (default: as --cpu)")
     p.add_argument("--steps", type=int, default=None, help="training steps (STARVERSE_STEPS)")
     p.add_argument("--checkpoint-every", type=int, default=None, metavar="STEPS", help="steps between checkpoints")
     p.add_argument("--max-restarts", type=int, default=0, help="restarts of a failed worker group or node")

@@ -49,7 +49,7 @@ def test_cpu_script_has_the_topology_requeue_and_no_gpus(settings: Settings) -> 
     assert "--nnodes=2 --nproc-per-node=3" in text and "--rdzv-backend=c10d" in text
     assert '--rdzv-endpoint="$head:$port"' in text and "jupyter_starverse.backends.slurm._rank" in text
     assert "export A='it'\"'\"'s $HOME `x`\nnext'" in text  # quoted: no expansion, no command
-    assert f"{settings.experiments}/cpu/runs/<job-id>/logs/node%n.log" in text
+    assert f"{settings.experiments}/cpu/runs/'\"$STARVERSE_JOB_ID\"'/logs/node%n.log" in text
 
 
 def test_gpu_script_asks_for_gpus_in_the_mapped_partition_with_account_qos_and_time(settings: Settings) -> None:
@@ -227,3 +227,60 @@ def test_slurm_settings_from_the_environment() -> None:
     for bad in ({"STARVERSE_SLURM_TIME": "soon"}, {"STARVERSE_SLURM_PARTITIONS": "cpu=a b"}):
         with pytest.raises(BadInputError):
             Settings.from_env({**env, **bad})
+
+
+def test_cpus_and_memory_per_node_from_the_gpu_type_and_rank_count_overridable(settings: Settings) -> None:
+    backend = SlurmBackend(settings)
+    gpu = JobSpec(name="g", code=TINY, nodes=2, procs_per_node=8, accelerator="rtx4090")
+    flags = _directives(backend.render(gpu))
+    assert "--cpus-per-task=48" in flags and "--mem=384G" in flags  # 6 CPUs, 48 GiB per 4090: fits an 8 x 4090 host
+    flags = _directives(backend.render(gpu.replace(accelerator="a100-80g", procs_per_node=4)))
+    assert "--cpus-per-task=48" in flags and "--mem=448G" in flags
+    cpu = _directives(backend.render(JobSpec(name="c", code=TINY, procs_per_node=8)))
+    assert "--cpus-per-task=8" in cpu and not any(f.startswith("--mem") for f in cpu)  # 8 ranks, 8 cores
+    mine = _directives(backend.render(gpu.replace(cpu="20", memory="200Gi")))
+    assert "--cpus-per-task=20" in mine and "--mem=200G" in mine
+    with pytest.raises(BadInputError, match="not a CPU count"):
+        backend.render(gpu.replace(cpu="lots"))
+
+
+@pytest.mark.parametrize("limit", ["3", "00:02:30", "2:00"])
+def test_a_time_limit_too_short_for_a_first_checkpoint_is_refused_with_the_figures(
+    settings: Settings, limit: str
+) -> None:
+    backend = SlurmBackend(settings.replace(slurm_time=limit))
+    spec = JobSpec(name="short", code=TINY, steps=1000, checkpoint_every=100)
+    with pytest.raises(BadInputError) as err:
+        backend.render(spec)
+    assert "too short to reach a first checkpoint" in err.value.message and "start-up ~90 s" in err.value.message
+    assert "STARVERSE_SLURM_TIME" in (err.value.hint or "") and "--checkpoint-every" in (err.value.hint or "")
+
+
+def test_the_early_warning_lands_after_start_up_and_a_checkpoint_interval(settings: Settings) -> None:
+    from jupyter_starverse.backends.slurm._resources import START_UP_S, check_time_limit, parse_slurm_time
+
+    spec = JobSpec(name="ok", code=TINY, steps=1000, checkpoint_every=100)
+    for limit, margin in (("4", 60), ("10", 120), ("1-00:00:00", 120), ("01:30:00", 120)):
+        text = SlurmBackend(settings.replace(slurm_time=limit)).render(spec)
+        assert f"--signal=B:TERM@{margin}" in _directives(text)
+        seconds = parse_slurm_time(limit)
+        assert seconds is not None and seconds - margin >= START_UP_S + 60
+    # a known step time (the experiment's last run): 100 steps x 2 s do not fit before the warning of 5 minutes
+    with pytest.raises(BadInputError, match=r"100 steps x 2.00 s"):
+        check_time_limit(spec, "5", step_s=2.0)
+    assert check_time_limit(spec, "10", step_s=2.0) is not None and check_time_limit(spec, None) is None
+    assert parse_slurm_time("2-03") == 2 * 86400 + 3 * 3600 and parse_slurm_time("90:30") == 5430
+
+
+def test_spot_runs_on_the_clusters_preemptible_qos_or_partition(settings: Settings) -> None:
+    spec = JobSpec(name="s", code=TINY, accelerator="a100-80g", procs_per_node=2)
+    base = settings.replace(slurm_partitions=(("a100-80g", "gpu"),), slurm_qos="normal")
+    on_demand = SlurmBackend(base).render(spec)
+    with pytest.raises(BadInputError, match="preemptible QOS or partition") as err:
+        SlurmBackend(base).render(spec.replace(billing="spot"))
+    assert "STARVERSE_SLURM_SPOT_QOS" in (err.value.hint or "")
+    spot = SlurmBackend(base.replace(slurm_spot_qos="preempt")).render(spec.replace(billing="spot"))
+    assert "--qos=preempt" in _directives(spot) and "--partition=gpu" in _directives(spot)
+    assert "--qos=normal" in _directives(on_demand) and spot != on_demand
+    part = SlurmBackend(base.replace(slurm_spot_partition="gpu-spot")).render(spec.replace(billing="spot"))
+    assert "--partition=gpu-spot" in _directives(part) and "--qos=normal" in _directives(part)

@@ -51,7 +51,8 @@ from ._commands import (
     submit_error,
 )
 from ._requeue import read_restarts
-from ._script import RANK_MODULE, SlurmLaunch, render_script
+from ._resources import check_time_limit, node_resources, parse_slurm_time, signal_margin
+from ._script import JOB_ID_TOKEN, RANK_MODULE, SlurmLaunch, render_script
 
 __all__ = ["RECORD", "SCRIPT", "SlurmBackend"]
 
@@ -122,6 +123,23 @@ class SlurmBackend(RunFolderBackend):
         """The batch script's Python (``STARVERSE_SLURM_PYTHON``, else this one): what the job env is diffed against."""
         return f"python:{self.settings.slurm_python or sys.executable}"
 
+    def placement(self, spec: JobSpec) -> tuple[str | None, str | None, str]:
+        """``(partition, qos, why)`` of ``spec``: a spot job runs on the preemptible QOS and/or
+        partition of ``STARVERSE_SLURM_SPOT_QOS`` / ``STARVERSE_SLURM_SPOT_PARTITION``."""
+        partition, qos = self.partition(spec), self.settings.slurm_qos
+        if spec.billing != "spot":
+            return partition, qos, ""
+        spot_qos, spot_part = self.settings.slurm_spot_qos, self.settings.slurm_spot_partition
+        if not spot_qos and not spot_part:
+            raise BadInputError(
+                "--billing spot on Slurm needs a preemptible QOS or partition, and none is configured "
+                "(the job would run, and be billed, as on-demand capacity)",
+                field="billing",
+                hint="set STARVERSE_SLURM_SPOT_QOS (a QOS with PreemptMode=REQUEUE, `sacctmgr show qos`) or "
+                "STARVERSE_SLURM_SPOT_PARTITION (`sinfo -s`), or launch with --billing on_demand",
+            )
+        return spot_part or partition, spot_qos or qos, "spot: STARVERSE_SLURM_SPOT_QOS / _PARTITION (preemptible)"
+
     def partition(self, spec: JobSpec) -> str | None:
         """The partition of ``spec``'s accelerator (None: the cluster's default partition)."""
         table = dict(self.settings.slurm_partitions)
@@ -138,7 +156,9 @@ class SlurmBackend(RunFolderBackend):
     def validate(self, spec: JobSpec, *, secrets: bool = True) -> tuple[dict[str, str], dict[str, str]]:
         """Every check ``submit`` makes before writing anything; returns mounts and store env."""
         check_template(spec)
-        self.partition(spec)
+        self.placement(spec)
+        node_resources(spec)
+        check_time_limit(spec, self.settings.slurm_time, step_s=self._step_seconds(spec))
         if spec.budget is not None:
             from jupyter_starverse.costs import check_priced, load_price_table
 
@@ -147,6 +167,21 @@ class SlurmBackend(RunFolderBackend):
         if secrets:  # resolved again at sbatch, into its environment only (the script names them)
             check_secrets(spec, where="Slurm")
         return self.mounts(spec)
+
+    def _step_seconds(self, spec: JobSpec) -> float | None:
+        """Seconds per step of the experiment's newest run with timed metrics (None: none yet)."""
+        from jupyter_starverse.experiments import read_metrics
+
+        runs = ExperimentPaths.of(self.settings.experiments, spec.experiment_name).root / "runs"
+        folders = sorted(runs.iterdir(), key=lambda p: p.name, reverse=True) if runs.is_dir() else []
+        for folder in folders[:5]:
+            try:
+                timed = [p for p in read_metrics(folder, from_logs=False) if p.time is not None]
+            except (OSError, StarverseError, ValueError):
+                continue
+            if len(timed) >= 2 and timed[-1].step > timed[0].step:
+                return ((timed[-1].time or 0.0) - (timed[0].time or 0.0)) / (timed[-1].step - timed[0].step)
+        return None
 
     def resume_plan(self, spec: JobSpec) -> ResumePlan:
         """Checkpoint step, old and new world size of ``spec`` resumed into its experiment."""
@@ -162,7 +197,13 @@ class SlurmBackend(RunFolderBackend):
         return ["-m", RANK_MODULE, script, *spec.args, *extra]
 
     def plan(
-        self, spec: JobSpec, job_id: str, *, mounts: dict[str, str], store_env: dict[str, str]
+        self,
+        spec: JobSpec,
+        job_id: str,
+        *,
+        mounts: dict[str, str],
+        store_env: dict[str, str],
+        standalone: bool = False,
     ) -> tuple[SlurmLaunch, ResumePlan | None]:
         """The resolved script inputs of ``spec`` as job ``job_id`` (pure but for the resume scan)."""
         run = ExperimentPaths.of(self.settings.experiments, spec.experiment_name).run(job_id)
@@ -186,6 +227,18 @@ class SlurmBackend(RunFolderBackend):
 
             env.update(cap_env(spec, load_price_table(self.settings), user=self.settings.user))
         entry = self._entry(spec, run)
+        partition, qos, billing_note = self.placement(spec)
+        cpus, memory, resources_note = node_resources(spec)
+        files: dict[str, str] = {}
+        if standalone:  # what submit writes into the run folder, the printed script writes itself
+            if spec.code is not None:
+                files[run.script.name] = spec.code
+            if spec.framework == "deepspeed":
+                import json
+
+                from ..templates import deepspeed_config
+
+                files["ds_config.json"] = json.dumps(deepspeed_config(spec), indent=1)
         launch = SlurmLaunch(
             job_id=job_id,
             spec=spec,
@@ -194,13 +247,20 @@ class SlurmBackend(RunFolderBackend):
             entry=tuple(entry),
             env=env,
             mounts=mounts,
-            partition=self.partition(spec),
+            partition=partition,
             account=self.settings.slurm_account,
-            qos=self.settings.slurm_qos,
+            qos=qos,
             time_limit=self.settings.slurm_time,
             gpu_flag=self.settings.slurm_gpu_flag,
             resume_from=env.get("STARVERSE_RESUME_FROM"),
             preempt_restarts=self.preempt_restarts,
+            cpus=cpus,
+            memory=memory,
+            resources_note=resources_note,
+            signal_margin=signal_margin(parse_slurm_time(self.settings.slurm_time)),
+            billing_note=billing_note,
+            standalone=standalone,
+            files=files,
         )
         return launch, resume
 
@@ -220,7 +280,8 @@ class SlurmBackend(RunFolderBackend):
         if output not in ("sbatch", "yaml", "json"):
             raise BadInputError(f"output {output!r} is not sbatch, yaml or json", field="output")
         mounts, store_env = self.validate(spec, secrets=False)
-        launch, resume = self.plan(spec, "<job-id>", mounts=mounts, store_env=store_env)
+        # a printed script names its run folder after Slurm's id (``sbatch FILE`` as printed)
+        launch, resume = self.plan(spec, JOB_ID_TOKEN, mounts=mounts, store_env=store_env, standalone=True)
         script = render_script(launch)
         if output == "sbatch":
             return script

@@ -17,7 +17,7 @@ from jupyter_starverse.backends._restarts import PREEMPT_RESTARTS
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.jobmodel import JobSpec
 
-__all__ = ["NODE_MODULE", "RANK_MODULE", "TERM_BEFORE_LIMIT_S", "SlurmLaunch", "render_script"]
+__all__ = ["JOB_ID_TOKEN", "NODE_MODULE", "RANK_MODULE", "TERM_BEFORE_LIMIT_S", "SlurmLaunch", "render_script"]
 
 NODE_MODULE = "jupyter_starverse.backends.slurm._node"
 RANK_MODULE = "jupyter_starverse.backends.slurm._rank"
@@ -25,6 +25,8 @@ REQUEUE_MODULE = "jupyter_starverse.backends.slurm._requeue"
 
 #: seconds before the time limit at which the batch shell gets SIGTERM (checkpoint, then requeue)
 TERM_BEFORE_LIMIT_S = 120
+#: the job id of a printed script (``-o sbatch``): the script names its run folder after Slurm's id
+JOB_ID_TOKEN = "<job-id>"  # noqa: S105 - a placeholder, not a secret
 _PLAIN = re.compile(r"[A-Za-z0-9_./:@%+,=<>-]+")
 
 
@@ -46,6 +48,13 @@ class SlurmLaunch:
     gpu_flag: str = "gpus-per-node"
     resume_from: str | None = None
     preempt_restarts: int = PREEMPT_RESTARTS  # requeues after preemptions; failures: spec.max_restarts
+    cpus: int | None = None  # --cpus-per-task of the node's one task (the agent and all its ranks)
+    memory: str | None = None  # --mem per node
+    resources_note: str = ""
+    signal_margin: int = TERM_BEFORE_LIMIT_S  # --signal=B:TERM@margin
+    billing_note: str = ""  # why the partition / QOS is what it is (spot)
+    standalone: bool = False  # printed for `sbatch FILE`: the script makes its own run folder
+    files: Mapping[str, str] = field(default_factory=dict)  # run-folder files a standalone script writes
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -62,6 +71,10 @@ class SlurmLaunch:
             "gpu_flag": self.gpu_flag,
             "resume_from": self.resume_from,
             "preempt_restarts": self.preempt_restarts,
+            "cpus": self.cpus,
+            "memory": self.memory,
+            "signal_margin": self.signal_margin,
+            "standalone": self.standalone,
         }
 
 
@@ -107,8 +120,10 @@ def render_script(launch: SlurmLaunch) -> str:
         "#",
     ]
     partition_note = f"partition of {spec.accelerator} (STARVERSE_SLURM_PARTITIONS)" if launch.partition else ""
+    partition_note = launch.billing_note if launch.billing_note and launch.partition else partition_note
     lines += _directive("job-name", spec.name)
-    lines += _directive("comment", f"starverse:{launch.job_id}")
+    if not launch.standalone:
+        lines += _directive("comment", f"starverse:{launch.job_id}")
     lines += _directive("nodes", spec.nodes)
     lines += _directive("ntasks-per-node", 1, "one torchrun agent per node")
     lines += _directive("partition", launch.partition, partition_note)
@@ -117,20 +132,24 @@ def render_script(launch: SlurmLaunch) -> str:
             lines += _directive("gres", f"gpu:{spec.procs_per_node}", "one GPU per process")
         else:
             lines += _directive("gpus-per-node", spec.procs_per_node, "one GPU per process")
-    if spec.cpu is not None:
-        lines += _directive("cpus-per-task", spec.cpu, "CPUs of each node's agent and its ranks")
-    if spec.memory is not None:
-        lines += _directive("mem", _slurm_memory(spec.memory), "memory per node")
+    lines += _directive("cpus-per-task", launch.cpus, f"node's agent and ranks: {launch.resources_note}")
+    lines += _directive("mem", _slurm_memory(launch.memory) if launch.memory else None, "memory per node")
     lines += _directive("time", launch.time_limit, "STARVERSE_SLURM_TIME")
     lines += _directive("account", launch.account, "STARVERSE_SLURM_ACCOUNT")
-    lines += _directive("qos", launch.qos, "STARVERSE_SLURM_QOS")
-    lines += _directive("chdir", run)
-    lines += _directive("output", f"{logs}/batch.log", "this script's own output")
+    qos_note = launch.billing_note if launch.billing_note and launch.qos else "STARVERSE_SLURM_QOS"
+    lines += _directive("qos", launch.qos, qos_note)
+    if launch.standalone:  # the run folder does not exist yet: Slurm's own %j names the first lines' file
+        lines += _directive("output", "starverse-%x-%j.log", "until the script moves its output to the run folder")
+    else:
+        lines += _directive("chdir", run)
+        lines += _directive("output", f"{logs}/batch.log", "this script's own output")
     lines += _directive("open-mode", "append", "a requeued run adds to the logs")
     lines += _directive("export", "ALL", "the submit environment (secrets by reference)")
     lines.append(f"{'#SBATCH --requeue':<44} # requeue on preemption or a lost node")
-    lines += _directive("signal", f"B:TERM@{TERM_BEFORE_LIMIT_S}", "SIGTERM before the time limit")
+    lines += _directive("signal", f"B:TERM@{launch.signal_margin}", "SIGTERM before the time limit")
     lines += ["", "set -uo pipefail", ""]
+    if launch.standalone:
+        lines += _standalone(launch)
 
     lines += ["# -- environment of every rank (torchrun adds RANK, WORLD_SIZE, ...) --"]
     lines += [f"export {k}={_q(v)}" for k, v in sorted(launch.env.items()) if k != "PYTHONPATH"]
@@ -200,7 +219,40 @@ def render_script(launch: SlurmLaunch) -> str:
         'exit "$rc"',
         "",
     ]
+    if launch.standalone:
+        return "\n".join(_name_run(line) for line in lines)
     return "\n".join(lines)
+
+
+def _standalone(launch: SlurmLaunch) -> list[str]:
+    """A printed script's first steps: its job id from Slurm's, its run folder made, its output moved there."""
+    run = launch.run_dir
+    out = [
+        "# -- printed by `starverse launch -o sbatch`: submit it as it is (`sbatch FILE`). The run folder",
+        "#    is named after Slurm's job id and made here; this script's output moves there. --",
+        "#    A submitter that names the run itself: `sbatch --export=ALL,STARVERSE_SUBMIT_ID=ID FILE`.",
+        f'STARVERSE_JOB_ID="${{STARVERSE_SUBMIT_ID:-{launch.spec.name}-slurm$SLURM_JOB_ID}}"',
+        "unset STARVERSE_SUBMIT_ID  # not inherited by a job this one submits",
+        f"run={_q(run)}",
+        'mkdir -p "$run/logs" "$run/checkpoints" && cd "$run" || { echo "starverse: cannot make $run" >&2; exit 1; }',
+        'exec >>"$run/logs/batch.log" 2>&1',
+    ]
+    for name, text in sorted(launch.files.items()):
+        marker = "STARVERSE_EOF"
+        while marker in text:
+            marker += "_"
+        out += [f"cat > {_q(run + '/' + name)} <<'{marker}'", *text.rstrip("\n").split("\n"), marker]
+    return [*out, ""]
+
+
+def _name_run(line: str) -> str:
+    """A line of a printed script with its job id the script's own (``$STARVERSE_JOB_ID``)."""
+    if JOB_ID_TOKEN not in line:
+        return line
+    if line.startswith("#"):
+        return line.replace(JOB_ID_TOKEN, "$STARVERSE_JOB_ID")
+    # every path that holds the id was quoted with shlex.quote ('...<job-id>...'): reopen the quotes
+    return line.replace(JOB_ID_TOKEN, "'\"$STARVERSE_JOB_ID\"'")
 
 
 def _activation(env: Mapping[str, str]) -> list[str]:
@@ -212,13 +264,13 @@ def _activation(env: Mapping[str, str]) -> list[str]:
     if site is not None:
         record = site.rsplit("/", 1)[0] + "/env.json"
         out += [
-            f"[ -f {_q(record)} ] || {{ echo \"starverse: environment {env['STARVERSE_ENV'][:12]} is missing on "
+            f'[ -f {_q(record)} ] || {{ echo "starverse: environment {env["STARVERSE_ENV"][:12]} is missing on '
             '$(hostname); launch again (the launch builds it)" >&2; exit 1; }',
             f"export PYTHONPATH={_q(site)}${{PYTHONPATH:+:$PYTHONPATH}}  # layered over the Python of the job",
         ]
     if workdir is not None:
         out.append(
-            f"[ -d {_q(workdir)} ] || {{ echo \"starverse: working folder {_one_line(workdir)} is missing on "
+            f'[ -d {_q(workdir)} ] || {{ echo "starverse: working folder {_one_line(workdir)} is missing on '
             '$(hostname)" >&2; exit 1; }'
         )
     return [*out, ""]
