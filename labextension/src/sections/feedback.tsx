@@ -22,11 +22,30 @@ interface IAnswer {
   note: string | null;
 }
 
-/** `👍 3 · 👎 1 · 2 pairs` for the log the panel writes to. */
+/** `chat: 3 records · 2 up · 1 down · 2 pairs` for the log the panel writes to. */
 export function feedbackSummary(table: IFeedbackTable): string {
   const up = table.records.filter(r => r.vote === 'up').length;
   const down = table.records.filter(r => r.vote === 'down').length;
   return `${table.ref}: ${table.records.length} records · ${up} up · ${down} down · ${table.pairs} pairs · ${table.labels} labels`;
+}
+
+/** A thumb drawn as SVG (an emoji needs an emoji font, and renders as an empty box without one). */
+function Thumb(props: { down?: boolean }): JSX.Element {
+  return (
+    <svg
+      className="jp-Starverse-thumbIcon"
+      viewBox="0 0 24 24"
+      width="14"
+      height="14"
+      aria-hidden="true"
+      style={props.down ? { transform: 'rotate(180deg)' } : undefined}
+    >
+      <path
+        fill="currentColor"
+        d="M2 21h4V9H2v12zm20-11a2 2 0 0 0-2-2h-6.3l1-4.6v-.3c0-.4-.2-.8-.4-1.1L13.2 1 6.6 7.6C6.2 8 6 8.5 6 9v10a2 2 0 0 0 2 2h9c.8 0 1.5-.5 1.8-1.2l3-7.1c.1-.2.2-.5.2-.7v-2z"
+      />
+    </svg>
+  );
 }
 
 /** Thumbs, a better answer and a comment under one answer. */
@@ -56,7 +75,7 @@ function AnswerView(props: {
           disabled={!done}
           onClick={() => props.onRecord('up', better, comment)}
         >
-          👍
+          <Thumb /> good
         </button>
         <button
           className={'jp-Starverse-thumbDown' + (answer.vote === 'down' ? ' jp-mod-active' : '')}
@@ -65,7 +84,7 @@ function AnswerView(props: {
           disabled={!done}
           onClick={() => props.onRecord('down', better, comment)}
         >
-          👎
+          <Thumb down /> bad
         </button>
         {answer.note && <span className="jp-Starverse-note">{answer.note}</span>}
       </div>
@@ -179,11 +198,13 @@ export function ChatSection(): JSX.Element {
   const [error, setError] = React.useState<string | null>(null);
   const messages = React.useRef<IMessage[]>([]);
 
-  React.useEffect(() => {
+  // the store's cached models and experiments with a saved model: re-read when the picker opens
+  const loadModels = (): void => {
     requestAPI<string[]>(['chat', 'models'])
       .then(setModels)
       .catch(reason => setError(errorText(reason)));
-  }, []);
+  };
+  React.useEffect(loadModels, []);
 
   const patch = (id: string, change: Partial<IAnswer>): void =>
     setAnswers(all => all.map(a => (a.turn.id === id ? { ...a, ...change } : a)));
@@ -263,18 +284,27 @@ export function ChatSection(): JSX.Element {
   return (
     <div className="jp-Starverse-chat">
       <div className="jp-Starverse-chatModel">
+        <select
+          className="jp-Starverse-chatPicker"
+          aria-label="store model"
+          title="the store's models and experiments with a saved model"
+          value={models.includes(model) ? model : ''}
+          onFocus={loadModels}
+          onChange={e => setModel(e.target.value)}
+        >
+          <option value="">{models.length ? 'pick a model…' : 'no model on the store'}</option>
+          {models.map(m => (
+            <option key={m} value={m}>
+              {m}
+            </option>
+          ))}
+        </select>
         <input
-          list="jp-Starverse-chatModels"
-          placeholder="hf:ORG/REPO@REV, exp:EXPERIMENT or a folder"
+          placeholder="or hf:ORG/REPO@REV, exp:EXPERIMENT, a folder"
           aria-label="model"
           value={model}
           onChange={e => setModel(e.target.value)}
         />
-        <datalist id="jp-Starverse-chatModels">
-          {models.map(m => (
-            <option key={m} value={m} />
-          ))}
-        </datalist>
         <button disabled={!model.trim() || loading} onClick={() => void load()}>
           {loading ? 'loading…' : 'load model'}
         </button>

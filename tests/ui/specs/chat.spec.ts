@@ -22,9 +22,27 @@ test.describe('Starverse chat and feedback section', () => {
       { cwd: REPO, env: { ...process.env, PYTHONPATH: REPO, OMP_NUM_THREADS: '1' } }
     );
 
+    // ... imported into the store, so the chat's picker lists it (the server's store: its root's starverse-home)
+    const ref = execFileSync(
+      'python',
+      [
+        '-c',
+        'import sys; from jupyter_starverse.client import Starverse; ' +
+          'print(Starverse().catalog.import_model(sys.argv[1], repo="ui/tiny-llama").ref)',
+        folder
+      ],
+      { cwd: REPO, env: { ...process.env, PYTHONPATH: REPO, STARVERSE_HOME: path.join(ROOT, 'starverse-home') } }
+    )
+      .toString()
+      .trim();
+
     const chat = page.locator('.jp-Starverse-section[data-section="chat"]');
     await chat.scrollIntoViewIfNeeded();
-    await chat.getByLabel('model').fill(folder);
+    const picker = chat.getByLabel('store model');
+    await picker.focus(); // re-reads the store's models
+    await expect(picker.locator('option', { hasText: ref })).toHaveCount(1);
+    await picker.selectOption(ref);
+    await expect(chat.getByLabel('model', { exact: true })).toHaveValue(ref);
     await chat.getByRole('button', { name: 'load model' }).click();
     await expect(chat.locator('.jp-Starverse-chatReady')).toContainText('chatting with', { timeout: 60000 });
 
@@ -34,7 +52,12 @@ test.describe('Starverse chat and feedback section', () => {
     await expect(answer).toHaveAttribute('data-done', 'true', { timeout: 60000 });
     await expect(answer.locator('.jp-Starverse-chatPrompt')).toContainText('How many cards do I need?');
 
-    await answer.getByRole('button', { name: 'thumbs up' }).click();
+    // the thumbs are labelled and drawn without an emoji font (SVG and a word)
+    const up = answer.getByRole('button', { name: 'thumbs up' });
+    await expect(up).toHaveText('good');
+    await expect(up.locator('svg')).toHaveCount(1);
+    await expect(answer.getByRole('button', { name: 'thumbs down' })).toHaveText('bad');
+    await up.click();
     await expect(answer.locator('.jp-Starverse-note')).toHaveText('recorded in chat');
     await expect(answer.locator('.jp-Starverse-thumbUp')).toHaveClass(/jp-mod-active/);
     // What the server stored: one record, voted up, for this model.
