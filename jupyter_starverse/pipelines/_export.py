@@ -192,18 +192,25 @@ def _line(text: str) -> str:
 
 
 def _yaml(pipeline: Pipeline, steps: list[StepPlan], specs: dict[str, JobSpec], facade: Facade) -> ExportFile:
-    """Every step's Kubernetes objects in order; each is applied once the steps before it succeeded."""
-    docs = [
-        f"# The pipeline {_line(pipeline.name)!r} on Kubernetes (jupyter_starverse {__version__}): one job per",
-        "# step, in order. Kubernetes has no dependencies between Jobs: apply a step's objects when the",
-        "# steps it waits for have succeeded, or let `starverse pipeline run FILE --backend kubernetes`",
-        "# do it (it submits each step when the previous ones succeeded).",
-    ]
+    """Every step's Kubernetes objects, applicable at once: scripts in ConfigMaps, each step's pods
+    waiting for the Jobs before it (pipelines/_kube.py)."""
+    import yaml
+
+    from ._kube import applicable
+
+    rendered = []
     for step in steps:
-        text = facade.preview(specs[step.node], backend="kubernetes", output="yaml").rendered.strip()
-        after = f"after {', '.join(step.after)}" if step.after else "first"
-        docs.append(f"---\n# step {step.node} ({after})\n{text}")
-    return ExportFile(f"{_stem(pipeline)}.yaml", "\n".join(docs) + "\n")
+        text = facade.preview(specs[step.node], backend="kubernetes", output="yaml").rendered
+        objs = [d for d in yaml.safe_load_all(text) if d]
+        rendered.append((step.node, step.after, specs[step.node], step.prep is not None, objs))
+    head = [
+        f"# The pipeline {_line(pipeline.name)!r} on Kubernetes (jupyter_starverse {__version__}): one Job per",
+        "# step. Apply the whole file at once (kubectl apply -f FILE): each step's pods wait in an init",
+        "# container until the Jobs it comes after completed, and fail when one failed (like afterok).",
+        "# Steps: " + "; ".join(f"{s.node} ({'after ' + ', '.join(s.after) if s.after else 'first'})" for s in steps),
+    ]
+    body = "---\n".join(yaml.safe_dump(o, sort_keys=False, width=200) for o in applicable(_stem(pipeline), rendered))
+    return ExportFile(f"{_stem(pipeline)}.yaml", "\n".join(head) + "\n---\n" + body)
 
 
 def _python(pipeline: Pipeline, base_dir: Path) -> ExportFile:
