@@ -113,6 +113,9 @@ MEGATRON_GPT = Recipe(
     data_format="*.txt files, or *.jsonl with a 'text' field",
     params=(*_common(3e-4, warmup=2000, global_batch=512, seq_len=4096),),
     runner="megatron",
+    # Megatron's own parallelism: --template tp --tp N is --tensor-model-parallel-size N, pp likewise,
+    # fsdp is --use-torch-fsdp2 (backends.templates.megatron_args)
+    templates=("ddp", "fsdp", "tp", "pp"),
     nodes=64,
     procs_per_node=8,
     hours=24 * 15,

@@ -234,6 +234,16 @@ class RecipeService:
                 field="steps",
                 hint="raise the steps parameter, or run fewer steps now and resume later",
             )
+        # the recipe decides its framework; a launch's default ("torch", the CLI always sends one) is no choice
+        framework = job.pop("framework", None)
+        own = "megatron" if r.runner == "megatron" else "torch"
+        if framework not in (None, "torch", own):
+            raise BadInputError(
+                f"recipe {r.name} runs on {'Megatron-LM' if own == 'megatron' else 'its own trainer'}, "
+                f"not framework {framework!r}",
+                field="framework",
+                hint="leave --framework out: the recipe picks it",
+            )
         template = job.get("template", "ddp")
         if template not in r.templates:
             raise BadInputError(

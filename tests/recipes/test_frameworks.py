@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from jupyter_starverse.cli import main as cli_main
 from jupyter_starverse.client import Starverse
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.recipes import get_recipe
@@ -76,7 +77,7 @@ def test_megatron_indexed_dataset_round_trips_in_megatron_core_layout(tmp_path: 
     assert [list(ds[i]) for i in range(3)] == docs
 
 
-def test_megatron_pretokenize_and_arguments(store: Starverse) -> None:
+def test_megatron_pretokenize_and_arguments(store: Starverse, capsys: pytest.CaptureFixture[str]) -> None:
     entry = store.recipes.pretokenize("corpus", model=MODEL, name="corpus-megatron")
     assert entry.ref == "corpus-megatron@v1" and entry.state == "cached"
     folder = store.catalog.mount("corpus-megatron@v1")
@@ -118,3 +119,23 @@ def test_megatron_pretokenize_and_arguments(store: Starverse) -> None:
         store.preview(cpu)
     with pytest.raises(BadInputError, match="holds no Megatron index"):
         store.recipes.spec("megatron-gpt", model=MODEL, data="corpus", accelerator="a100-80g")
+
+    # from the CLI (which always sends framework="torch"): Megatron's own tensor parallel with --template tp
+    launch = ["launch", "--recipe", "megatron-gpt", "--model", MODEL, "--data", "corpus-megatron@v1"]
+    gpus = [
+        "--backend",
+        "kubernetes",
+        "--gpu",
+        "a100-80g",
+        "--nodes",
+        "2",
+        "--procs",
+        "8",
+        "--param",
+        "global_batch=64",
+    ]
+    assert cli_main([*launch, *gpus, "--template", "tp", "--tp", "4", "--dry-run", "-o", "json", "--json"]) == 0
+    rendered = json.dumps(json.loads(capsys.readouterr().out))
+    assert "--tensor-model-parallel-size" in rendered and "pretrain_gpt.py" in rendered
+    assert cli_main([*launch, *gpus, "--framework", "deepspeed", "--dry-run"]) == 2
+    assert "leave --framework out" in capsys.readouterr().err
