@@ -37,7 +37,14 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_starverse._volume import Owner, inside, open_under, remove_under
-from jupyter_starverse.errors import BadInputError, InvalidNameError, NotFoundError, PermissionDeniedError, StoreError
+from jupyter_starverse.errors import (
+    BadInputError,
+    InvalidNameError,
+    NotFoundError,
+    PermissionDeniedError,
+    StoreError,
+    did_you_mean,
+)
 
 from ._names import DatasetRef, ModelRef, Ref, check_name, parse_hf
 from ._perms import denied, file_mode, make_dirs, make_read_only, make_writable, translate_permissions
@@ -301,8 +308,11 @@ class Layout:
             path = self.record_path(ref)
             inside(self.root, path)
             if not os.path.lexists(path):
-                hint = "run `starverse store ls` to see entries" + (
-                    f", or `starverse store pull {ref}`" if isinstance(ref, ModelRef) else ""
+                known = [str(r) for r in self.all_refs()]
+                hint = (
+                    did_you_mean(str(ref), known)
+                    + "run `starverse store ls` to see entries"
+                    + (f", or `starverse store pull {ref}`" if isinstance(ref, ModelRef) else "")
                 )
                 raise NotFoundError(f"{ref} is not in the catalog", hint=hint)
             return ref
@@ -349,9 +359,11 @@ class Layout:
         if newest is None and corrupt is not None:
             return DatasetRef(ref.name, corrupt)
         if newest is None:
+            names = {str(r).split("@")[0] for r in self.all_refs() if isinstance(r, DatasetRef)}
             raise NotFoundError(
                 f"no dataset named {ref.name!r} in the catalog",
-                hint="run `starverse store ls` to see entries, or `starverse store add NAME SOURCE`",
+                hint=did_you_mean(ref.name, names)
+                + "run `starverse store ls` to see entries, or `starverse store add NAME SOURCE`",
             )
         return DatasetRef(ref.name, newest[1])
 

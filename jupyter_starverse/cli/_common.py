@@ -274,7 +274,7 @@ _FLAGS = {
     "script": "SCRIPT",
 }
 _FIELD_TEXT = re.compile(r"\bJobSpec\.([a-z_]+)\b")
-_FIELD_WORD = re.compile(r"\b(accelerator|procs_per_node|tensor_parallel|pipeline_parallel)\b(?!=)")
+_FIELD_WORD = re.compile(r"(?<![\"'])\b(accelerator|procs_per_node|tensor_parallel|pipeline_parallel)\b(?![=\"'])")
 _FIELD_ASSIGN = re.compile(r"\b(accelerator|nodes|procs_per_node)=['\"]?([\w.-]+)['\"]?")
 
 

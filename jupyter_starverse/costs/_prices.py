@@ -31,7 +31,7 @@ from typing import Any
 
 from jupyter_starverse._format import format_money
 from jupyter_starverse._settings import Settings
-from jupyter_starverse.errors import BadInputError
+from jupyter_starverse.errors import BadInputError, did_you_mean
 
 from ._html import table_html
 from ._money import parse_money
@@ -161,7 +161,8 @@ class PriceTable:
             raise BadInputError(
                 f"no price for GPU type {accelerator!r} in the {self.source} price table",
                 field="accelerator",
-                hint=f"known types: {', '.join(self.accelerators)}; an operator can add it to the price file",
+                hint=f"{did_you_mean(key, self.accelerators)}known types: {', '.join(self.accelerators)}; "
+                "an operator can add it to the price file",
             ) from None
 
     def package(self, billing: str) -> Package:

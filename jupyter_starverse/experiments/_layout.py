@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_starverse._volume import GROUP, PRIVATE, Modes, group_id, make_dir, write_atomic
-from jupyter_starverse.errors import InvalidNameError, NotFoundError, PermissionDeniedError
+from jupyter_starverse.errors import InvalidNameError, NotFoundError, PermissionDeniedError, did_you_mean
 
 from ._journal import note_change
 from ._modes import _existing, _shared, folder_modes
@@ -213,7 +213,12 @@ def find_run(experiments: Path, job_id: str) -> RunPaths:
                 folders = all(_plain_folder(f) for f in (exp, exp / "runs", candidate))
                 if folders and stat.S_ISREG(os.lstat(candidate / "spec.json").st_mode):
                     return RunPaths(candidate)
-    raise NotFoundError(f"no job {job_id!r} under {root}", hint="list jobs with `starverse jobs ls`")
+    known: list[str] = []
+    with contextlib.suppress(OSError):
+        known = [run.name for exp in root.iterdir() if (exp / "runs").is_dir() for run in (exp / "runs").iterdir()]
+    raise NotFoundError(
+        f"no job {job_id!r} under {root}", hint=did_you_mean(job_id, known) + "list jobs with `starverse jobs ls`"
+    )
 
 
 def list_runs(experiments: Path) -> list[RunPaths]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jupyter_starverse.errors import NotFoundError
+from jupyter_starverse.errors import NotFoundError, did_you_mean
 
 from ._model import Param, Recipe, Reproduction, Topology
 
@@ -90,6 +90,26 @@ REWARD = Recipe(
     description="A scalar head on the base model trained so that chosen scores above rejected (Bradley-Terry).",
     data_format='pairs *.jsonl: {"prompt", "chosen", "rejected"}',
     params=_common(1e-5, warmup=10, global_batch=16),
+)
+PPO = Recipe(
+    name="ppo",
+    title="PPO from a reward model on the feedback prompts",
+    objective="ppo",
+    description="Answers sampled from the policy for the prompts of a feedback dataset (the one dpo reads), "
+    "scored by a reward model from the store minus beta x KL to a frozen reference; leave-one-out "
+    "baseline over the answers to a prompt, PPO's clipped ratio. Reports reward and KL per step.",
+    data_format='feedback *.jsonl with a "prompt" (pairs or unpaired records)',
+    params=(
+        *_common(1e-5, warmup=2, global_batch=8),
+        Param("reward_model", "", "str", "store model scoring an answer (a reward recipe's result, hf:...)"),
+        Param("samples", 4, "int", "answers sampled per prompt (the baseline is the others' mean)"),
+        Param("max_new_tokens", 16, "int", "tokens per sampled answer"),
+        Param("beta", 0.05, "float", "KL penalty towards the reference model"),
+        Param("clip_range", 0.2, "float", "PPO ratio clip"),
+        Param("ppo_epochs", 1, "int", "optimizer passes over each step's rollouts"),
+    ),
+    reference_model=True,
+    templates=("ddp",),  # generate() on FSDP2-sharded weights would unshard every layer per token
 )
 LLAMAFACTORY_SFT = Recipe(
     name="llamafactory-sft",
@@ -206,7 +226,7 @@ QWEN_VL = Recipe(
 )
 
 RECIPES: dict[str, Recipe] = {
-    r.name: r for r in (CPT, SFT, DPO, KTO, REWARD, LLAMAFACTORY_SFT, MEGATRON_GPT, COGVLM, XCOMPOSER, QWEN_VL)
+    r.name: r for r in (CPT, SFT, DPO, KTO, REWARD, PPO, LLAMAFACTORY_SFT, MEGATRON_GPT, COGVLM, XCOMPOSER, QWEN_VL)
 }
 
 
@@ -216,5 +236,6 @@ def get_recipe(name: str) -> Recipe:
         return RECIPES[name]
     except (KeyError, TypeError):
         raise NotFoundError(
-            f"no recipe {name!r}", hint=f"recipes: {', '.join(RECIPES)} (`starverse recipes ls`)"
+            f"no recipe {name!r}",
+            hint=f"{did_you_mean(str(name), RECIPES)}recipes: {', '.join(RECIPES)} (`starverse recipes ls`)",
         ) from None

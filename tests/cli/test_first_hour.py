@@ -8,6 +8,7 @@ import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -163,3 +164,44 @@ def test_ctrl_c_on_logs_follow_says_the_job_keeps_running(
     err = capsys.readouterr().err
     assert "job job-123 keeps running" in err
     assert "starverse jobs cancel job-123 --backend slurm" in err and "jobs logs -f job-123" in err
+
+
+def test_typos_get_did_you_mean_at_every_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "raw"
+    src.mkdir()
+    (src / "a.txt").write_text("hello\n")
+    assert main(["store", "add", "mycorpus", str(src)]) == 0
+    capsys.readouterr()
+    cases = {
+        ("store", "pull", "mycorpsu"): "did you mean 'mycorpus'?",
+        ("store", "mount", "mycorpus@2"): "did you mean 'mycorpus@1'?",
+        ("recipes", "show", "spt"): "did you mean 'sft'?",
+        ("cost", "estimate", "--gpu", "rtx5090", "--cards", "2", "--hours", "1"): "did you mean 'rtx4090'?",
+        ("launch", "x.py", "--gpu", "rtx5090", "--dry-run"): "unknown GPU type 'rtx5090' (did you mean 'rtx4090'?",
+    }
+    for argv, expected in cases.items():
+        assert main(list(argv)) != 0, argv
+        err = capsys.readouterr().err
+        assert expected in err, (argv, err)
+        assert "known types: a100-40g" in err or "GPU" not in expected, err
+        assert "pull" not in argv or "..." not in err  # no progress line drawn before the refusal
+
+
+def test_errors_name_the_flag_the_user_typed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["launch", "x.py", "--nodes", "0", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "--nodes" in err and "JobSpec" not in err
+    assert main(["launch", "x.py", "--nodes", "2", "--template", "tp", "--tp", "3", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "--tp" in err and "tensor_parallel" not in err
+
+
+def test_a_notebook_hint_names_the_magic(ip: Any, tmp_path: Path) -> None:
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError) as refused:
+        ip.run_line_magic("sv", "store pull mycorpsu")
+    assert "`%sv store ls`" in str(refused.value) and "`starverse " not in str(refused.value)
+    with pytest.raises(UsageError) as refused:
+        ip.run_line_magic("sv", "launch x.py --gpu rtx5090 --dry-run")
+    assert "known types" in str(refused.value)

@@ -47,9 +47,11 @@ def test_json_log_stream_is_ndjson_and_groups_print_their_usage(
     assert cli_main(["jobs", "logs", job, "--json"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) >= 5 and all(json.loads(line)["text"] is not None for line in lines)
-    assert cli_main(["jobs"]) == 0
+    assert cli_main(["store"]) == 0  # a group prints its usage (`jobs` alone lists the jobs: issue 27)
     out = capsys.readouterr().out
-    assert out.startswith("usage: starverse jobs") and "logs" in out
+    assert out.startswith("usage: starverse store") and "pull" in out
+    assert cli_main(["jobs"]) == 0
+    assert job in capsys.readouterr().out
 
 
 def test_broken_pipe_ends_quietly(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -35,7 +35,7 @@ from pathlib import Path
 from jupyter_starverse._procs import ProcessRecord, alive, host_identity, job_processes, process_record, stop_pids
 from jupyter_starverse._settings import Settings
 from jupyter_starverse._volume import check_owned, group_id, open_under, write_atomic
-from jupyter_starverse.errors import BadInputError, ConflictError, PermissionDeniedError, StarverseError
+from jupyter_starverse.errors import BadInputError, ConflictError, PermissionDeniedError, StarverseError, did_you_mean
 from jupyter_starverse.experiments import (
     ExperimentPaths,
     NodeRecord,
@@ -117,6 +117,16 @@ class LocalBackend(RunFolderBackend):
         return ["-m", WORKER_MODULE, script, *spec.args, *extra], False
 
     def _check_gpu(self, spec: JobSpec) -> None:
+        if spec.is_gpu:  # a type nobody sells is a typo, whatever this machine has
+            from jupyter_starverse.costs import load_price_table
+
+            table = load_price_table(self.settings)
+            if spec.accelerator not in table.gpus:
+                raise BadInputError(
+                    f"unknown GPU type {spec.accelerator!r}",
+                    field="accelerator",
+                    hint=f"{did_you_mean(spec.accelerator, table.gpus)}known types: {', '.join(table.accelerators)}",
+                )
         if spec.is_gpu and not any(Path("/dev").glob("nvidia[0-9]*")):
             raise BadInputError(
                 f"the job asks for GPUs ({spec.accelerator!r}) but this machine has none",
