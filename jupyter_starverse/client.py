@@ -243,6 +243,25 @@ class Starverse:
             wait=lambda job, timeout: self.backend(job.backend).wait(job.id, timeout=timeout),
         )
 
+    def data_job(self, step: str, source: str, *, to: str | None = None, options: dict[str, Any] | None = None,
+                 shards: tuple[int, int] = (1, 1), backend: str | None = None) -> Job:  # fmt: skip
+        """Submit the whole data ``step`` as one job of ``shards`` (nodes, procs) ranks on ``backend``.
+
+        Rank 0 runs the step as ``client.data`` would and publishes the version; the other ranks
+        do their share of the documents. The source is a store dataset (every rank reads it from
+        the store); what the job writes is ``to`` (default ``NAME@VERSION-STEP``). The one call of
+        ``starverse data STEP --backend B``, the REST data routes and the panel.
+        """
+        from .data._job import default_target, job_spec, parse_shards
+
+        name = backend or self.settings.backend
+        shards = parse_shards(f"{shards[0]}x{shards[1]}", step=step)
+        self.data.check(source, text_field=(options or {}).get("text_field"))
+        self.catalog.entry(source)  # a store dataset: a folder is not on every node
+        target = default_target(self.catalog, step, source, to)
+        return self.launch(job_spec(step, source, to=target, options=options, shards=shards, backend=name),
+                           backend=name)  # fmt: skip
+
     @functools.cached_property
     def feedback(self) -> FeedbackService:
         """Thumbs up/down logs on the store: record, table, versions, preference pairs and labels."""

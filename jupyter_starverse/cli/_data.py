@@ -22,6 +22,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from jupyter_starverse.client import Starverse
 from jupyter_starverse.data import (
@@ -105,45 +106,21 @@ def _run_step(client: Starverse, args: argparse.Namespace, call: Callable[..., D
 
 
 def _scan(client: Starverse, args: argparse.Namespace) -> object:
-    return _run_step(
-        client,
-        args,
-        lambda say, progress: client.data.scan(
-            args.source,
-            text_field=args.text_field,
-            types=_types(args.types),
-            examples=args.examples,
-            shards=args.shards,
-            say=say,
-            progress=progress,
-        ),
-    )
+    opts = {"text_field": args.text_field, "types": _types(args.types), "examples": args.examples}
+    return _step(client, args, opts, client.data.scan)
 
 
 def _clean(client: Starverse, args: argparse.Namespace) -> object:
-    return _run_step(
-        client,
-        args,
-        lambda say, progress: client.data.clean(
-            args.source,
-            actions=_actions(args.action),
-            salt=args.salt,
-            to=args.to,
-            text_field=args.text_field,
-            examples=args.examples,
-            shards=args.shards,
-            say=say,
-            progress=progress,
-        ),
-    )
+    opts = {"actions": _actions(args.action), "salt": args.salt, "text_field": args.text_field,
+            "examples": args.examples}  # fmt: skip
+    return _step(client, args, opts, client.data.clean)
 
 
 def _dedup(client: Starverse, args: argparse.Namespace) -> object:
-    return _run_step(
+    return _step(
         client,
         args,
-        lambda say, progress: client.data.dedup(
-            args.source,
+        dict(
             threshold=args.threshold,
             lsh_threshold=args.lsh_threshold,
             num_perm=args.num_perm,
@@ -152,36 +129,46 @@ def _dedup(client: Starverse, args: argparse.Namespace) -> object:
             semantic_model=args.semantic,
             semantic_threshold=args.semantic_threshold,
             max_memory=parse_size(args.max_memory),
-            to=args.to,
             text_field=args.text_field,
-            shards=args.shards,
             against=args.against,
             boilerplate_docs=args.boilerplate_docs,
             semantic_clusters=args.semantic_clusters,
-            say=say,
-            progress=progress,
         ),
+        client.data.dedup,
     )
 
 
 def _score(client: Starverse, args: argparse.Namespace) -> object:
-    return _run_step(
+    return _step(
         client,
         args,
-        lambda say, progress: client.data.score(
-            args.source,
+        dict(
             min_quality=None if args.min_quality < 0 else args.min_quality,
             lm=args.lm,
             max_perplexity=args.max_perplexity,
             encoder=args.encoder,
             examples=_examples(args),
             min_relevance=args.min_relevance,
-            to=args.to,
             text_field=args.text_field,
-            say=say,
-            progress=progress,
         ),
+        client.data.score,
     )
+
+
+def _step(client: Starverse, args: argparse.Namespace, opts: dict[str, Any], run: Callable[..., DataReport]) -> object:
+    """The step here (``client.data``), or with ``--backend`` the whole step as a job there (``client.data_job``)."""
+    if args.backend:
+        if args.estimate:
+            raise BadInputError(
+                "--estimate runs here; drop --backend", field="backend", hint="estimate first, then submit"
+            )
+        job_opts = {k: list(v) if isinstance(v, tuple) else v for k, v in opts.items()}  # JSON for the job
+        return client.data_job(args.step, args.source, to=getattr(args, "to", None), options=job_opts,
+                               shards=args.shards or (1, 1), backend=args.backend)  # fmt: skip
+    extra: dict[str, Any] = {"to": args.to} if hasattr(args, "to") else {}
+    if hasattr(args, "shards"):
+        extra["shards"] = args.shards
+    return _run_step(client, args, lambda say, progress: run(args.source, **opts, **extra, say=say, progress=progress))
 
 
 def _estimate(client: Starverse, args: argparse.Namespace) -> StepEstimate:
@@ -238,6 +225,8 @@ def _common(p: argparse.ArgumentParser, step: str, *, output: bool = True) -> No
     if output:
         p.add_argument("--to", default=None, metavar="NAME[@VERSION]", help=f"output version (default NAME@V-{step})")
     p.add_argument("--estimate", action="store_true", help="only print the time and memory estimate")
+    p.add_argument("--backend", default=None, choices=("local", "slurm", "kubernetes"),
+                   help="run the whole step as a job there (with --shards: its ranks); prints the job")  # fmt: skip
     add_json_flag(p)
     p.set_defaults(step=step)
 

@@ -26,11 +26,15 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jupyter_starverse.errors import BadInputError
+from jupyter_starverse.jobmodel import JobSpec
 
-__all__ = ["PREP_MODULE", "SHARDED_STEPS", "job_command", "main", "parse_shards"]
+if TYPE_CHECKING:
+    from jupyter_starverse.catalog import Catalog
+
+__all__ = ["PREP_MODULE", "SHARDED_STEPS", "default_target", "job_command", "job_spec", "main", "parse_shards"]
 
 #: The module every rank runs (``python -m``), in the image or the cluster's environment.
 PREP_MODULE = "jupyter_starverse.data._job"
@@ -80,6 +84,49 @@ def job_command(step: str, source: str, *, to: str | None, options: dict[str, An
     if options:
         cmd += ["--options", json.dumps(options, sort_keys=True, ensure_ascii=False)]
     return tuple(cmd)
+
+
+def job_spec(step: str, source: str, *, to: str | None, options: dict[str, Any] | None = None,
+             shards: tuple[int, int] = (1, 1), backend: str = "local", name: str | None = None,
+             display_name: str | None = None) -> JobSpec:  # fmt: skip
+    """The job that runs ``step`` over ``shards`` ranks on ``backend`` (CPU ranks; rank 0 publishes).
+
+    Slurm and local ranks run this interpreter (a shared install); a pod runs the image's python.
+    """
+    from jupyter_starverse.jobmodel._spec import job_name_of
+
+    python = "python" if backend == "kubernetes" else sys.executable
+    command = job_command(step, source, to=to, options=options, shards=shards, python=python)
+    return JobSpec(
+        name=name or job_name_of(f"data-{step}-{source.split('@')[0]}"),
+        display_name=display_name or f"data {step} {source}" + (f" -> {to}" if to else ""),
+        command=command,
+        nodes=shards[0],
+        procs_per_node=shards[1],
+        accelerator="cpu",
+    )
+
+
+def default_target(catalog: Catalog, step: str, source: str, to: str | None) -> str | None:
+    """What a step as a job writes: ``to``, or ``NAME@VERSION-STEP`` as the step in-process would;
+    refused before anything is submitted when the version exists (a step never overwrites one)."""
+    from jupyter_starverse.catalog import DatasetRef, parse_ref
+    from jupyter_starverse.errors import ConflictError, NotFoundError
+
+    if step == "scan":
+        return None
+    if not to:
+        entry = catalog.entry(source)  # NotFound with its hint for a name that is no dataset
+        to = f"{entry.name}@{entry.version}-{step}"
+    ref = parse_ref(to)
+    if not isinstance(ref, DatasetRef) or not ref.version:
+        raise BadInputError(f"{to!r} is not NAME@VERSION", field="to", hint="e.g. corpus@clean")
+    try:
+        catalog.entry(to)
+    except NotFoundError:
+        return to
+    raise ConflictError(f"{to} already exists; a step never overwrites a dataset version",
+                        hint="pass --to NAME@ANOTHER-VERSION, or remove it with `starverse store rm`")  # fmt: skip
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -145,7 +192,7 @@ def _rank0(args: argparse.Namespace, world: int, run_dir: Path, handoff: Path) -
     from jupyter_starverse import runtime
     from jupyter_starverse._settings import Settings
     from jupyter_starverse.catalog import Catalog
-    from jupyter_starverse.jobmodel import Job, JobSpec, JobState
+    from jupyter_starverse.jobmodel import Job, JobState
 
     from ._service import DataPrep
 

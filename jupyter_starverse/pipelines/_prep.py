@@ -10,9 +10,7 @@ before it writes: on Slurm the two are chained with ``afterok`` without waiting.
 
 from __future__ import annotations
 
-import sys
-
-from jupyter_starverse.data._job import job_command, parse_shards
+from jupyter_starverse.data._job import job_spec, parse_shards
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.jobmodel import JobSpec
 from jupyter_starverse.jobmodel._spec import job_name_of
@@ -54,16 +52,7 @@ def prep_target(source: str, step: str, tag: str, node_id: str) -> str:
 def prep_job_spec(pipeline: Pipeline, node: Node, prep: PrepPlan, *, source: str, target: str,
                   backend: str) -> JobSpec:  # fmt: skip
     """The job of a prep node on ``backend``: ``shards`` ranks of the data step's entry point."""
-    nodes, procs = shards_of(node, prep.step)
-    # Slurm and local ranks run the submitter's interpreter (a shared install); a pod, the image's.
-    python = "python" if backend == "kubernetes" else sys.executable
     to = None if prep.step == "scan" else target
-    command = job_command(prep.step, source, to=to, options=dict(prep.options), shards=(nodes, procs), python=python)
-    return JobSpec(
-        name=job_name_of(f"{pipeline.name}-{node.id}"),
-        display_name=f"{pipeline.name}: {node.id} ({prep.step})",
-        command=command,
-        nodes=nodes,
-        procs_per_node=procs,
-        accelerator="cpu",
-    )
+    return job_spec(prep.step, source, to=to, options=dict(prep.options), shards=shards_of(node, prep.step),
+                    backend=backend, name=job_name_of(f"{pipeline.name}-{node.id}"),
+                    display_name=f"{pipeline.name}: {node.id} ({prep.step})")  # fmt: skip

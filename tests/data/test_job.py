@@ -55,3 +55,46 @@ def test_one_rank_runs_the_step_and_publishes_the_version(
     # the step's own error, in words, and a failed exit (nothing overwritten)
     assert main(cmd[3:]) == 1
     assert "already exists" in capsys.readouterr().err
+
+
+def test_data_step_backend_submits_the_step_as_one_job_that_runs(
+    client: Starverse, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``starverse data dedup SRC --backend slurm --shards 2x1``: one job through client.data_job, whose
+    command (run here as its one rank) publishes the version the CLI named."""
+    import time
+
+    from jupyter_starverse.cli import main as cli
+    from jupyter_starverse.jobmodel import Job, JobSpec, JobState
+
+    src = tmp_path / "raw"
+    src.mkdir()
+    (src / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in ["same words here"] * 2 + ["x y"]))
+    client.catalog.add_dataset("raw", str(src), version="v1")
+    submitted: list[tuple[JobSpec, object]] = []
+
+    def launch(self: Starverse, spec: JobSpec, *, backend: object = None, **kw: object) -> Job:
+        submitted.append((spec, backend))
+        return Job("data-dedup-raw-1", str(backend), spec, JobState.PENDING, str(tmp_path / "run"), time.time())
+
+    monkeypatch.setattr(Starverse, "launch", launch)
+    argv = ["data", "dedup", "raw@v1", "--backend", "slurm", "--shards", "2x1", "--no-paragraph", "--json"]
+    assert cli(argv) == 0
+    ((spec, backend),) = submitted
+    assert backend == "slurm" and (spec.nodes, spec.procs_per_node) == (2, 1) and spec.accelerator == "cpu"
+    assert json.loads(capsys.readouterr().out)["id"] == "data-dedup-raw-1"
+    cmd = list(spec.command or ())
+    assert cmd[cmd.index("--to") + 1] == "raw@v1-dedup"  # what the step in-process would write
+    assert json.loads(cmd[cmd.index("--options") + 1])["paragraph_share"] is None  # --no-paragraph reaches it
+    with pytest.raises(BadInputError, match="score runs on one rank"):
+        client.data_job("score", "raw@v1", shards=(2, 1), backend="slurm")
+    # the job's command, as its one rank here
+    (tmp_path / "run").mkdir()
+    monkeypatch.setenv("STARVERSE_EXPERIMENT_DIR", str(tmp_path / "run"))
+    cmd[cmd.index("--shards") + 1] = "1x1"
+    assert main(cmd[3:]) == 0
+    assert (client.catalog.mount("raw@v1-dedup") / "data.jsonl").read_text().count("same words") == 1
+    from jupyter_starverse.errors import ConflictError
+
+    with pytest.raises(ConflictError):  # refused before submitting: the version exists now
+        client.data_job("dedup", "raw@v1", backend="slurm")
