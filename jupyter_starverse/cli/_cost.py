@@ -5,6 +5,7 @@
     starverse cost estimate --gpu rtx4090 --cards 32 --hours 4            # 230.40 CNY
     starverse cost estimate --gpu rtx4090 --cards 32 --duration 3d --billing all
     starverse cost estimate --gpu rtx4090 --cards 32 --hours 4 --compare  # every GPU type
+    starverse cost estimate --mixed rtx4090:256,a100-80g:128 --duration 12d  # a plan across GPU types
     starverse cost prices
     starverse cost total [--user NAME]
     starverse cost job JOB_ID
@@ -16,7 +17,16 @@ import argparse
 from decimal import Decimal, InvalidOperation
 
 from jupyter_starverse.client import Starverse
-from jupyter_starverse.costs import Comparison, Cost, Estimate, PriceTable, Resources, UserTotal, parse_duration
+from jupyter_starverse.costs import (
+    Comparison,
+    Cost,
+    Estimate,
+    MixedPlan,
+    PriceTable,
+    Resources,
+    UserTotal,
+    parse_duration,
+)
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.jobmodel import BILLING_MODES
 
@@ -60,7 +70,15 @@ def _resources(client: Starverse, args: argparse.Namespace) -> Resources:
     return Resources(accelerator, args.cards)
 
 
-def _estimate(client: Starverse, args: argparse.Namespace) -> Estimate | Comparison:
+def _estimate(client: Starverse, args: argparse.Namespace) -> Estimate | Comparison | MixedPlan:
+    if args.mixed is not None:
+        if args.gpu is not None or args.compare is not None or args.billing == "all":
+            raise BadInputError(
+                "--mixed plans its own pools: it takes no --gpu, --compare or --billing all",
+                field="mixed",
+                hint="e.g. cost estimate --mixed rtx4090:256,a100-80g:128 --duration 12d [--billing weekly]",
+            )
+        return client.costs.mixed(args.mixed, _duration(args), args.billing)
     resources = _resources(client, args)
     seconds = _duration(args)
     if args.compare is None and args.billing != "all":
@@ -113,6 +131,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         nargs="*",
         metavar="TYPE",
         help="also price these GPU types (all types when none given) and name the cheapest",
+    )
+    p.add_argument(
+        "--mixed",
+        metavar="TYPE:CARDS,...",
+        help="a plan across GPU types (rtx4090:256,a100-80g:128): each pool, a stage per pool, one job over "
+        "both and each single type, priced for the same work",
     )
     add_json_flag(p)
     p.set_defaults(run=_estimate)

@@ -20,6 +20,7 @@ from ._cap import (
 )
 from ._estimate import SPOT_NOTE, Comparison, Estimate, Resources, compare, estimate
 from ._meter import Cost, IntervalLike, NodeCost, NodeInterval, burn_rate, check_priced, intervals_of, job_cost
+from ._mixed import THROUGHPUT, GpuThroughput, MixedOption, MixedPlan, parse_pools, plan_mixed
 from ._money import MAX_SECONDS, billable_seconds, parse_duration, parse_money
 from ._prices import GpuPrice, Package, PriceTable, load_price_table, parse_price_table
 from ._record import COST_FILE, CostRecord, UserTotal, budget_stop_reason, read_cost, user_total, write_cost
@@ -38,6 +39,10 @@ __all__ = [
     "CostService",
     "Estimate",
     "GpuPrice",
+    "GpuThroughput",
+    "MixedOption",
+    "MixedPlan",
+    "THROUGHPUT",
     "IntervalLike",
     "NodeCost",
     "NodeInterval",
@@ -62,7 +67,9 @@ __all__ = [
     "load_price_table",
     "parse_duration",
     "parse_money",
+    "parse_pools",
     "parse_price_table",
+    "plan_mixed",
     "read_cost",
     "user_total",
     "write_cost",

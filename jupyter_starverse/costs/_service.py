@@ -19,6 +19,7 @@ from ._cap import CapDecision, check_budget
 from ._estimate import Comparison, Estimate, Resources, check_billing, compare, estimate
 from ._html import line_html
 from ._meter import Cost, IntervalLike, intervals_of, job_cost
+from ._mixed import MixedPlan, parse_pools, plan_mixed
 from ._money import DurationLike, fmt_money, fmt_seconds, round_money, seconds_for
 from ._prices import PACKAGE_BILLINGS, PriceTable, load_price_table
 from ._record import CostRecord, UserTotal, read_cost, user_total, write_cost
@@ -139,6 +140,11 @@ class CostService:
         if accelerators is not None and list(accelerators) == ["all"]:
             accelerators = sorted(self.prices.gpus)
         return compare(job, duration, table=self.prices, billings=billings, accelerators=accelerators)
+
+    def mixed(self, pools: str | Sequence[str], duration: DurationLike, billing: str = "on_demand") -> MixedPlan:
+        """A plan across GPU types (``rtx4090:256,a100-80g:128``): see :func:`jupyter_starverse.costs.plan_mixed`."""
+        return plan_mixed(parse_pools(list(pools) if not isinstance(pools, str) else pools), duration, billing,
+                          table=self.prices)  # fmt: skip
 
     def preview(self, spec: JobSpec, duration: DurationLike | None = None) -> Preview:
         """The figures to show before ``spec`` is launched (duration optional)."""

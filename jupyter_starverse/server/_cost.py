@@ -5,6 +5,7 @@
 | GET  | cost/prices                                                 | ``PriceTable``|
 | GET  | cost/estimate?gpu=&cards=&hours=|duration=&billing=         | ``Estimate``  |
 | GET  | cost/compare?gpu=&cards=&hours=|duration=&billing=&gpus=    | ``Comparison``|
+| GET  | cost/mixed?pools=rtx4090:256,a100-80g:128&hours=|duration=&billing= | ``MixedPlan`` |
 | GET  | cost/total[?user=]                                          | ``UserTotal`` |
 | GET  | cost/jobs/ID[?backend=]                                     | ``Cost``      |
 | POST | cost/preview  body ``{"spec": JobSpec, "hours"?, "duration"?}``| ``Preview``   |
@@ -136,6 +137,15 @@ class CompareHandler(_CostHandler):
         self.finish_json(await self.run(lambda: costs.compare(res, seconds, billings=billings, accelerators=gpus)))
 
 
+class MixedHandler(_CostHandler):
+    """A plan across GPU types, each option priced for the same work (``cost estimate --mixed``)."""
+
+    @web.authenticated
+    async def get(self) -> None:
+        pools, seconds, billing = self.query("pools") or "", self.seconds(), self.query("billing") or "on_demand"
+        self.finish_json(await self.run(self.client.costs.mixed, pools, seconds, billing))
+
+
 class TotalHandler(StarverseHandler):
     @web.authenticated
     async def get(self) -> None:
@@ -157,6 +167,7 @@ routes: list[tuple[str, type[StarverseHandler]]] = [
     (r"cost/prices", PricesHandler),
     (r"cost/estimate", EstimateHandler),
     (r"cost/compare", CompareHandler),
+    (r"cost/mixed", MixedHandler),
     (r"cost/total", TotalHandler),
     (rf"cost/jobs/{_ID}", JobCostHandler),
     (r"cost/preview", PreviewHandler),

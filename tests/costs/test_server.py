@@ -208,3 +208,10 @@ async def test_preview_bad_input_is_a_400(jp_fetch: Any, body: object, field: st
     assert err.value.code == 400
     assert err.value.response is not None
     assert json.loads(err.value.response.body)["field"] == field
+
+
+async def test_mixed_plan(jp_fetch: Any) -> None:
+    data = await _get(jp_fetch, "mixed", pools="rtx4090:256,a100-80g:128", duration="12d")
+    assert data["recommended"] == "split: a stage per pool" and data["options"][2]["high"] == "372326.40"
+    code, body = await _error(jp_fetch, "mixed", pools="rtx4090:256", duration="12d")
+    assert code == 400 and body.get("hint")

@@ -87,6 +87,7 @@ REPORT_ID = "20260101-000000-scan-input-abcd"
 TEMPLATES: dict[tuple[str, str], tuple[dict[str, str], dict[str, Any] | None]] = {
     ("GET", "cost/estimate"): ({"gpu": "a100-80g", "cards": "1", "hours": "1", "billing": "on_demand"}, None),
     ("GET", "cost/compare"): ({"gpu": "cpu", "cards": "2", "hours": "4", "billing": "all", "gpus": "all"}, None),
+    ("GET", "cost/mixed"): ({"pools": "rtx4090:256,a100-80g:128", "duration": "12d", "billing": "on_demand"}, None),
     ("GET", "cost/total"): ({"user": "tester"}, None),
     ("GET", "cost/jobs/{job_id}"): ({"backend": "local"}, None),
     ("POST", "cost/preview"): ({}, {"spec": SPEC, "hours": 2}),
