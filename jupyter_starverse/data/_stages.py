@@ -160,6 +160,7 @@ class _Spill:
     def __init__(self, folder: Path, kind: str, rank: int, partitions: int, dtype: Any) -> None:
         self.folder, self.kind, self.rank, self.partitions, self.dtype = folder, kind, rank, partitions, dtype
         self.buffers: list[list[tuple[Any, ...]]] = [[] for _ in range(partitions)]
+        self.arrays = []
         self.buffered = 0
         for p in range(partitions):
             self.path(p).unlink(missing_ok=True)  # a rerun of this rank starts clean
@@ -173,13 +174,38 @@ class _Spill:
         if self.buffered >= _FLUSH:
             self.flush()
 
+    def add_keys(self, keys: Any, doc: int) -> None:
+        """Many keys of one document at once (its band keys)."""
+        self.arrays.append((keys, doc))
+        self.buffered += len(keys)
+        if self.buffered >= _FLUSH:
+            self.flush()
+
+    arrays: list[tuple[Any, int]]
+
     def flush(self) -> None:
         np = _np()
+        pending: list[Any] = [[] for _ in range(self.partitions)]
+        if getattr(self, "arrays", None):
+            keys = np.concatenate([k for k, _ in self.arrays])
+            rec = np.empty(len(keys), dtype=self.dtype)
+            rec["key"] = keys
+            rec["doc"] = np.repeat(
+                np.array([d for _, d in self.arrays], dtype=np.int64), [len(k) for k, _ in self.arrays]
+            )
+            part = keys % np.uint64(self.partitions)
+            for p in np.unique(part).tolist():
+                pending[p].append(rec[part == p])
+            self.arrays.clear()
         for p, rows in enumerate(self.buffers):
             if rows:
-                with open(self.path(p), "ab") as f:
-                    f.write(np.array(rows, dtype=self.dtype).tobytes())
+                pending[p].append(np.array(rows, dtype=self.dtype))
                 rows.clear()
+        for p, chunks in enumerate(pending):
+            if chunks:
+                with open(self.path(p), "ab") as f:
+                    for c in chunks:
+                        f.write(c.tobytes())
         self.buffered = 0
 
 
@@ -239,8 +265,7 @@ def sign_shard(
                 offsets.clear()
             h = hash64(norm)
             exact.add(h % parts, (h, doc.idx))
-            for key in band.keys(hasher.signature(hasher.shingles(norm))).tolist():
-                bands.add(key % parts, (key, doc.idx))
+            bands.add_keys(band.keys(hasher.signature(hasher.shingles(norm))), doc.idx)
             if cfg.paragraph_share is not None:
                 for p in {hash64(normalize(ln)): ln for _, ln in paragraphs(doc.text, cfg.para_min)}.items():
                     paras.add(p[0] % parts, (p[0], doc.idx, len("".join(p[1].split()))))
