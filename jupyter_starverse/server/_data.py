@@ -317,6 +317,14 @@ class StepsHandler(StarverseHandler):
             kwargs["to"] = to
         data = self.client.data
         assert source is not None
+        backend = _text(body, "backend")
+        if backend:  # the whole step as one job there: the same facade call as `starverse data STEP --backend`
+            shards = kwargs.pop("shards", (1, 1))
+            to = kwargs.pop("to", None)
+            job = await self.run(self.client.data_job, step, source, to=to, options=kwargs, shards=shards,
+                                 backend=backend)  # fmt: skip
+            self.finish_json(job, status=202)
+            return
         await self.run(data.check, source, text_field=text_field)  # a bad source is a 400, not a failed run
         run = await self.run(STEP_RUNS.start, data, step, source, kwargs, self.log)
         self.set_header("Location", self.request.path.rstrip("/") + "/" + run.id)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -98,3 +99,33 @@ def test_data_step_backend_submits_the_step_as_one_job_that_runs(
 
     with pytest.raises(ConflictError):  # refused before submitting: the version exists now
         client.data_job("dedup", "raw@v1", backend="slurm")
+
+
+async def test_rest_data_steps_with_a_backend_submit_the_same_job(
+    jp_fetch: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """POST data/steps with ``backend``: client.data_job, answered 202 with the job."""
+    import time
+
+    from jupyter_starverse.jobmodel import Job, JobSpec, JobState
+
+    src = tmp_path / "raw"
+    src.mkdir()
+    (src / "a.jsonl").write_text('{"text": "hello"}\n')
+    Starverse().catalog.add_dataset("raw", str(src), version="v1")
+    submitted: list[tuple[JobSpec, object]] = []
+
+    def launch(self: Starverse, spec: JobSpec, *, backend: object = None, **kw: object) -> Job:
+        submitted.append((spec, backend))
+        return Job("data-clean-raw-1", str(backend), spec, JobState.PENDING, str(tmp_path), time.time())
+
+    monkeypatch.setattr(Starverse, "launch", launch)
+    body = {"step": "clean", "source": "raw@v1", "to": "raw@masked", "backend": "kubernetes",
+            "options": {"shards": [2, 1], "actions": {"person": "placeholder"}}}  # fmt: skip
+    r = await jp_fetch("jupyter-starverse", "data", "steps", method="POST", body=json.dumps(body))
+    assert r.code == 202 and json.loads(r.body)["id"] == "data-clean-raw-1"
+    ((spec, backend),) = submitted
+    cmd = list(spec.command or ())
+    assert backend == "kubernetes" and spec.nodes == 2 and cmd[0] == "python"  # the image's interpreter
+    assert cmd[cmd.index("--to") + 1] == "raw@masked"
+    assert json.loads(cmd[cmd.index("--options") + 1]) == {"actions": {"person": "placeholder"}}
