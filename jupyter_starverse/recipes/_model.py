@@ -13,7 +13,7 @@ from jupyter_starverse.errors import BadInputError
 __all__ = ["OBJECTIVES", "RUNNERS", "Param", "Recipe", "Reproduction", "Topology"]
 
 #: What the in-job trainer optimises (``train/``): continued pretraining, SFT, DPO, KTO, reward model.
-OBJECTIVES = ("cpt", "sft", "dpo", "kto", "reward")
+OBJECTIVES = ("cpt", "sft", "dpo", "kto", "reward", "ppo")
 #: Who runs the recipe: our trainer on the runtime, or an outside framework in its own environment.
 RUNNERS = ("starverse", "llamafactory", "megatron")
 _KINDS = {"int": int, "float": float, "str": str, "bool": bool}

@@ -261,13 +261,24 @@ class RecipeService:
             from ._megatron import megatron_spec
 
             return megatron_spec(self, r, model=model, data=datasets, values=values, name=name, **job)
+        extra_mounts: tuple[str, ...] = ()
+        if r.objective == "ppo":  # the reward model is mounted beside the policy, at the version it is now
+            scorer = str(values.get("reward_model") or "")
+            if not scorer.startswith("hf:"):
+                raise BadInputError(
+                    "PPO needs --param reward_model=hf:... (a store model that scores an answer)",
+                    field="reward_model",
+                    hint="train one with --recipe reward on the same feedback data, then import its result",
+                )
+            values = {**values, "reward_model": self.catalog.status(scorer).ref}
+            extra_mounts = (values["reward_model"],)
         args: list[str] = ["--recipe", r.name, "--objective", r.objective, "--model", model]
         for d in datasets:
             args += ["--data", d]
         for key, value in values.items():
             args += ["--param", f"{key}={str(value).lower() if isinstance(value, bool) else value}"]
         args += list(job.pop("args", ()))
-        mounts = tuple(dict.fromkeys([model, *datasets, *job.pop("mounts", ())]))
+        mounts = tuple(dict.fromkeys([model, *datasets, *extra_mounts, *job.pop("mounts", ())]))
         script = None if code is not None else str(TRAIN_SCRIPT)
         return JobSpec(
             name=name or r.name, script=script, code=code, args=tuple(args), mounts=mounts, steps=steps, **job

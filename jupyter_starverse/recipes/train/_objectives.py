@@ -18,7 +18,7 @@ from ._data import IGNORE, Example
 __all__ = ["UNIT", "micro_loss", "tokens_of"]
 
 #: What a step's loss is averaged over: answer tokens, or sequences.
-UNIT = {"cpt": "tokens", "sft": "tokens", "dpo": "pairs", "kto": "answers", "reward": "pairs"}
+UNIT = {"cpt": "tokens", "sft": "tokens", "dpo": "pairs", "kto": "answers", "reward": "pairs", "ppo": "rollouts"}
 
 
 def _pad(rows: Sequence[Sequence[int]], pad: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:

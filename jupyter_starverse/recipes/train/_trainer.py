@@ -189,6 +189,23 @@ def run(argv: Sequence[str] | None = None, *, on_step: Callable[[int, dict[str, 
     tokenizer = transformers.AutoTokenizer.from_pretrained(base)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
+    if args.objective == "ppo":  # rollouts instead of a fixed set of examples
+        from ._rl import run_ppo
+
+        def cosine(opt: Any, steps: int) -> Callable[[int], float]:
+            return transformers.get_cosine_with_min_lr_schedule_with_warmup(  # type: ignore[no-any-return]
+                opt, int(p.get("warmup_steps", 0)), steps, min_lr_rate=float(p.get("min_lr_ratio", 0.0))
+            ).lr_lambdas[0]
+
+        if ctx.is_main:
+            _record_plan(args, plan, base, folders)
+        trained = run_ppo(
+            args, tokenizer=tokenizer, base=base, folders=folders, load=_load, schedule=cosine, until=until,
+            total=total, on_step=on_step,
+        )  # fmt: skip
+        if trained is not None:
+            save_model(trained, tokenizer, args, base, folders, total=total, objective="ppo")
+        return
     examples = load_examples(args.objective, folders, tokenizer, seq_len=seq_len, pack=bool(p.get("pack", True)))
     sampler = Sampler(examples, seed=int(p.get("seed", 0)))
     torch.manual_seed(int(p.get("seed", 0)))  # the same initial head on every rank
