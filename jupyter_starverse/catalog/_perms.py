@@ -82,15 +82,44 @@ def resolve_group(group: str) -> int:
         ) from None
 
 
+_SETTINGS_HINT = "point STARVERSE_STORE (STARVERSE_HOME, STARVERSE_EXPERIMENTS) at a folder you can write"
+
+
 def denied(error: OSError, action: str) -> PermissionDeniedError:
-    """A PermissionDeniedError for ``error`` with the hint about group sharing."""
+    """A PermissionDeniedError for ``error``: the group-sharing hint only when another user owns the path."""
     where = f" ({error.filename})" if error.filename else ""
     owner = ""
+    hint = HINT
+    if error.errno == errno.EROFS:
+        return PermissionDeniedError(
+            f"cannot {action}{where}: the file system is read-only", hint=f"{_SETTINGS_HINT}, or remount it read-write"
+        )
     if error.filename:
+        folder = Path(error.filename)
+        while not folder.exists() and folder.parent != folder:  # a folder not made yet: its nearest parent
+            folder = folder.parent
         with contextlib.suppress(OSError):
-            st = Path(error.filename).stat()
-            owner = f"; it belongs to uid {st.st_uid}, gid {st.st_gid}, mode {stat.filemode(st.st_mode)}"
-    return PermissionDeniedError(f"permission denied while trying to {action}{where}{owner}", hint=HINT)
+            st = folder.stat()
+            owner = f"; {folder} belongs to uid {st.st_uid}, gid {st.st_gid}, mode {stat.filemode(st.st_mode)}"
+            if st.st_uid == os.geteuid():  # ours and read-only: no group would help
+                hint = f"it is yours but read-only: `chmod u+w {folder}`, or {_SETTINGS_HINT}"
+    return PermissionDeniedError(f"permission denied while trying to {action}{where}{owner}", hint=hint)
+
+
+def unusable_folder(folder: Path, error: OSError | None) -> StoreError:
+    """The folder ``folder`` cannot be made: a file is in the way, or the place takes no folders."""
+    blocker = folder
+    while blocker.parent != blocker and not blocker.exists():
+        blocker = blocker.parent
+    if blocker.exists() and not blocker.is_dir():
+        return StoreError(
+            f"cannot create the folder {folder}: {blocker} is a file, not a folder",
+            hint=f"{_SETTINGS_HINT}, or move the file {blocker} away",
+        )
+    why = error.strerror if error is not None and error.strerror else "it cannot be created there"
+    if error is not None and error.errno == errno.EROFS:
+        why = "the file system is read-only"
+    return StoreError(f"cannot create the folder {folder}: {why}", hint=f"{_SETTINGS_HINT}, e.g. ~/.starverse")
 
 
 #: The errors of a full file system (no block left, or the user's quota spent).
@@ -137,6 +166,8 @@ def translate_permissions(action: str) -> Callable[[F], F]:
                     raise denied(e, action) from e
                 if e.errno in FULL:
                     raise no_space(e, action) from e
+                if e.errno == errno.ENOTDIR and e.filename:  # a file where the store (or a folder of it) should be
+                    raise unusable_folder(Path(e.filename), e) from e
                 raise
 
         return cast(F, inner)
@@ -180,8 +211,12 @@ def make_dirs(path: Path, *, shared: bool = False) -> None:
             folder.mkdir(mode=0o700)
         except FileExistsError:
             if not folder.is_dir():
-                raise
+                raise unusable_folder(folder, None) from None
             continue  # someone else made it at the same moment: theirs, with their mode
+        except PermissionError as e:
+            raise denied(e, f"create the folder {folder}") from e
+        except OSError as e:  # a file on the way (ENOTDIR), /proc (ENOENT), a read-only file system
+            raise unusable_folder(folder, e) from e
         mode = (DIR_MODE if shared else ENTRY_DIR_MODE) if group_mode(folder.parent) else _PUBLIC_DIR
         with contextlib.suppress(OSError):
             folder.chmod(mode)

@@ -321,13 +321,21 @@ def test_cli_rm_force(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 def test_an_unreachable_store_folder_is_permission_denied_with_a_hint(catalog: Catalog, tmp_path: Path) -> None:
     from jupyter_starverse.catalog._perms import translate_permissions
 
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    if os.geteuid() == 0:
+        os.chown(theirs, 54321, 54321)  # another user's folder: the group is what would help
+
     @translate_permissions("add a dataset to the store")
-    def boom() -> None:
-        raise PermissionError(13, "Permission denied", str(tmp_path))
+    def boom(where: Path) -> None:
+        raise PermissionError(13, "Permission denied", str(where))
 
     with pytest.raises(PermissionDeniedError) as err:
-        boom()
+        boom(theirs if os.geteuid() == 0 else Path("/root"))
     assert "STARVERSE_SHARED_GROUP" in str(err.value.hint) and "docs/sharing.md" in str(err.value.hint)
+    with pytest.raises(PermissionDeniedError) as err:
+        boom(tmp_path)  # one's own read-only folder: no group would help (issue 27)
+    assert "chmod u+w" in str(err.value.hint) and "STARVERSE_SHARED_GROUP" not in str(err.value.hint)
 
 
 def test_experiment_json_is_private_or_the_groups_whatever_the_umask(tmp_path: Path) -> None:

@@ -205,3 +205,30 @@ def test_a_notebook_hint_names_the_magic(ip: Any, tmp_path: Path) -> None:
     with pytest.raises(UsageError) as refused:
         ip.run_line_magic("sv", "launch x.py --gpu rtx5090 --dry-run")
     assert "known types" in str(refused.value)
+
+
+def test_a_bad_store_path_is_an_error_with_a_hint_never_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "raw"
+    src.mkdir()
+    (src / "a.txt").write_text("hello\n")
+    a_file = tmp_path / "store-file"
+    a_file.write_text("not a folder")
+    for store, expected in ((a_file, "is a file, not a folder"), (Path("/proc/no-store-here"), "cannot create")):
+        monkeypatch.setenv("STARVERSE_STORE", str(store))
+        assert main(["store", "add", "corpus", str(src)]) != 0
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and expected in err and "STARVERSE_STORE" in err, err
+        assert "STARVERSE_SHARED_GROUP" not in err
+
+
+def test_a_read_only_store_of_ones_own_gets_no_group_hint(tmp_path: Path) -> None:
+    import errno
+
+    from jupyter_starverse.catalog._perms import denied
+
+    mine = denied(PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "x")), "add corpus")
+    assert "chmod u+w" in str(mine) and "STARVERSE_SHARED_GROUP" not in str(mine)
+    ro = denied(OSError(errno.EROFS, "Read-only file system", str(tmp_path)), "add corpus")
+    assert "read-only" in str(ro) and "STARVERSE_SHARED_GROUP" not in str(ro)
