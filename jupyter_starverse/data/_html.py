@@ -20,7 +20,8 @@ __all__ = ["report_html"]
 _STYLE = (
     "<style>.sv-data{font-family:system-ui,sans-serif;font-size:13px}.sv-data h3{margin:12px 0 4px}"
     ".sv-bar{display:inline-block;background:#4a90d9;height:10px;vertical-align:middle}"
-    ".sv-data td,.sv-data th{padding:2px 8px}.sv-data .muted{color:#666}</style>"
+    ".sv-data td,.sv-data th{padding:2px 8px}.sv-data .muted{color:#666}"
+    ".sv-cluster{margin:2px 0}.sv-cluster summary{cursor:pointer}</style>"
 )
 
 
@@ -61,6 +62,31 @@ def _slider(report: DataReport, standalone: bool) -> str:
     )
 
 
+def _clusters(report: DataReport) -> str:
+    """One collapsed ``<details>`` per cluster: the kept document and how many were removed as its
+    duplicates; opened, the removed ones (a sample of at most 20) with how and how similar."""
+    shown = sum(c.count for c in report.clusters)
+    out = [
+        f"<h3>Duplicate clusters</h3><div class='muted'>{format_count(len(report.clusters))} cluster(s), "
+        f"{format_count(shown)} removed document(s); open one to see its duplicates</div>"
+    ]
+    for c in report.clusters:
+        methods = sorted({m.method for m in c.members})
+        low = min((m.similarity for m in c.members), default=1.0)
+        rows = [(m.doc.where, m.method, f"{m.similarity:.3f}", m.doc.snippet) for m in c.members]
+        more = c.count - len(c.members)
+        tail = f"<div class='muted'>and {format_count(more)} more</div>" if more > 0 else ""
+        out.append(
+            f"<details class='sv-cluster' data-count='{c.count}'><summary><b>{format_count(c.count)}</b> "
+            f"duplicate(s) of <code>{escape(c.kept.where)}</code> ({escape(', '.join(methods))}, similarity "
+            f"&ge; {low:.2f}): <span class='muted'>{escape(c.kept.snippet)}</span></summary>"
+            + html_table(("removed", "how", "similarity", "text"), rows)
+            + tail
+            + "</details>"
+        )
+    return "".join(out)
+
+
 def report_html(report: DataReport, *, standalone: bool = True) -> str:
     """The report as HTML (a whole page when ``standalone``)."""
     parts = [
@@ -96,16 +122,7 @@ def report_html(report: DataReport, *, standalone: bool = True) -> str:
         )
     parts.append(_slider(report, standalone))
     if report.clusters:
-        dup_rows: list[tuple[str, ...]] = []
-        for c in report.clusters:
-            for m in c.members:
-                dup_rows.append(
-                    (c.kept.where, c.kept.snippet, m.doc.where, m.method, f"{m.similarity:.3f}", m.doc.snippet)
-                )
-        parts.append(
-            "<h3>Duplicate clusters</h3>"
-            + html_table(("kept", "kept text", "removed", "how", "similarity", "removed text"), dup_rows)
-        )
+        parts.append(_clusters(report))
     parts += [_bars(h) for h in report.histograms]
     if report.examples:
         ex_rows = [(e.where, e.before, e.after, e.note) for e in report.examples]

@@ -297,14 +297,17 @@ def _clusters(dec: Any, snips: Any, limit: int) -> list[Cluster]:
     if not len(dec):
         return []
     out = []
-    for k in np.unique(dec["kept"])[:limit].tolist():
+    # the largest clusters first (50 copies of one line is the cluster to see), then by document
+    kept, counts = np.unique(dec["kept"], return_counts=True)
+    for i in np.argsort(-counts, kind="stable")[:limit].tolist():
+        k = int(kept[i])
         rows = dec[dec["kept"] == k][:20]
-        kw, kt = snips.get(int(k))
+        kw, kt = snips.get(k)
         members = []
         for d, _, s, m in rows.tolist():
             loc, text = snips.get(int(d))
             members.append(DupMember(DocRef(int(d), loc, mask_text(text)), METHODS[m], round(float(s), 4)))
-        out.append(Cluster(DocRef(int(k), kw, mask_text(kt)), tuple(members)))
+        out.append(Cluster(DocRef(k, kw, mask_text(kt)), tuple(members), int(counts[i])))
     return out
 
 

@@ -126,16 +126,22 @@ class DupMember:
 
 @dataclass(frozen=True)
 class Cluster:
-    """A kept document and the documents removed as its duplicates."""
+    """A kept document and the documents removed as its duplicates: ``count`` of them in all,
+    ``members`` a sample (the report lists at most 20; the removed-documents log has every one)."""
 
     kept: DocRef
     members: tuple[DupMember, ...]
+    count: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "count", max(int(self.count), len(self.members)))
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Cluster:
         return cls(
             DocRef(**data["kept"]),
             tuple(DupMember(DocRef(**m["doc"]), m["method"], m["similarity"]) for m in data["members"]),
+            int(data.get("count", 0)),
         )
 
 
@@ -302,9 +308,11 @@ class DataReport:
                 ex = f"  e.g. {p.examples[0].before}" if p.examples else ""
                 lines.append(f"  {p.type:<{width}}  {p.count:>7} in {p.docs} docs  -> {p.action} ({p.why}){ex}")
         for c in self.clusters[:5]:
+            more = f" and {format_count(c.count - 4)} more" if c.count > 4 else ""
             lines.append(
-                f"kept {c.kept.where}: "
+                f"kept {c.kept.where} ({format_count(c.count)} removed as its duplicates): "
                 + ", ".join(f"{m.doc.where} ({m.method} {m.similarity:.2f})" for m in c.members[:4])
+                + more
             )
         for h in self.histograms:
             lines.append(f"{h.name}: " + " ".join(str(c) for c in h.counts))

@@ -818,9 +818,11 @@ export interface IDataReport extends IDataReportSummary {
     why: string;
     examples: IDataExample[];
   }[];
+  /** Largest first: the kept document, `count` removed as its duplicates, a sample of them. */
   clusters: {
     kept: IDataDocRef;
     members: { doc: IDataDocRef; method: string; similarity: number }[];
+    count: number;
   }[];
   preview: [number, number][];
   histograms: { name: string; edges: number[]; counts: number[]; threshold: number | null }[];

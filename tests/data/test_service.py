@@ -106,6 +106,23 @@ def test_dedup_chains_versions_and_records_clusters(client: Starverse, tmp_path:
     assert [p["step"] for p in prov] == ["raw", "dedup", "dedup"]
 
 
+def test_a_dedup_report_groups_copies_into_collapsed_clusters_largest_first(client: Starverse, tmp_path: Path) -> None:
+    # 50 exact copies of one line are one cluster (kept + 49), shown first and collapsed
+    copies = ["the same line pasted fifty times into the corpus"] * 50
+    pair = ["a document that appears twice, about rented GPUs and their price"] * 2
+    others = [f"document {i} talks about topic {i * 7919 % 1000} in its own words" for i in range(20)]
+    _raw(client, tmp_path, pair + others + copies)
+    rep = client.data.dedup("raw")
+    first, second = rep.clusters[0], rep.clusters[1]
+    assert first.count == 49 and len(first.members) == 20 and first.kept.where == "part.jsonl:23"
+    assert second.count == 1 and second.kept.where == "part.jsonl:1"  # the user's file and line
+    html = rep._repr_html_()
+    assert html.count("<details class='sv-cluster'") == len(rep.clusters) and "<details open" not in html
+    assert "data-count='49'" in html and "and 29 more" in html and "2 cluster(s), 50 removed document(s)" in html
+    assert "kept part.jsonl:23 (49 removed as its duplicates)" in str(rep)
+    assert type(first).from_json(json.loads(json.dumps(rep.to_json()))["clusters"][0]).count == 49
+
+
 def test_a_folder_input_needs_a_target(client: Starverse, tmp_path: Path) -> None:
     folder = tmp_path / "loose"
     folder.mkdir()

@@ -180,10 +180,19 @@ function ReportDetail(props: { report: IDataReport }): JSX.Element {
       )}
       <ThresholdPreview key={r.id} report={r} />
       {r.clusters.slice(0, 5).map(c => (
-        <div key={c.kept.idx} className="jp-Starverse-dataCluster">
-          kept {c.kept.where}:{' '}
-          {c.members.map(m => `${m.doc.where} (${m.method} ${m.similarity.toFixed(2)})`).join(', ')}
-        </div>
+        <details key={c.kept.idx} className="jp-Starverse-dataCluster" data-count={c.count}>
+          <summary title={c.kept.snippet}>
+            <b>{formatCount(c.count ?? c.members.length)}</b> duplicate(s) of {c.kept.where}
+          </summary>
+          <ul>
+            {c.members.map(m => (
+              <li key={m.doc.idx} title={m.doc.snippet}>
+                {m.doc.where} ({m.method} {m.similarity.toFixed(2)})
+              </li>
+            ))}
+            {(c.count ?? 0) > c.members.length && <li>and {formatCount(c.count - c.members.length)} more</li>}
+          </ul>
+        </details>
       ))}
     </div>
   );

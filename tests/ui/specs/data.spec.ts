@@ -58,7 +58,13 @@ test.describe('Starverse data section', () => {
     await expect(data.locator('.jp-Starverse-dataItem[data-step="dedup"]')).toContainText('tickets@1-dedup', {
       timeout: 60000
     });
-    await expect(report.locator('.jp-Starverse-dataCluster').first()).toContainText('near');
+    // a cluster: the kept document and how many duplicates, collapsed until opened
+    const cluster = report.locator('.jp-Starverse-dataCluster').first();
+    await expect(cluster.locator('summary')).toContainText(/duplicate\(s\) of \S+:\d+/);
+    await expect(cluster).not.toHaveAttribute('open', /.*/);
+    await cluster.locator('summary').click();
+    await expect(cluster.locator('li').first()).toBeVisible();
+    await expect(cluster).toContainText('near');
     // the step ran in the background and was polled to its end: no bar left, the form is free again
     await expect(run.locator('.jp-Starverse-dataProgress')).toHaveCount(0);
     await expect(run.locator('button[type="submit"]')).toHaveText('Run');
