@@ -63,6 +63,14 @@ THROUGHPUT: dict[str, GpuThroughput] = {
 }
 
 
+def launch_options(pool: Resources, per_node: int = 8) -> str:
+    """``--gpu rtx4090 --nodes 32 --gpus-per-node 8``: a pool as one job's shape."""
+    per = min(per_node, pool.count)
+    while pool.count % per:
+        per -= 1
+    return f"--gpu {pool.accelerator} --nodes {pool.count // per} --gpus-per-node {per}"
+
+
 def throughput(accelerator: str) -> GpuThroughput:
     found = THROUGHPUT.get(accelerator)
     if found is None:
@@ -123,6 +131,13 @@ class MixedOption:
     def cards(self) -> int:
         return sum(p.count for p in self.pools)
 
+    @property
+    def launches(self) -> tuple[str, ...]:
+        """The jobs of this option, one per pool, as ``starverse launch`` options (8 GPUs per node)."""
+        if self.kind == "one job":
+            return ()
+        return tuple(launch_options(p) for p in self.pools)
+
     def figure(self, currency: str) -> str:
         if self.low != self.high:
             return f"{self.low:,} - {fmt_money(self.high, currency)}"
@@ -139,6 +154,7 @@ class MixedOption:
             "low": str(self.low),
             "high": str(self.high),
             "estimates": [e.to_json() for e in self.estimates],
+            "launches": list(self.launches),
             "note": self.note,
         }
 
@@ -191,7 +207,12 @@ class MixedPlan:
         lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
         lines += [f"  {o.label}: {o.note}" for o in self.options if o.note and o.kind != "pool"]
         best = self.recommended
-        lines.append(f"plan: {best.label}, {fmt_seconds(best.seconds)}, {best.figure(self.currency)}")
+        lines.append(f"plan: {best.label}, {fmt_seconds(best.seconds)}, {best.figure(self.currency)}; its jobs:")
+        shares = [o.work_share for o in self.options if o.kind == "pool"]
+        lines += [
+            f"  starverse launch SCRIPT {shape}  # {share * 100:.0f}% of the work (its stage or shard)"
+            for shape, share in zip(best.launches, shares, strict=True)
+        ]
         return "\n".join(lines)
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:

@@ -38,6 +38,11 @@ def test_the_seeds_plan_is_priced_truthfully(table: PriceTable) -> None:
     assert by["all a100-80g"].seconds < DAYS_12 < by["all rtx4090"].seconds
     assert by["all rtx4090"].seconds == sync.seconds
     assert by["all a100-80g"].high == estimate(Resources("a100-80g", 384), by["all a100-80g"].seconds, table=table).high
+    assert split.launches == (
+        "--gpu rtx4090 --nodes 32 --gpus-per-node 8",
+        "--gpu a100-80g --nodes 16 --gpus-per-node 8",
+    )
+    assert sync.launches == () and by["all rtx4090"].launches == ("--gpu rtx4090 --nodes 48 --gpus-per-node 8",)
     text = str(plan)
     assert "split: a stage per pool" in text and "372,326.40 CNY" in text and "slowest card (rtx4090)" in text
 
