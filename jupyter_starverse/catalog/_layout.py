@@ -359,10 +359,10 @@ class Layout:
         if newest is None and corrupt is not None:
             return DatasetRef(ref.name, corrupt)
         if newest is None:
-            known = {str(r).split("@")[0] for r in self.all_refs() if isinstance(r, DatasetRef)}
+            dataset_names = {str(r).split("@")[0] for r in self.all_refs() if isinstance(r, DatasetRef)}
             raise NotFoundError(
                 f"no dataset named {ref.name!r} in the catalog",
-                hint=did_you_mean(ref.name, known)
+                hint=did_you_mean(ref.name, dataset_names)
                 + "run `starverse store ls` to see entries, or `starverse store add NAME SOURCE`",
             )
         return DatasetRef(ref.name, newest[1])
