@@ -456,8 +456,20 @@ def check(pipeline: Pipeline, facade: Facade, *, base_dir: Path) -> PipelineChec
 def _check_prep(node: Node, prep: PrepPlan, facade: Facade, issues: list[Issue], info: dict[str, dict[str, Any]],
                 costs: list[StepCost], waits: list[str]) -> None:  # fmt: skip
     """A data preparation step: its input is ready, and how long it takes here (a timed sample)."""
+    from jupyter_starverse.data._job import parse_shards
+
     info[node.id] = {"step": prep.step, "source": prep.source, "from_node": prep.from_node, "seconds": None}
-    costs.append(StepCost(node.id, None, "runs in the workspace: no GPU rented"))
+    shards = node.params.get("shards")
+    ranks = 1
+    if shards not in (None, ""):
+        try:
+            nodes, procs = parse_shards(shards, step=prep.step)
+            ranks = nodes * procs
+        except BadInputError as e:
+            issues.append(Issue(node.id, e.message, field="shards", hint=e.hint))
+    info[node.id]["shards"] = ranks
+    where = "in the workspace" if shards in (None, "") and not node.params.get("backend") else f"as {ranks} CPU rank(s)"
+    costs.append(StepCost(node.id, None, f"runs {where}: no GPU rented"))
     if waits or not prep.source:
         issues.append(Issue(node.id, f"its input {', '.join(waits) or '(none)'} is not ready", field="data"))
         return

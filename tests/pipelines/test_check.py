@@ -85,3 +85,22 @@ def test_the_total_cost_is_the_sum_of_the_steps(client: Starverse, folder: Path)
 def test_a_budget_below_the_estimate_warns_on_the_node(client: Starverse, folder: Path) -> None:
     issues = _issues(client, doc(train={"hours": 10, "budget": "0.01"}), folder)
     assert any(i.node == "train" and i.level == "warning" and i.field == "budget" for i in issues)
+
+
+def test_a_prep_step_s_shards_are_checked_on_the_node(client: Starverse, folder: Path, dataset: str) -> None:
+    def prep(shards: object, step: str = "dedup") -> Pipeline:
+        return Pipeline.from_json({
+            "version": 1, "name": "p",
+            "nodes": [{"id": "raw", "kind": "dataset", "params": {"ref": dataset}},
+                      {"id": "d", "kind": "prep", "params": {"step": step, "shards": shards}}],
+            "edges": [{"source": "raw", "target": "d"}],
+        })  # fmt: skip
+
+    ok = client.pipelines.check(prep("2x2"), base_dir=folder)
+    assert not [i for i in ok.issues if i.field == "shards"] and ok.info["d"]["shards"] == 4
+    assert ok.costs[0].reason == "runs as 4 CPU rank(s): no GPU rented"
+    for shards, step, why in (("0", "dedup", "between 1 and"), ("2", "score", "score runs on one rank")):
+        (issue,) = [
+            i for i in client.pipelines.check(prep(shards, step), base_dir=folder).issues if i.field == "shards"
+        ]
+        assert why in issue.message and issue.node == "d" and issue.hint
