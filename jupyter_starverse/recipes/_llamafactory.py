@@ -66,9 +66,21 @@ def dataset_info(objective: str, files: list[str]) -> dict[str, Any]:
 
 
 def llamafactory_config(
-    values: dict[str, Any], *, objective: str, model_dir: str, dataset_dir: str, output_dir: str, accumulation: int
+    values: dict[str, Any],
+    *,
+    objective: str,
+    model_dir: str,
+    dataset_dir: str,
+    output_dir: str,
+    accumulation: int,
+    checkpoint_every: int | None = None,
 ) -> dict[str, Any]:
-    """The training YAML (as a dict) for the recipe's parameters and the job's batch plan."""
+    """The training YAML (as a dict) for the recipe's parameters and the job's batch plan.
+
+    Checkpoints follow the job's schedule (``checkpoint_every``, else every tenth of the steps) into
+    ``output_dir/checkpoint-N``, the two newest kept; the per-rank entry resumes from the newest one
+    and reports every logged step into the run's ``metrics.jsonl`` (``llamafactory_entry``).
+    """
     precision = values.get("precision", "auto")
     config: dict[str, Any] = {
         "model_name_or_path": model_dir,
@@ -84,7 +96,10 @@ def llamafactory_config(
         "output_dir": output_dir,
         "overwrite_output_dir": True,
         "logging_steps": 1,
-        "save_strategy": "no",
+        "save_strategy": "steps",
+        "save_steps": checkpoint_every or max(1, int(values["steps"]) // 10),
+        "save_total_limit": 2,
+        "save_only_model": False,  # optimizer, scheduler and RNG too: a resume continues the run
         "report_to": "none",
         "per_device_train_batch_size": values["micro_batch"],
         "gradient_accumulation_steps": accumulation,
@@ -153,6 +168,7 @@ def llamafactory_spec(
         dataset_dir="<run>/llamafactory",
         output_dir="<run>/model",
         accumulation=plan.accumulation,
+        checkpoint_every=job.get("checkpoint_every"),
     )
     argv = (
         python,

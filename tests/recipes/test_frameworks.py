@@ -29,10 +29,49 @@ def test_llamafactory_yaml_and_dataset_info_follow_the_recipe_parameters() -> No
     assert parsed["lr_scheduler_type"] == "cosine_with_min_lr" and parsed["cutoff_len"] == 256
     assert (parsed["per_device_train_batch_size"], parsed["gradient_accumulation_steps"]) == (4, 4)
     assert parsed["bf16"] is True and parsed["dataset"] == "starverse"
+    # checkpoints on the job's schedule into the run folder (was save_strategy: no)
+    assert (parsed["save_strategy"], parsed["save_steps"], parsed["output_dir"]) == ("steps", 3, "/run/model")
+    every = llamafactory_config(
+        values, objective="sft", model_dir="/m", dataset_dir="/d", output_dir="/o", accumulation=1, checkpoint_every=5
+    )
+    assert every["save_steps"] == 5 and every["save_only_model"] is False
     info = dataset_info("sft", ["/store/chat"])["starverse"]
     assert info["formatting"] == "sharegpt" and info["columns"] == {"messages": "messages"}
     assert dataset_info("dpo", ["/p"])["starverse"]["ranking"] is True
     assert dataset_info("kto", ["/u"])["starverse"]["columns"]["kto_tag"] == "label"
+
+
+def test_llamafactory_steps_reach_the_monitor_and_a_restart_resumes_its_newest_checkpoint(tmp_path: Path) -> None:
+    """The callback the entry passes to LLaMA-Factory's run_exp, driven as the HF Trainer drives it."""
+    from types import SimpleNamespace
+
+    from jupyter_starverse.experiments import read_metrics
+    from jupyter_starverse.recipes.train.llamafactory_entry import latest_checkpoint, make_callbacks
+
+    (monitor,) = make_callbacks(tmp_path)
+    control = SimpleNamespace(should_save=False, should_training_stop=False)
+    for step, loss in ((1, 6.1), (2, 5.4)):
+        state = SimpleNamespace(global_step=step, is_world_process_zero=True)
+        monitor.on_log(None, state, control, logs={"loss": loss, "learning_rate": 1e-4, "grad_norm": 0.5})
+    monitor.on_log(None, state, control, logs={"train_runtime": 3.0, "train_loss": 5.7})  # the summary: no step
+    points = read_metrics(tmp_path, from_logs=False)
+    assert [(p.step, p.values["loss"], p.values["lr"]) for p in points] == [(0, 6.1, 1e-4), (1, 5.4, 1e-4)]
+
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGTERM)  # the callback's handler: save at the end of the step, then stop
+    monitor.on_step_end(None, state, control)
+    assert control.should_save and control.should_training_stop
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    for n, complete in ((2, True), (4, True), (6, False)):  # checkpoint-6 is half written
+        d = tmp_path / "model" / f"checkpoint-{n}"
+        d.mkdir(parents=True)
+        if complete:
+            (d / "trainer_state.json").write_text("{}")
+    found = latest_checkpoint(tmp_path / "model")
+    assert found is not None and found.name == "checkpoint-4"
 
 
 def test_llamafactory_launch_needs_its_environment(store: Starverse) -> None:
@@ -57,6 +96,11 @@ def test_llamafactory_sft_runs_under_torchrun_where_installed(store: Starverse) 
     done = store.backend("local").wait(store.launch(spec).id, timeout=600)
     assert done.state.value == "succeeded", done.reason
     assert (Path(done.experiment_dir) / "model" / "config.json").is_file()
+    from jupyter_starverse.experiments import read_metrics
+
+    points = read_metrics(Path(done.experiment_dir), from_logs=False)
+    assert [p.step for p in points] == [0, 1, 2, 3] and all("loss" in p.values for p in points)  # the monitor's step
+    assert list((Path(done.experiment_dir) / "model").glob("checkpoint-*"))  # checkpoints on the schedule
 
 
 def test_megatron_indexed_dataset_round_trips_in_megatron_core_layout(tmp_path: Path) -> None:
