@@ -27,11 +27,17 @@ def _export(client: Starverse, args: argparse.Namespace) -> object:
         if args.dry_run:
             return client.preview(spec, backend=backend)
         return client.launch(spec, backend=backend)
+    gate = None
+    if args.eval:  # the accuracy gate: fp32 and the export scored on the same examples
+        gate = client.evals.gate(
+            args.eval, limit_points=args.eval_limit, task=args.eval_task, input_field=args.input_field,
+            target_field=args.target_field, max_examples=args.eval_examples,
+        )  # fmt: skip
     status = args.presenter.status()
     try:
         result = client.export.export(
             args.model, args.format, target=args.target, feedback=args.feedback, force=args.force,
-            new_tokens=args.new_tokens, progress=status.update, compute=args.compute,
+            new_tokens=args.new_tokens, progress=status.update, compute=args.compute, gate=gate,
         )  # fmt: skip
     finally:
         status.close()
@@ -54,6 +60,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--compute", choices=("int8", "fp32"), default="int8",
                    help="how quantized MatMuls compute: int8 (fast CPU kernels, default) or fp32")  # fmt: skip
     p.add_argument("--new-tokens", type=int, default=16, metavar="N", help="greedy tokens per prompt (default 16)")
+    e = p.add_argument_group("accuracy gate")
+    e.add_argument("--eval", default=None, metavar="DATASET[@V]", help="score fp32 and the export on this labelled set")
+    e.add_argument("--eval-limit", type=float, default=1.0, metavar="POINTS",
+                   help="refuse a drop of the metric larger than this (default 1 point)")  # fmt: skip
+    e.add_argument(
+        "--eval-task", choices=("classification", "extraction", "qa", "generation"), default="classification"
+    )
+    e.add_argument("--eval-examples", type=int, default=200, metavar="N", help="examples scored (default 200)")
+    e.add_argument("--input-field", default="input", help="input field of --eval (default: input)")
+    e.add_argument("--target-field", default="target", help="expected field of --eval (default: target)")
     g = p.add_argument_group("tensorrt-llm (a GPU job)")
     g.add_argument("--gpu", default=None, metavar="TYPE", help="GPU type of the build job")
     g.add_argument("--backend", default=None, help="local, kubernetes or slurm (default: settings)")

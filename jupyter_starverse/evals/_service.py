@@ -91,7 +91,7 @@ class AccuracyGate:
             ratio = f.ms_per_example / base.ms_per_example if base.ms_per_example else float("nan")
             name = f.graph.replace("onnx-", "").upper()
             out.append(
-                f"{name}: {_metric_name(f.metric)} {-f.drop_points:+.1f} points, latency x{ratio:.2f} "
+                f"{name}: {_metric_name(f.metric)} {0.0 - f.drop_points:+.1f} points, latency x{ratio:.2f} "
                 f"(on {self.dataset}, limit {self.limit_points:g} points)"
             )
         return out
@@ -337,7 +337,8 @@ class EvalService:
         ``data`` and fails a graph whose metric is more than ``limit_points`` below the first's."""
         if limit_points < 0:
             raise BadInputError("the accuracy limit must be >= 0 points", field="eval_limit", hint="e.g. 1")
-        opts = replace(options or TaskOptions(), task=task)
+        # one example at a time for both: the latency ratio compares like with like (the graph runs unbatched)
+        opts = replace(options or TaskOptions(batch_size=1), task=task)
         opts.check()
         ds = self.dataset(data, input_field=input_field, target_field=target_field, task=task, limit=max_examples)
         name = metric or HEADLINE[task]
@@ -357,7 +358,7 @@ class EvalService:
                     base = figures[0].value if figures else value
                     drop = (base - value) * 100 if points(name) else (value - base)
                     figures.append(GateFigure(graph, name, value, drop, ms))
-                    if figures and len(figures) > 1 and drop > limit_points:
+                    if len(figures) > 1 and drop > limit_points:
                         failures.append(
                             f"{graph}: {_metric_name(name)} -{drop:.1f} points on {ds.ref} "
                             f"> limit {limit_points:g} points"

@@ -73,6 +73,7 @@ class ExportResult:
     failures: tuple[str, ...]
     lineage: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    accuracy: Any = None  # what an accuracy gate (``export --eval``) answered: to_json(), lines(), failures
 
     @property
     def ok(self) -> bool:
@@ -94,6 +95,7 @@ class ExportResult:
             "failures": list(self.failures),
             "lineage": self.lineage,
             "seconds": self.seconds,
+            "accuracy": self.accuracy.to_json() if self.accuracy is not None else None,
         }
 
     @property
@@ -108,6 +110,8 @@ class ExportResult:
             lines.append(
                 f"feedback replay ({replay.ref}): {replay.matching}/{replay.prompts} answers identical to PyTorch"
             )
+        if self.accuracy is not None:
+            lines += list(self.accuracy.lines())
         lines += [f"parity check failed: {f}" for f in self.failures]
         if self.state == "failed":
             lines.append("not stored; pass --force to store it anyway")
@@ -197,8 +201,13 @@ class ExportService:
         new_tokens: int = 16,
         progress: Callable[[str], None] | None = None,
         compute: str = "int8",
+        gate: Callable[[list[tuple[str, Path]]], Any] | None = None,
     ) -> ExportResult:
-        """Export ``model`` (``hf:ORG/REPO@REV``, ``exp:NAME``, a folder) to ``fmt`` with a parity report."""
+        """Export ``model`` (``hf:ORG/REPO@REV``, ``exp:NAME``, a folder) to ``fmt`` with a parity report.
+
+        ``gate`` (``client.evals.gate(DATASET)``) scores ``[("fp32", source), (fmt, exported folder)]``
+        on the same examples before anything is stored; its ``failures`` fail the export like a
+        parity check does (``force`` stores it anyway)."""
         ref = self.check(model, fmt, target=target, new_tokens=new_tokens)
         if compute not in COMPUTE:
             raise BadInputError(f"unknown compute {compute!r}", field="compute", hint=f"one of {', '.join(COMPUTE)}")
@@ -209,7 +218,7 @@ class ExportService:
         source = resolve_model(self.settings, self.catalog, model)
         export_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
         return self._run(
-            model, fmt, ref, source, export_id, feedback, force, thresholds, new_tokens, say, started, compute
+            model, fmt, ref, source, export_id, feedback, force, thresholds, new_tokens, say, started, compute, gate
         )
 
     def check(self, model: str, fmt: str, *, target: str | None = None, new_tokens: int = 16) -> ModelRef:
@@ -242,6 +251,7 @@ class ExportService:
         say: Callable[[str], None],
         started: float,
         compute: str,
+        gate: Callable[[list[tuple[str, Path]]], Any] | None = None,
     ) -> ExportResult:
         work = self.settings.home / "exports" / export_id
         say(f"loading {model}")
@@ -279,7 +289,13 @@ class ExportService:
         figures = [
             replace(f, ms_per_token=ms, ms_per_token_torch=torch_ms) for f, ms in zip(figures, graph_ms, strict=True)
         ]
-        failures = tuple(f for fig in figures for f in fig.failures)
+        out = work / "package"
+        _package(source, graph, out)
+        accuracy = None
+        if gate is not None:
+            say("scoring the PyTorch model and the exported graph on the same examples")
+            accuracy = gate([("fp32", source), (fmt, out)])
+        failures = tuple(f for fig in figures for f in fig.failures) + tuple(accuracy.failures if accuracy else ())
         state = "ok" if not failures else ("overridden" if force else "failed")
         lineage = {
             "kind": "export",
@@ -304,9 +320,8 @@ class ExportService:
             failures,
             lineage,
             0.0,
+            accuracy,
         )
-        out = work / "package"
-        _package(source, graph, out)
         if state != "failed":
             say(f"storing {ref}")
             result = replace(result, seconds=time.monotonic() - started)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -45,3 +46,17 @@ async def test_rest_eval_run_list_and_errors(jp_fetch: Any, store: dict[str, str
     with pytest.raises(HTTPClientError) as err:
         await jp_fetch("jupyter-starverse", "evals", "no-such-report")
     assert err.value.code == 404
+
+
+def test_eval_runs_as_a_local_job_and_renders_for_kubernetes(store: dict[str, str], client: Starverse) -> None:
+    spec = client.evals.job_spec(store["model"], store["data"], baselines=[store["base"]], limit=2)
+    assert set(spec.mounts) == {store["model"], store["base"], store["data"]} and spec.accelerator == "cpu"
+    done = client.backend("local").wait(client.launch(spec, backend="local").id, timeout=240)
+    logs = Path(done.experiment_dir, "logs", "rank0.log")
+    text = logs.read_text() if logs.exists() else ""
+    assert done.state.value == "succeeded", (done.reason, text[-3000:])
+    assert f"delta vs {store['model']}" in text  # the side-by-side table is in the job's log
+    reports = client.evals.reports(data=store["data"])  # written to the store by the job
+    assert [r.model for r in reports] == [store["model"], store["base"]] and reports[0].examples == 2
+    rendered = client.preview(spec, backend="kubernetes")
+    assert "jupyter_starverse.evals.job" in json.dumps(rendered.to_json())

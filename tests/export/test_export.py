@@ -25,8 +25,19 @@ def _feedback(client: Starverse) -> None:
 def test_int4_export_passes_parity_and_becomes_a_store_version(client: Starverse, tiny_ref: str) -> None:
     _feedback(client)
     version = client.feedback.snapshot("team").ref
-    result = client.export.export(tiny_ref, "onnx-int4", feedback=version)
+    labelled = client.catalog.root.parent / "gold"  # export --eval: fp32 and INT4 scored on the same examples
+    labelled.mkdir()
+    rows = [{"input": t, "target": "yes" if i % 2 else "no"} for i, t in enumerate(("a fox", "a dog", "模型", "data"))]
+    (labelled / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    gold = client.catalog.add_dataset("gold", str(labelled)).ref
+    gate = client.evals.gate(gold, limit_points=100.0)  # a random tiny model: only the figures are checked here
+    result = client.export.export(tiny_ref, "onnx-int4", feedback=version, gate=gate)
     assert result.state == "ok" and result.target == "hf:team/tiny@main-onnx-int4"
+    base, quant = result.accuracy.figures
+    assert (base.graph, quant.graph) == ("fp32", "onnx-int4") and quant.ms_per_example > 0
+    assert f"INT4: F1 {0.0 - quant.drop_points:+.1f} points, latency x" in str(result)
+    scored = client.evals.evaluate(result.target, gold)  # the stored INT4 version, run by onnxruntime
+    assert scored.report.engine == "onnxruntime" and scored.report.examples == 4
     fp32, int4 = result.figures
     # the fp32 graph computes what PyTorch computes, through the prefill and the cached decode
     assert fp32.max_abs_logit_diff <= 1e-4 and fp32.greedy_agreement == 1.0 and fp32.exact_continuations == 1.0
