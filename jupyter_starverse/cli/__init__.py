@@ -42,21 +42,54 @@ _COMMANDS = {
     "env": "_env", "serve": "_serve", "eval": "_eval",
 }  # fmt: skip
 
+# Each command's one-line help, for `starverse --help` (and `%sv --help`) without importing
+# every command module (that import was most of its time: 3x `jobs ls`). A test checks that
+# this help is the same text the full parser prints.
+_SUMMARIES = {
+    "info": "show version, store, backend, mode and currency",
+    "cost": "prices, estimates before launch, running costs, per-user totals",
+    "train": "%%sv train: launch the cell body as a training script and show the live monitor",
+    "store": "datasets and Hugging Face models on the shared store",
+    "mount": "path of a pulled store entry (%%sv mount returns a pathlib.Path)",
+    "data": "data preparation: sensitive fields, dedup, quality, as new dataset versions",
+    "launch": "run a training script on N nodes x P processes (local processes, Kubernetes or Slurm)",
+    "jobs": "list, inspect, follow, wait for and cancel jobs (alone: jobs ls)",
+    "demo": "train a small LM on 2 local nodes x 2 processes from a demo dataset",
+    "mode": "show or switch the GPU/CPU mode of the workspace (notebook variables are kept)",
+    "pipeline": "check, price, export and run .svpipeline files",
+    "recipes": "training recipes: CPT, SFT, DPO, KTO, reward, frameworks, reproductions",
+    "feedback": "thumbs up/down on answers: logs, versions, preference pairs and labels",
+    "chat": "ask a model one question (streamed); optionally vote on the answer",
+    "align": "align a model on a feedback version: DPO (pairs), KTO (labels) or a reward model",
+    "export": "export a model to ONNX (fp32, INT8, INT4) with a parity report, or build a TensorRT-LLM engine",
+    "env": "job environments on the store (ls, show, rm, build, image)",
+    "serve": "serve a model as an OpenAI-compatible API (here, or rendered for Kubernetes / Slurm)",
+    "eval": "score models on a labelled dataset (baselines side by side), compare a chain, list reports",
+}
+
 # Commands that run only inside a notebook kernel: listed, and marked so in the help.
 _NOTEBOOK_ONLY = ("train",)
 _NOTEBOOK_MARK = " (notebook only)"
 
 
-def build_parser(prog: str = "starverse", command: str | None = None) -> CommandParser:
-    """The full parser tree (CLI and magics share it); with a known ``command``, only its group."""
+def build_parser(prog: str = "starverse", command: str | None = None, *, summary: bool = False) -> CommandParser:
+    """The full parser tree (CLI and magics share it); with a known ``command``, only its group.
+
+    ``summary``: every command by name and one-line help only, none of their modules imported
+    (what ``starverse --help`` shows; a command line names its command, which loads its group).
+    """
     parser = CommandParser(
         prog=prog,
         description="Train large models on rented GPUs: shared store, multi-node launch, costs, GPU/CPU modes.",
     )
     parser.add_argument("--version", action="version", version=f"jupyter_starverse {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
-    for name in (_COMMANDS[command],) if command in _COMMANDS else _GROUPS:
-        importlib.import_module(f"{__name__}.{name}").register(sub)
+    if summary and command not in _COMMANDS:
+        for name, text in _SUMMARIES.items():
+            sub.add_parser(name, help=text)
+    else:
+        for name in (_COMMANDS[command],) if command in _COMMANDS else _GROUPS:
+            importlib.import_module(f"{__name__}.{name}").register(sub)
     for action in sub._choices_actions:
         if action.dest in _NOTEBOOK_ONLY and not (action.help or "").endswith(_NOTEBOOK_MARK):
             action.help = f"{action.help or ''}{_NOTEBOOK_MARK}".strip()
@@ -103,7 +136,8 @@ def parse(
 ) -> argparse.Namespace:
     """Parse ``argv``; attach the cell body, the notebook flag and the front door's presenter."""
     argv = list(argv)
-    parser = build_parser(prog, next((a for a in argv if not a.startswith("-")), None))
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(prog, command, summary=command is None)  # `--help` alone: the summary
     # `--` ends the options anywhere: what follows is the script's own arguments, even
     # after a positional SCRIPT (argparse alone would refuse `launch train.py -- --lr 1`).
     rest: list[str] = []
@@ -132,8 +166,6 @@ def parse(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point."""
-    from ..client import Starverse
-
     try:
         args = parse(sys.argv[1:] if argv is None else argv)
     except HelpShown as shown:
@@ -148,6 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StarverseError as e:  # a check made while parsing (a bad --gpu, a name)
         print(f"error: {door_text(e)}", file=sys.stderr)
         return exit_code_for(e)
+    from ..client import Starverse  # after parsing: `--help` needs no facade
+
     try:
         client = Starverse()
         result: Any = args.run(client, args)

@@ -338,7 +338,7 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "launch",
-        help="run a training script on N nodes x P processes (local processes or Kubernetes)",
+        help="run a training script on N nodes x P processes (local processes, Kubernetes or Slurm)",
         description="Submit a training script. Without SCRIPT the --template example runs.",
     )
     p.add_argument("script", nargs="?", default=None, metavar="SCRIPT", help="Python training script")

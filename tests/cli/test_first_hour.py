@@ -232,3 +232,19 @@ def test_a_read_only_store_of_ones_own_gets_no_group_hint(tmp_path: Path) -> Non
     assert "chmod u+w" in str(mine) and "STARVERSE_SHARED_GROUP" not in str(mine)
     ro = denied(OSError(errno.EROFS, "Read-only file system", str(tmp_path)), "add corpus")
     assert "read-only" in str(ro) and "STARVERSE_SHARED_GROUP" not in str(ro)
+
+
+def test_help_alone_is_the_full_parsers_help_without_importing_the_commands() -> None:
+    assert build_parser(summary=True).format_help() == build_parser().format_help()  # keep _SUMMARIES in step
+    assert build_parser("%sv", summary=True).format_help() == build_parser("%sv").format_help()
+    code = (
+        "import sys; from jupyter_starverse.cli import main; main(['--help']); "
+        "print(sorted(m for m in sys.modules if m.startswith('jupyter_starverse.cli._') and m != "
+        "'jupyter_starverse.cli._common'), 'jupyter_starverse.client' in sys.modules, file=sys.stderr)"
+    )
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "[] False"  # no command module, not even the facade
+    assert "Slurm" in done.stdout
