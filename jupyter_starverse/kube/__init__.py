@@ -9,12 +9,24 @@ from __future__ import annotations
 
 from ._config import KubeConnection, connect, require_kubernetes, resolve_namespace
 from ._errors import api_errors, status_of, translate
-from ._pools import NodePool, PoolTable, Toleration, format_cpu, format_memory, load_pools, parse_quantity
+from ._pools import (
+    HOST_SHARE,
+    NodePool,
+    PoolTable,
+    SpotPlacement,
+    Toleration,
+    format_cpu,
+    format_memory,
+    load_pools,
+    parse_quantity,
+)
 
 __all__ = [
+    "HOST_SHARE",
     "KubeConnection",
     "NodePool",
     "PoolTable",
+    "SpotPlacement",
     "Toleration",
     "api_errors",
     "connect",

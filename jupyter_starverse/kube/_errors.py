@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -51,11 +52,7 @@ def translate(exc: Exception, *, action: str, obj: str, namespace: str, host: st
             hint=f"see `kubectl describe resourcequota -n {namespace}`; cancel other jobs or ask for more quota",
         )
     if code == 403:
-        return PermissionDeniedError(
-            f"forbidden to {what}: {message}",
-            hint="grant the service account (or your user) the workspace Role of docs/kubernetes.md; "
-            f"check `kubectl auth can-i --list -n {namespace}`",
-        )
+        return PermissionDeniedError(f"forbidden to {what}: {message}", hint=_forbidden_hint(message, namespace))
     if code == 404 and message.startswith("namespaces "):
         return NotFoundError(
             f"namespace {namespace!r} does not exist (while trying to {what})",
@@ -97,3 +94,25 @@ def api_errors(*, action: str, obj: str, namespace: str, host: str = "") -> Iter
         raise translate(e, action=action, obj=obj, namespace=namespace, host=host) from e
     except (HTTPError, OSError) as e:
         raise translate(e, action=action, obj=obj, namespace=namespace, host=host) from e
+
+
+_DENIED = re.compile(r'User "([^"]*)" cannot ([\w-]+) resource "([^"]+)" in API group "([^"]*)"')
+
+
+def _forbidden_hint(message: str, namespace: str) -> str:
+    """What exactly to grant: the verb and resource the server refused (its RBAC message names
+    them), as a Role rule and the ``kubectl auth can-i`` check."""
+    m = _DENIED.search(message)
+    if m is None:
+        return (
+            "grant the service account (or your user) the workspace Role of docs/kubernetes.md; "
+            f"check `kubectl auth can-i --list -n {namespace}`"
+        )
+    user, verb, resource, group = m.groups()
+    rule = f'{{apiGroups: ["{group}"], resources: ["{resource}"], verbs: ["{verb}"]}}'
+    return (
+        f"{user} may not {verb} {resource}" + (f" ({group})" if group else "") + f" in {namespace}: add the rule "
+        f"{rule} to the Role bound to that service account or user (the launcher's Role: rbac.yaml in "
+        "jupyter_starverse/backends/kubernetes); "
+        f"check `kubectl auth can-i {verb} {resource} -n {namespace} --as {user}`"
+    )

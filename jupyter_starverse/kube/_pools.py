@@ -11,7 +11,8 @@ JSON) replaces the defaults::
 
 Optional per pool (each overrides the workspace default of the same ``STARVERSE_*`` setting):
 ``image``, ``cpu_per_proc`` / ``memory_per_proc`` (requests per GPU, or per process on the CPU
-pool; defaults 8 and 64Gi per GPU, 1 and 4Gi per CPU process), ``max_cpu`` / ``max_memory``
+pool; defaults: :data:`HOST_SHARE`, a share of the GPU type's typical host, else 8 and 64Gi per
+GPU; 1 and 4Gi per CPU process), ``max_cpu`` / ``max_memory``
 (what one node of the pool can give a pod: the caps), ``shm_size``, ``image_pull_secrets``,
 ``service_account``, ``priority_class``, ``annotations``, ``extra_resources``
 (``{"rdma/hca": "1"}``) and ``node_affinity`` (a list of alternative terms, see
@@ -20,6 +21,7 @@ pool; defaults 8 and 64Gi per GPU, 1 and 4Gi per CPU process), ``max_cpu`` / ``m
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
@@ -38,9 +40,11 @@ from jupyter_starverse._settings import (
 from jupyter_starverse.errors import BadInputError
 
 __all__ = [
+    "HOST_SHARE",
     "POOL_LABEL",
     "NodePool",
     "PoolTable",
+    "SpotPlacement",
     "Toleration",
     "format_cpu",
     "format_memory",
@@ -90,6 +94,29 @@ def format_memory(value: Fraction) -> str:
 POOL_LABEL = "starverse.io/pool"
 _GPU_TYPES = ("rtx4090", "a100-80g", "a100-40g", "h100-80g", "l40s")
 
+#: Requests per GPU (CPU, memory) where a pool states none: a share of a typical 8-GPU host of
+#: that type, keeping about 1/8 of the host for the kubelet, system daemons and the OS.
+#: Hosts (vCPU / memory of 8-GPU machines), from the vendors' and providers' published specs:
+#:   rtx4090   8x RTX 4090 servers (2x EPYC/Xeon, e.g. ASUS ESC8000A-E12, Supermicro 4U GPU
+#:             servers as sold and rented): 64-128 vCPU, 256-512 GiB; the smallest common
+#:             configuration, 64 vCPU / 256 GiB, takes 8 x (6 CPU + 28Gi) = 48 CPU / 224Gi
+#:   a100-40g  AWS p4d.24xlarge 96 vCPU / 1152 GiB; GCP a2-highgpu-8g 96 vCPU / 680 GB;
+#:             Azure ND96asr_v4 96 vCPU / 900 GiB          -> 10 CPU + 64Gi  (80 / 512Gi)
+#:   a100-80g  AWS p4de.24xlarge 96 vCPU / 1152 GiB; GCP a2-ultragpu-8g 96 vCPU / 1360 GB;
+#:             Azure ND96amsr_A100_v4 96 vCPU / 1900 GiB   -> 10 CPU + 120Gi (80 / 960Gi)
+#:   h100-80g  AWS p5.48xlarge 192 vCPU / 2048 GiB; GCP a3-highgpu-8g 208 vCPU / 1872 GB;
+#:             Azure ND96isr_H100_v5 96 vCPU / 1900 GiB    -> 10 CPU + 190Gi (80 / 1520Gi)
+#:   l40s      AWS g6e.48xlarge 192 vCPU / 1536 GiB        -> 20 CPU + 160Gi (160 / 1280Gi)
+#: A pool's ``cpu_per_proc`` / ``memory_per_proc`` / ``max_cpu`` / ``max_memory`` and a job's
+#: ``--cpu`` / ``--memory`` override these; other GPU types get 8 CPU + 64Gi per GPU.
+HOST_SHARE: dict[str, tuple[str, str]] = {
+    "rtx4090": ("6", "28Gi"),
+    "a100-40g": ("10", "64Gi"),
+    "a100-80g": ("10", "120Gi"),
+    "h100-80g": ("10", "190Gi"),
+    "l40s": ("20", "160Gi"),
+}
+
 
 @dataclass(frozen=True)
 class Toleration:
@@ -119,6 +146,53 @@ class Toleration:
 
 
 @dataclass(frozen=True)
+class SpotPlacement:
+    """Where a ``--billing spot`` pod of a pool goes: extra node labels to select, the taint of
+    the spot nodes to tolerate, and the priority class (usually a low, preemptible one).
+
+    In a pool's table entry: ``"spot": {"node_selector": {...}, "tolerations": [...],
+    "priority_class": "..."}``. The providers' labels: GKE ``cloud.google.com/gke-spot: "true"``,
+    EKS ``eks.amazonaws.com/capacityType: SPOT``, AKS ``kubernetes.azure.com/scalesetpriority: spot``
+    (tainted ``kubernetes.azure.com/scalesetpriority=spot:NoSchedule``)."""
+
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    priority_class: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "node_selector": dict(self.node_selector),
+            "tolerations": [t.to_json() for t in self.tolerations],
+        }
+        if self.priority_class:
+            out["priority_class"] = self.priority_class
+        return out
+
+    @classmethod
+    def parse(cls, raw: Any, where: str) -> SpotPlacement:
+        if not isinstance(raw, dict) or set(raw) - {"node_selector", "tolerations", "priority_class"}:
+            raise BadInputError(
+                f"pool table {where}.spot must be an object of node_selector, tolerations, priority_class"
+            )
+        selector = raw.get("node_selector", {})
+        if not isinstance(selector, dict):
+            raise BadInputError(f"pool table {where}.spot.node_selector must be an object")
+        tolerations = tuple(
+            Toleration.parse(t, f"{where}.spot.tolerations[{i}]") for i, t in enumerate(raw.get("tolerations", []))
+        )
+        priority = raw.get("priority_class")
+        if priority is not None and (not isinstance(priority, str) or not priority.strip()):
+            raise BadInputError(f"pool table {where}.spot.priority_class must be a non-empty string")
+        return cls({str(k): str(v) for k, v in selector.items()}, tolerations, priority)
+
+
+#: spot placement of a pool that states none: nodes labelled and tainted ``starverse.io/capacity=spot``
+DEFAULT_SPOT = SpotPlacement(
+    {"starverse.io/capacity": "spot"}, (Toleration("starverse.io/capacity", "Equal", "spot", "NoSchedule"),)
+)
+
+
+@dataclass(frozen=True)
 class NodePool:
     """Where pods of one kind (``cpu`` or a GPU type) are scheduled."""
 
@@ -138,15 +212,30 @@ class NodePool:
     annotations: tuple[tuple[str, str], ...] = ()
     extra_resources: tuple[tuple[str, str], ...] = ()
     node_affinity: tuple[NodeTerm, ...] = ()
+    spot: SpotPlacement | None = None  # None: DEFAULT_SPOT
 
     @property
     def is_gpu(self) -> bool:
         return self.resource is not None
 
+    def for_billing(self, billing: str) -> NodePool:
+        """The pool as a job billed ``billing`` sees it: ``spot`` adds the spot nodes' selector and
+        toleration and takes the spot priority class (:class:`SpotPlacement`); others: unchanged."""
+        if billing != "spot":
+            return self
+        spot = self.spot or DEFAULT_SPOT
+        return dataclasses.replace(
+            self,
+            node_selector={**self.node_selector, **spot.node_selector},
+            tolerations=tuple(dict.fromkeys((*self.tolerations, *spot.tolerations))),
+            priority_class=spot.priority_class or self.priority_class,
+        )
+
     def requests(self, procs: int) -> tuple[str, str]:
         """(cpu, memory) of a pod with ``procs`` GPUs (or CPU processes), capped by the node's size."""
-        cpu = parse_quantity(self.cpu_per_proc or ("8" if self.is_gpu else "1")) * procs
-        memory = parse_quantity(self.memory_per_proc or ("64Gi" if self.is_gpu else "4Gi")) * procs
+        share = HOST_SHARE.get(self.name, ("8", "64Gi")) if self.is_gpu else ("1", "4Gi")
+        cpu = parse_quantity(self.cpu_per_proc or share[0]) * procs
+        memory = parse_quantity(self.memory_per_proc or share[1]) * procs
         if self.max_cpu:
             cpu = min(cpu, parse_quantity(self.max_cpu))
         if self.max_memory:
@@ -173,6 +262,7 @@ class NodePool:
             "annotations": dict(self.annotations) or None,
             "extra_resources": dict(self.extra_resources) or None,
             "node_affinity": node_affinity_json(self.node_affinity) or None,
+            "spot": self.spot.to_json() if self.spot is not None else None,
         }
         out.update({k: v for k, v in optional.items() if v is not None})
         return out
@@ -239,6 +329,7 @@ _KNOWN = {
     "annotations",
     "extra_resources",
     "node_affinity",
+    "spot",
 }
 
 
@@ -271,6 +362,8 @@ def _options(raw: dict[str, Any], where: str) -> dict[str, Any]:
         out[key] = tuple(sorted((str(k), str(v)) for k, v in value.items()))
     if raw.get("node_affinity") is not None:
         out["node_affinity"] = parse_node_affinity(raw["node_affinity"], f"pool table {where}.node_affinity")
+    if raw.get("spot") is not None:
+        out["spot"] = SpotPlacement.parse(raw["spot"], where)
     return out
 
 

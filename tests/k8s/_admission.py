@@ -294,7 +294,6 @@ def _strict_validator(api_version: str, kind: str, k8s_version: str) -> Any:
     except ImportError:  # pragma: no cover - the test extra has it
         return None
     import jsonschema
-    from referencing import Registry
     from referencing import Resource as SchemaResource
 
     version = [v for v in utils.all_versions() if utils.major_minor(v) <= utils.major_minor(k8s_version)][-1]

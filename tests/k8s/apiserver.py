@@ -37,6 +37,7 @@ from ._admission import MASTERS
 from ._controllers import POD, Controllers, Node, PodPlan
 from ._store import BUILTIN, CRDS, ApiError, Obj, Resource, Store, json_patch, match_labels, merge_patch
 
+BUILTIN_BY_PLURAL = {r.plural: r for r in BUILTIN}
 #: the Kubernetes version whose schemas strict field validation reads
 K8S_VERSION = "1.32.0"
 
@@ -64,6 +65,7 @@ class KubeServer:
         tick: float = 0.02,
         rbac: bool = False,
         version: tuple[int, int] = (1, 32),
+        claims: tuple[str, ...] = ("starverse-store", "starverse-experiments"),
     ) -> None:
         self.store = Store(namespaces=namespaces)
         self.controllers = Controllers(self.store, tick=tick)
@@ -72,6 +74,9 @@ class KubeServer:
         self.version = version  # what /version answers
         #: bearer token -> (user, groups); the kubeconfig's own token is a cluster admin
         self.tokens: dict[str, tuple[str, tuple[str, ...]]] = {"test-token": ("kubernetes-admin", (MASTERS,))}
+        for ns in namespaces:  # the claims a workspace mounts (docs/kubernetes.md): present unless a test deletes one
+            for claim in claims:
+                self.store.create(BUILTIN_BY_PLURAL["persistentvolumeclaims"], ns, {"metadata": {"name": claim}})
         self.resources: dict[str, Resource] = {r.plural: r for r in BUILTIN}
         for name in crds:
             self.install_crd(name)
@@ -286,7 +291,18 @@ class _Handler(BaseHTTPRequestHandler):
         if parts == ["version"]:
             major, minor = self.kube.version
             git = f"v{major}.{minor}.0-starverse-test"
-            return self._send_json(200, {"major": str(major), "minor": str(minor), "gitVersion": git})
+            info = {  # every field a real /version has (the client's model requires them)
+                "major": str(major),
+                "minor": str(minor),
+                "gitVersion": git,
+                "gitCommit": "0" * 40,
+                "gitTreeState": "clean",
+                "buildDate": "2026-01-01T00:00:00Z",
+                "goVersion": "go1.24.0",
+                "compiler": "gc",
+                "platform": "linux/amd64",
+            }
+            return self._send_json(200, info)
         if parts[:1] == ["api"]:
             group, version, rest = "", parts[1] if len(parts) > 1 else "", parts[2:]
         elif parts[:1] == ["apis"] and len(parts) >= 3:

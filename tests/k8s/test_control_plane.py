@@ -194,7 +194,7 @@ def _post(kube: KubeServer, path: str, body: dict[str, Any]) -> tuple[int, dict[
         headers={"Authorization": "Bearer test-token", "Content-Type": "application/json"},
     )
     try:
-        with urllib.request.urlopen(request) as response:  # noqa: S310 - the loopback test server
+        with urllib.request.urlopen(request) as response:
             return response.status, json.loads(response.read()), response.headers.get_all("Warning") or []
     except urllib.error.HTTPError as err:
         return err.code, json.loads(err.read()), []

@@ -83,12 +83,12 @@ def test_indexed_job_wire_form_for_one_cpu_node() -> None:
         "completionMode": "Indexed",
         "completions": 1,
         "parallelism": 1,
-        "backoffLimitPerIndex": 0,
+        "backoffLimitPerIndex": 0,  # JobSpec.max_restarts: failures of the script
         "maxFailedIndexes": 0,
-        "podFailurePolicy": {
+        "podFailurePolicy": {  # preemptions recreate the pod without counting; a usage error ends it
             "rules": [
-                {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
-                {"action": "FailJob", "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [143]}},
+                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                {"action": "Ignore", "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [143]}},
                 {"action": "FailJob", "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [2]}},
             ]
         },
@@ -128,10 +128,10 @@ def test_indexed_job_wire_form_for_one_cpu_node() -> None:
             "torch.distributed.run",
             "--nnodes=1",
             "--nproc-per-node=1",
-            "--node-rank=$(JOB_COMPLETION_INDEX)",
-            "--master-addr=demo-1-0.demo-1",
-            "--master-port=29500",
-            "--max-restarts=0",
+            "--rdzv-backend=c10d",  # elastic: a recreated pod joins the next rendezvous round
+            "--rdzv-endpoint=demo-1-0.demo-1:29500",
+            "--rdzv-id=demo-1",
+            "--max-restarts=3",  # max_restarts + the preemption budget
             "-m",
             "jupyter_starverse.backends._worker",
             "/exp/train.py",
@@ -222,7 +222,11 @@ def _server_rules(obj: dict[str, Any]) -> None:
     assert DNS1123_LABEL.match(meta["name"]) and len(meta["name"]) <= 63
     for value in meta.get("labels", {}).values():
         assert len(value) <= 63 and re.match(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$", value)
-    text = yaml.safe_dump(obj)
+    replicas = (obj.get("spec") or {}).get("pytorchReplicaSpecs") or {}
+    for rs in replicas.values():  # the operator's replica policy (ExitCode: retry 128+ exits), not a pod's
+        assert rs["restartPolicy"] in ("Always", "OnFailure", "Never", "ExitCode")
+    text = yaml.safe_dump({**obj, "spec": {k: v for k, v in obj["spec"].items() if k != "pytorchReplicaSpecs"}})
+    text += "".join(yaml.safe_dump(rs["template"]) for rs in replicas.values())
     for enum in re.findall(r"restartPolicy: (\w+)", text):
         assert enum in ("Never", "OnFailure")
     for enum in re.findall(r"completionMode: (\w+)", text):
@@ -298,7 +302,7 @@ def test_jobset_runs_warmup_before_nodes() -> None:
     cmd = warm["template"]["spec"]["template"]["spec"]["containers"][0]["command"]
     assert cmd[-3:] == ["store", "pull", "tiny-ds"]
     assert (
-        "--master-addr=demo-1-node-0-0.demo-1"
+        "--rdzv-endpoint=demo-1-node-0-0.demo-1:29500"
         in node["template"]["spec"]["template"]["spec"]["containers"][0]["command"]
     )
 
@@ -307,7 +311,7 @@ def test_user_arguments_cannot_expand_pod_variables() -> None:
     launch = _launch(args=("--tag", "$(HF_TOKEN)", "$$(x)"))
     command = to_dict(make_job(launch, _cluster()))["spec"]["template"]["spec"]["containers"][0]["command"]
     assert command[-3:] == ["--tag", "$$(HF_TOKEN)", "$$$(x)"]
-    assert "--node-rank=$(JOB_COMPLETION_INDEX)" in command  # ours is expanded by the kubelet
+    assert "--rdzv-id=demo-1" in command
 
 
 def test_kueue_label_only_on_workloads() -> None:

@@ -112,7 +112,7 @@ def test_workspace_defaults_render_when_the_pool_sets_nothing() -> None:
     assert spec["serviceAccountName"] == "sa" and spec["priorityClassName"] == "pc"
     assert spec["automountServiceAccountToken"] is True and pod["metadata"]["annotations"] == {"a": "1"}
     assert c["resources"]["limits"]["rdma/hca"] == "2"
-    assert c["resources"]["requests"] == {"cpu": "64", "memory": "512Gi"}  # 8 GPUs x (8 CPU + 64Gi)
+    assert c["resources"]["requests"] == {"cpu": "80", "memory": "960Gi"}  # 8 x an A100 host share (10 + 120Gi)
     assert spec["securityContext"] == {
         "runAsNonRoot": True, "runAsUser": 2000, "runAsGroup": 3000, "supplementalGroups": [4000],
         "seccompProfile": {"type": "RuntimeDefault"},
@@ -309,3 +309,59 @@ def test_per_launch_pod_flags_render_into_the_manifests(settings: Settings) -> N
     with pytest.raises(BadInputError, match="STARVERSE_SHM_SIZE"):
         bad = parse(["launch", "--backend", "kubernetes", "--dry-run", "--shm-size", "lots"])
         bad.run(Starverse(settings), bad)
+
+
+def test_gpu_pods_fit_the_typical_host_of_their_gpu_type() -> None:
+    """An 8 x RTX 4090 pod fits a 64 vCPU / 256 GiB server (it asked 64 CPU / 512 GiB before);
+    every default GPU pool's 8-GPU pod fits the smallest host of its table row."""
+    from jupyter_starverse.kube import HOST_SHARE, parse_quantity
+    from jupyter_starverse.kube._pools import default_pools
+
+    smallest = {"rtx4090": (64, 256), "a100-40g": (96, 633), "a100-80g": (96, 1152), "h100-80g": (96, 1743),
+                "l40s": (192, 1536)}  # fmt: skip  # vCPU, GiB
+    pools = default_pools()
+    for gpu, (vcpu, gib) in smallest.items():
+        assert gpu in HOST_SHARE
+        cpu, memory = pools.get(gpu).requests(8)
+        assert parse_quantity(cpu) <= vcpu * 7 / 8 and parse_quantity(memory) <= gib * 2**30 * 7 / 8, gpu
+    assert pools.get("rtx4090").requests(8) == ("48", "224Gi")
+    table = {
+        "cpu": {"node_selector": {"p": "cpu"}},
+        "rtx4090": {"node_selector": {"p": "g"}, "resource": "nvidia.com/gpu", "cpu_per_proc": "12"},
+    }
+    custom = PoolTable.parse(table, source="t")
+    assert custom.get("rtx4090").requests(8) == ("96", "224Gi")  # the pool's figure wins, the rest stays
+
+
+def test_spot_billing_places_pods_on_the_pools_spot_nodes() -> None:
+    """``--billing spot`` changes the manifest, not only the price: the spot nodes' label and
+    taint (the pool's ``spot`` entry, else ``starverse.io/capacity=spot``) and its priority class."""
+    from jupyter_starverse.kube._pools import default_pools
+
+    def pod(pools: PoolTable, billing: str) -> dict[str, Any]:
+        return to_dict(make_job(_launch(pools, billing=billing), _cluster()))["spec"]["template"]["spec"]
+
+    on_demand, spot = pod(default_pools(), "on_demand"), pod(default_pools(), "spot")
+    assert "starverse.io/capacity" not in on_demand["nodeSelector"]
+    assert spot["nodeSelector"] == {**on_demand["nodeSelector"], "starverse.io/capacity": "spot"}
+    assert spot["tolerations"] == [
+        *on_demand["tolerations"],
+        {"key": "starverse.io/capacity", "operator": "Equal", "value": "spot", "effect": "NoSchedule"},
+    ]
+    table = {
+        "cpu": {"node_selector": {"p": "cpu"}},
+        "a100-80g": {
+            "node_selector": {"p": "a100"},
+            "priority_class": "training",
+            "spot": {
+                "node_selector": {"cloud.google.com/gke-spot": "true"},
+                "tolerations": [{"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"}],
+                "priority_class": "spot-preemptible",
+            },
+        },
+    }
+    pools = PoolTable.parse(table, source="t")
+    gke = pod(pools, "spot")
+    assert gke["nodeSelector"] == {"p": "a100", "cloud.google.com/gke-spot": "true"}
+    assert gke["priorityClassName"] == "spot-preemptible" and pod(pools, "daily")["priorityClassName"] == "training"
+    assert pools.get("a100-80g").to_json()["spot"]["priority_class"] == "spot-preemptible"

@@ -98,6 +98,47 @@ class ClusterApi:
         else:
             self.read(c.BatchV1Api(self.conn.api).create_namespaced_job, ns, obj)
 
+    def server_version(self) -> tuple[int, int]:
+        """The API server's ``major.minor`` (``/version``; a provider's ``29+`` reads as 29)."""
+        import re
+
+        info = self.read(self.client().VersionApi(self.conn.api).get_code)
+        major = int(re.sub(r"\D", "", str(info.get("major"))) or 0)
+        minor = int(re.sub(r"\D", "", str(info.get("minor"))) or 0)
+        return major, minor
+
+    def claim_exists(self, name: str, ns: str) -> bool:
+        """Whether the PersistentVolumeClaim ``name`` exists in ``ns`` (one GET)."""
+        c = self.client()
+        try:
+            self.read(c.CoreV1Api(self.conn.api).read_namespaced_persistent_volume_claim, name, ns)
+        except c.exceptions.ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+        return True
+
+    def namespace_exists(self, ns: str) -> bool | None:
+        """Whether namespace ``ns`` exists; None when this user may not read namespaces."""
+        c = self.client()
+        try:
+            self.read(c.CoreV1Api(self.conn.api).read_namespace, ns)
+        except c.exceptions.ApiException as e:
+            if e.status == 404:
+                return False
+            if e.status in (401, 403):
+                return None
+            raise
+        return True
+
+    def events(self, ns: str, name: str, kind: str = "Job") -> WireList:
+        """The events about object ``name`` (e.g. the Job controller's ``FailedCreate``), oldest first."""
+        core = self.client().CoreV1Api(self.conn.api)
+        selector = f"involvedObject.name={name},involvedObject.kind={kind}"
+        data = self.read(core.list_namespaced_event, ns, field_selector=selector)
+        items = list(data.get("items") or [])
+        return sorted(items, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+
     def check_kind(self, kind: str) -> None:
         """Raise a clear error when the cluster lacks the CRD of ``kind`` (API discovery)."""
         if kind == "job":

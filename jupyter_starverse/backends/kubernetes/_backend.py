@@ -20,7 +20,13 @@ from typing import Any
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.backends._restarts import PREEMPT_RESTARTS, archive_attempt, lost_work
 from jupyter_starverse.costs import budget_stop_reason
-from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError, StarverseError
+from jupyter_starverse.errors import (
+    BackendUnavailableError,
+    BadInputError,
+    ConflictError,
+    NotFoundError,
+    StarverseError,
+)
 from jupyter_starverse.experiments import ExperimentPaths, RunPaths, plan_resume, read_json, write_json
 from jupyter_starverse.jobmodel import EndpointSpec, Job, JobSpec, JobState, LaunchBackend, LogLine
 from jupyter_starverse.kube import KubeConnection, connect, require_kubernetes, resolve_namespace
@@ -40,13 +46,16 @@ from ._inputs import (
 from ._logs import PodStream, fan_in, saved_logs
 from ._manifests import make_manifests, make_mode, pool_for, to_dict, warmup_image
 from ._names import is_dns_label, make_job_id
-from ._restart import AttemptEnd, attempt_end, budget_of, stopping_node
+from ._restart import AttemptEnd, attempt_end, budget_of, current_pods, pod_restarts, recovers_in_cluster, stopping_node
 from ._status import job_state, latest_per_node, parse_time
 from ._watch import resuming, watch_job
 
 __all__ = ["RECORD", "KubernetesBackend"]
 
 RECORD = "kubernetes.json"
+#: the oldest API server a job runs on: ``backoffLimitPerIndex`` (on by default since 1.29) and
+#: ``podFailurePolicy`` (on since 1.26, GA in 1.31) make the Indexed Job recover by itself
+MIN_KUBERNETES = (1, 29)
 
 
 def _kind_of(obj: Any) -> str:
@@ -218,6 +227,7 @@ class KubernetesBackend(LaunchBackend):
             attempt=attempt,
             preemptions=preemptions,
             grace=self.grace,
+            preempt_restarts=self.preempt_restarts,
         )
         cluster = self._cluster(namespace)
         mode = make_mode(launch, cluster)
@@ -267,6 +277,7 @@ class KubernetesBackend(LaunchBackend):
             return Job(launch.job_id, self.name, spec, JobState.PENDING, launch.run_dir, now, reason="dry run")
         self.api.check_kind(self.kind)
         ns, run_dir = self.conn.namespace, Path(launch.run_dir)
+        self._check_cluster(ns)
         self._write_run(launch, run_dir, ns, now)
         try:
             created = self._create(launch.job_id, objects, ns, self.kind)
@@ -274,6 +285,42 @@ class KubernetesBackend(LaunchBackend):
             shutil.rmtree(run_dir, ignore_errors=True)
             raise
         return self._job_from(created, [])  # just created: no pods yet, no need to ask again
+
+    def _check_cluster(self, ns: str) -> None:
+        """Refuse a submit the cluster cannot run: a server older than :data:`MIN_KUBERNETES`
+        (``/version``, asked once) or a missing PersistentVolumeClaim (one GET each)."""
+        if not getattr(self, "_version_ok", False):
+            with self.api.errors("read", "the server version", ns):
+                version = self.api.server_version()
+            if version < MIN_KUBERNETES:
+                have, need = ".".join(map(str, version)), ".".join(map(str, MIN_KUBERNETES))
+                raise BackendUnavailableError(
+                    f"the cluster runs Kubernetes {have}; jobs need {need} or newer "
+                    "(backoffLimitPerIndex and podFailurePolicy let a job recover in the cluster)",
+                    hint=f"upgrade the cluster to {need}+ (`kubectl version`), or use --backend slurm / local",
+                )
+            self._version_ok = True
+        cluster = self._cluster(ns)
+        claims = [(cluster.experiments_claim, "STARVERSE_EXPERIMENTS_CLAIM", "experiments")]
+        if cluster.store_path:
+            claims.append((cluster.store_claim, "STARVERSE_STORE_CLAIM", "store"))
+        with self.api.errors("read", "persistent volume claims", ns):
+            missing = [(name, env, what) for name, env, what in claims if not self.api.claim_exists(name, ns)]
+        if missing and len(missing) == len(claims):  # none: perhaps no such namespace at all
+            with self.api.errors("read", f"namespace {ns!r}", ns):
+                exists = self.api.namespace_exists(ns)
+            if exists is False:
+                raise NotFoundError(
+                    f"namespace {ns!r} does not exist (while trying to submit)",
+                    hint=f"create it (`kubectl create namespace {ns}`) or set STARVERSE_NAMESPACE",
+                )
+        if missing:
+            names = ", ".join(f"{name!r} ({what})" for name, _, what in missing)
+            envs = " / ".join(env for _, env, _ in missing)
+            raise NotFoundError(
+                f"no PersistentVolumeClaim {names} in namespace {ns!r}: the pods could not mount it",
+                hint=f"create it (docs/kubernetes.md; `kubectl get pvc -n {ns}`) or name an existing claim with {envs}",
+            )
 
     def _create(self, job_id: str, objects: list[Any], ns: str, kind: str) -> dict[str, Any]:
         """Create the main object, then its dependents owned by it (deleting it deletes them)."""
@@ -343,14 +390,17 @@ class KubernetesBackend(LaunchBackend):
         nodes = latest_per_node(pods)
         st = job_state(obj, nodes)
         run_dir = annotations.get("starverse.io/run-dir", "")
-        restarts = budget_of(obj).restarts
+        in_cluster = recovers_in_cluster(obj)
+        # in the cluster: every pod it replaced is a restart (read from the pods, not from memory)
+        restarts = len(pod_restarts(pods)) if in_cluster else budget_of(obj).restarts
         state = st.state
         reason = st.reason
         if restarts and resuming(state, nodes, spec.nodes):
             state = JobState.RESUMING  # a relaunched group until every node runs again
-        stopping = stopping_node(pods) if not state.finished else None
+        stopping = stopping_node(current_pods(pods) if in_cluster else pods) if not state.finished else None
         if stopping is not None:  # SIGTERM'd (deleted, evicted): it checkpoints, then the attempt ends
-            state, reason = JobState.PREEMPTED, f"{stopping}: checkpointing before the relaunch"
+            then = "the cluster recreates it" if in_cluster else "checkpointing before the relaunch"
+            state, reason = JobState.PREEMPTED, f"{stopping}: {then}"
         return Job(
             id=meta["name"],
             backend=self.name,
@@ -370,8 +420,10 @@ class KubernetesBackend(LaunchBackend):
         return f"{sel},{LABEL_JOB}={job_id}" if job_id else sel
 
     def get(self, job_id: str) -> Job:
-        """The job now. Also where whole-group restarts happen (see ``_restart``): a failed
-        attempt with budget left is deleted, and once its pods are gone attempt N + 1 is created."""
+        """The job now. A Job, JobSet or PyTorchJob restarts in the cluster: this only reads it
+        (restarts and their lost work from the pods). For a TrainJob, whose runtime owns its
+        failure policy, whole-group restarts happen here (see ``_restart``): a failed attempt with
+        budget left is deleted, and once its pods are gone attempt N + 1 is created."""
         run_dir, record = self._record(job_id)
         kind, ns = record.get("kind", self.kind), record.get("namespace") or self.conn.namespace
         cancelled = run_dir is not None and (run_dir / "cancel.json").is_file()
@@ -390,6 +442,8 @@ class KubernetesBackend(LaunchBackend):
                 return self._relaunch(job_id, run_dir, record, kind, ns)
             return self._gone(job_id, run_dir, record)
         job = self._job_from(obj, pods)
+        if not job.state.finished and kind == "job" and len(job.nodes) < job.spec.nodes:
+            job = self._why_no_pods(job, ns)  # short of pods: the group cannot start (or re-form)
         if cancelled and run_dir is not None and not job.state.finished:
             return self._gone(job_id, run_dir, record)  # foreground deletion still removing pods
         if relaunch and run_dir is not None:
@@ -398,10 +452,14 @@ class KubernetesBackend(LaunchBackend):
                 write_json(run_dir / RECORD, record)
             else:  # the old attempt's pods are still stopping (checkpoint)
                 return dataclasses.replace(job, state=JobState.PREEMPTED, reason=relaunch["reason"], finished=None)
+        if run_dir is not None and recovers_in_cluster(obj):
+            self._note_restarts(job, pods, run_dir, record)
         if job.state is JobState.FAILED and run_dir is not None and not cancelled:
             final = record.get("final")
             if isinstance(final, dict) and final.get("state") == JobState.FAILED.value:
                 job = dataclasses.replace(job, reason=final.get("reason") or job.reason)  # judged once already
+            elif recovers_in_cluster(obj):
+                job = self._judge_final(job, obj, pods, kind, ns)
             else:
                 job = self._after_failure(job, obj, pods, run_dir, record, kind, ns)
         if job.state.finished and run_dir is not None and not record.get("final"):
@@ -409,7 +467,60 @@ class KubernetesBackend(LaunchBackend):
             write_json(run_dir / RECORD, record)
         return job
 
-    # -- whole-group restarts (see _restart) -------------------------------------------
+    def _why_no_pods(self, job: Job, ns: str) -> Job:
+        """A job short of pods: the Job controller's newest ``FailedCreate`` event says why
+        (a ResourceQuota, a missing PriorityClass, Pod Security), with what to do."""
+        try:
+            with self.api.errors("list", f"events of {job.id!r}", ns):
+                events = self.api.events(ns, job.id)
+        except StarverseError:
+            return job  # events are a courtesy: a Role without them still shows the job
+        failed = [e for e in events if e.get("reason") == "FailedCreate"]
+        if not failed:
+            return job
+        message = str(failed[-1].get("message") or "")
+        reason = f"FailedCreate: {message}; {failed_create_hint(message, ns)}"
+        return dataclasses.replace(job, state=JobState.PENDING, reason=reason)  # the rendezvous waits for all
+
+    # -- restarts the cluster made (Job, JobSet, PyTorchJob): watched and reported ---------
+    def _note_restarts(self, job: Job, pods: WireList, run_dir: Path, record: dict[str, Any]) -> None:
+        """A restart event (kind, cause, lost steps and money) for every pod the cluster replaced,
+        once each: the run folder's record of what the cluster did, by whoever reads the job."""
+        seen = set(record.get("seen_pods") or [])
+        new = [(name, end) for name, end in pod_restarts(pods) if name not in seen]
+        if not new:
+            return
+        per_second, currency = self._rate(job.spec)
+        events = list(record.get("events") or [])
+        for name, end in new:
+            event = lost_work(
+                RunPaths(run_dir),
+                attempt=len(seen),
+                started=job.started or job.created,
+                when=end.time or time.time(),
+                per_second=per_second,
+                currency=currency,
+            )
+            events.append(dataclasses.replace(event, kind=end.kind, cause=end.cause, action="resumed").to_json())
+            seen.add(name)
+        record["events"], record["seen_pods"] = events, sorted(seen)
+        write_json(run_dir / RECORD, record)
+
+    def _judge_final(self, job: Job, obj: dict[str, Any], pods: WireList, kind: str, ns: str) -> Job:
+        """A job the cluster gave up on: say what ended it and which limit was spent."""
+        jobs: WireList = [obj] if kind == "job" else []
+        if kind == "jobset":
+            with self.api.errors("list", f"jobs of {job.id!r}", ns):
+                jobs = self.api.list_main("job", ns, self._selector(job.id))
+        end = attempt_end(jobs, current_pods(pods)) or AttemptEnd("failed", job.reason or "the job failed")
+        if end.kind == "usage":
+            return dataclasses.replace(job, reason=f"usage: {end.cause}")
+        limit = f"backoffLimitPerIndex={job.spec.max_restarts}" if kind == "job" else "the restart limit"
+        return dataclasses.replace(
+            job, reason=f"{end.kind}: {end.cause}; no restarts left ({limit}, {job.restarts} restarts made)"
+        )
+
+    # -- whole-group restarts by the backend (TrainJob, see _restart) --------------------
     def _after_failure(
         self,
         job: Job,
@@ -663,3 +774,23 @@ class KubernetesBackend(LaunchBackend):
         with self.api.errors("delete", f"pod {target.name!r}", ns):
             self.api.delete_pod(target.name, ns, grace=self.grace)
         return self.get(job_id)
+
+
+def failed_create_hint(message: str, ns: str) -> str:
+    """What to do about a pod the API server refused to create (the event's message)."""
+    if "exceeded quota" in message or "failed quota" in message:
+        return (
+            f"the namespace's ResourceQuota refuses the pods: ask for fewer nodes or GPUs (or smaller "
+            f"--cpu/--memory), cancel other jobs, or ask for more quota (`kubectl describe resourcequota -n {ns}`)"
+        )
+    if "PriorityClass" in message:
+        return (
+            "the pool's priority class does not exist: create it or set the pool's priority_class "
+            "(STARVERSE_PRIORITY_CLASS) to one of `kubectl get priorityclasses`"
+        )
+    if "PodSecurity" in message:
+        return (
+            f"the namespace's Pod Security level refuses the pod: check its labels "
+            f"(`kubectl get ns {ns} --show-labels`) and the pod options (pod uid/gid, annotations)"
+        )
+    return f"see `kubectl describe job -n {ns}` and `kubectl get events -n {ns}`"

@@ -112,6 +112,7 @@ class JobSet:
     subdomain: str
     max_restarts: int = 0
     ttl_seconds_after_finished: int | None = None
+    restart_strategy: str = "Recreate"  # every child Job is recreated on a restart (gang restart)
     info: ClassVar[CrdInfo] = CRD_INFO["jobset"]
 
     def to_dict(self) -> dict[str, Any]:
@@ -124,7 +125,7 @@ class JobSet:
                     "replicatedJobs": [r.to_dict() for r in self.replicated_jobs],
                     "network": {"enableDNSHostnames": True, "subdomain": self.subdomain},
                     "successPolicy": {"operator": "All", "targetReplicatedJobs": [self.replicated_jobs[-1].name]},
-                    "failurePolicy": {"maxRestarts": self.max_restarts},
+                    "failurePolicy": {"maxRestarts": self.max_restarts, "restartStrategy": self.restart_strategy},
                     "ttlSecondsAfterFinished": self.ttl_seconds_after_finished,
                 }
             ),

@@ -105,6 +105,8 @@ class KubeLaunch:
     preemptions: int = 0  # how many of those relaunches followed a preemption (the rest: failures)
     #: seconds between SIGTERM and SIGKILL (terminationGracePeriodSeconds): time for a checkpoint
     grace: int = 60
+    #: gang restarts after preemptions where the cluster counts them (JobSet, PyTorchJob, torchrun)
+    preempt_restarts: int = 3
 
 
 @dataclass(frozen=True)

@@ -320,9 +320,18 @@ def _literal(arg: str) -> str:
     return arg.replace("$(", "$$(")
 
 
+def agent_restarts(launch: KubeLaunch) -> int:
+    """Worker-group restarts torchrun's agent may make in one pod: one per failure and preemption
+    the job may survive (a peer's loss makes every surviving agent restart its workers once)."""
+    return launch.spec.max_restarts + launch.preempt_restarts
+
+
 def make_command(launch: KubeLaunch, cluster: ClusterConfig, *, master: str | None) -> list[str]:
-    """``torchrun`` for one pod. With ``master`` a static rendezvous whose node rank is the
-    completion index; without, torchrun takes its ``PET_*`` variables from an operator."""
+    """``torchrun`` for one pod. With ``master`` an elastic c10d rendezvous hosted by node 0's
+    agent: a recreated pod joins the next round, the other agents restart their workers
+    (``--max-restarts``) and every rank resumes from the run's newest checkpoint
+    (``runtime.find_resume_checkpoint``). Without, torchrun takes its ``PET_*`` variables from an
+    operator."""
     entry, no_python = _entry(launch)
     spec = launch.spec
     needs = "torch" if no_python else "torch,jupyter_starverse"
@@ -331,11 +340,11 @@ def make_command(launch: KubeLaunch, cluster: ClusterConfig, *, master: str | No
         argv += [
             f"--nnodes={spec.nodes}",
             f"--nproc-per-node={spec.procs_per_node}",
-            "--node-rank=$(JOB_COMPLETION_INDEX)",
-            f"--master-addr={master}",
-            f"--master-port={PORT}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={master}:{PORT}",
+            f"--rdzv-id={launch.job_id}",
         ]
-    argv.append("--max-restarts=0")  # the backend relaunches the whole group (backends._restarts)
+    argv.append(f"--max-restarts={agent_restarts(launch)}")
     if no_python:
         argv += ["--no-python", "--tee=3"]
     return argv + entry
@@ -502,41 +511,44 @@ def _meta(launch: KubeLaunch, cluster: ClusterConfig, name: str, *, role: str = 
 
 
 def _indexed_job_spec(launch: KubeLaunch, template: Any, *, ttl: int | None) -> Any:
+    """The Indexed Job that recovers in the cluster, with no client running.
+
+    The Job controller recreates a pod whose end the rules ``Ignore`` (a preemption, eviction or
+    node drain: ``DisruptionTarget``; SIGTERM then checkpoint: exit 143) without counting it;
+    a usage error (exit 2) fails the Job; any other failure counts against its index's
+    ``backoffLimitPerIndex`` (``JobSpec.max_restarts``) and one index past it fails the Job
+    (``maxFailedIndexes: 0``). The recreated pod joins the elastic rendezvous (:func:`make_command`).
+    Needs Kubernetes 1.29+ (``backoffLimitPerIndex``, ``podFailurePolicy`` GA in 1.31).
+    """
     from kubernetes import client as c
 
     spec = launch.spec
 
-    def on_exit(code: int) -> Any:
+    def on_exit(code: int, action: str) -> Any:
         return c.V1PodFailurePolicyRule(
-            action="FailJob",
+            action=action,
             on_exit_codes=c.V1PodFailurePolicyOnExitCodesRequirement(
                 container_name=container, operator="In", values=[code]
             ),
         )
 
     container = template.spec.containers[0].name
-    # No pod is retried on its own: a new pod cannot join the running group's static rendezvous.
-    # Any end of a node ends the Job at once (its other pods get SIGTERM and checkpoint), and the
-    # backend relaunches the whole group from the newest checkpoint (backends/kubernetes/_restart).
-    # The rules name the first event, which the backend reads from the Job's Failed condition:
     rules = [
-        # a preemption, eviction or node drain: relaunched under the preemption budget, not a failure
+        # a preemption, eviction or node drain: recreated, not counted (the ranks checkpointed on SIGTERM)
         c.V1PodFailurePolicyRule(
-            action="FailJob",
+            action="Ignore",
             on_pod_conditions=[c.V1PodFailurePolicyOnPodConditionsPattern(type="DisruptionTarget", status="True")],
         ),
-        # SIGTERM, checkpoint, exit 143 (`jobs preempt`, a provider's notice): a preemption too
-        on_exit(PREEMPT_EXIT),
-        # a usage error (bad arguments): relaunching cannot help
-        on_exit(USAGE_EXIT),
-        # any other exit code fails the index (backoffLimitPerIndex 0, maxFailedIndexes 0): the script
-        # failed, relaunched up to JobSpec.max_restarts
+        # SIGTERM, checkpoint, exit 143 (`jobs preempt`, a provider's notice, a plain delete): the same
+        on_exit(PREEMPT_EXIT, "Ignore"),
+        # a usage error (bad arguments): recreating cannot help
+        on_exit(USAGE_EXIT, "FailJob"),
     ]
     return c.V1JobSpec(
         completion_mode="Indexed",
         completions=spec.nodes,
         parallelism=spec.nodes,
-        backoff_limit_per_index=0,
+        backoff_limit_per_index=spec.max_restarts,
         max_failed_indexes=0,
         pod_failure_policy=c.V1PodFailurePolicy(rules=rules),
         ttl_seconds_after_finished=ttl,
@@ -667,6 +679,9 @@ def make_jobset(launch: KubeLaunch, cluster: ClusterConfig) -> JobSet:
         replicated_jobs=tuple(jobs),
         subdomain=name,
         ttl_seconds_after_finished=cluster.ttl_seconds,
+        # a child Job that fails (an index past its limit) restarts the whole gang
+        max_restarts=agent_restarts(launch),
+        restart_strategy="Recreate",
     )
 
 
@@ -712,10 +727,12 @@ def make_pytorchjob(launch: KubeLaunch, cluster: ClusterConfig) -> PyTorchJob:
     workers = launch.spec.nodes - 1
     return PyTorchJob(
         metadata=_meta(launch, cluster, launch.job_id),
-        master=PyTorchReplicaSpec(1, template),
-        worker=PyTorchReplicaSpec(workers, template) if workers else None,
+        master=PyTorchReplicaSpec(1, template, "ExitCode"),
+        worker=PyTorchReplicaSpec(workers, template, "ExitCode") if workers else None,
         nproc_per_node=launch.spec.procs_per_node,
-        backoff_limit=0,  # the backend relaunches the whole group (backends/kubernetes/_restart)
+        # the operator restarts a pod that ended with a retryable code (143: SIGTERM, checkpoint)
+        # and fails the job past this many restarts
+        backoff_limit=agent_restarts(launch),
         ttl_seconds_after_finished=cluster.ttl_seconds,
         queue=cluster.kueue_queue,
     )
@@ -737,8 +754,9 @@ def make_manifests(launch: KubeLaunch, cluster: ClusterConfig) -> list[Any]:
 
 
 def pool_for(spec: JobSpec, pools: PoolTable) -> NodePool:
-    """The node pool of the spec's accelerator; unknown GPU types are bad input."""
-    return pools.get("cpu" if not spec.is_gpu else spec.accelerator)
+    """The node pool of the spec's accelerator, placed for its billing (``spot``: the spot
+    nodes, their toleration and priority class); unknown GPU types are bad input."""
+    return pools.get("cpu" if not spec.is_gpu else spec.accelerator).for_billing(spec.billing)
 
 
 def to_dict(obj: Any) -> dict[str, Any]:

@@ -27,7 +27,25 @@ from jupyter_starverse.backends._restarts import PREEMPT_EXIT, USAGE_EXIT, Resta
 from ._inputs import ANNOTATION_ATTEMPT, ANNOTATION_PREEMPTIONS
 from ._status import node_index, parse_time
 
-__all__ = ["AttemptEnd", "attempt_end", "budget_of", "stopping_node"]
+__all__ = [
+    "IN_CLUSTER",
+    "AttemptEnd",
+    "attempt_end",
+    "budget_of",
+    "current_pods",
+    "pod_restarts",
+    "recovers_in_cluster",
+    "stopping_node",
+]
+
+#: kinds whose controller recreates a failed or preempted pod itself (no client needed)
+IN_CLUSTER = ("Job", "JobSet", "PyTorchJob")
+
+
+def recovers_in_cluster(obj: Mapping[str, Any]) -> bool:
+    """Whether the cluster restarts this object's pods (the backend then only watches)."""
+    return obj.get("kind") in IN_CLUSTER
+
 
 _EXIT = re.compile(r"exit code (\d+)")
 _POD = re.compile(r"\bpod [\w.-]+/([\w.-]+)", re.IGNORECASE)
@@ -155,3 +173,30 @@ def stopping_node(pods: Iterable[Mapping[str, Any]]) -> str | None:
         if meta.get("deletionTimestamp"):
             return f"node {node_index(pod)} got SIGTERM (pod {meta.get('name')} deleted)"
     return None
+
+
+def _created(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("creationTimestamp") or "")
+
+
+def current_pods(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The newest pod of every node (a recreated pod replaces the one that ended)."""
+    best: dict[int, Mapping[str, Any]] = {}
+    for pod in sorted(pods, key=_created):
+        best[node_index(pod)] = pod
+    return [best[i] for i in sorted(best)]
+
+
+def pod_restarts(pods: Iterable[Mapping[str, Any]]) -> list[tuple[str, AttemptEnd]]:
+    """``(pod name, why it ended)`` of every pod the cluster replaced, oldest first: a restart each,
+    ``preempted`` (``DisruptionTarget``, exit 143) or ``failed`` (any other exit code)."""
+    pods = list(pods)
+    newest = {id(p) for p in current_pods(pods)}
+    out = []
+    for pod in sorted(pods, key=_created):
+        if id(pod) in newest or (pod.get("status") or {}).get("phase") != "Failed":
+            continue
+        end = attempt_end([], [pod])
+        if end is not None:
+            out.append((str((pod.get("metadata") or {}).get("name")), end))
+    return out
