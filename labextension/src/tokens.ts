@@ -640,7 +640,7 @@ export interface IRecipeReproduction {
 export interface IRecipe {
   name: string;
   title: string;
-  objective: 'cpt' | 'sft' | 'dpo' | 'kto' | 'reward';
+  objective: 'cpt' | 'sft' | 'dpo' | 'kto' | 'reward' | 'ppo';
   description: string;
   data_format: string;
   runner: 'starverse' | 'llamafactory' | 'megatron';
