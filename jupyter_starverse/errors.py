@@ -137,6 +137,7 @@ OPTIONAL_PACKAGES: dict[str, str] = {
     "onnx": "export",
     "onnxruntime": "export",
     "onnxscript": "export",
+    "sacrebleu": "eval",
     "jupyterlab": "workspace",
     "ipykernel": "workspace",
 }

@@ -6,11 +6,13 @@
 - ``eval compare --data D M1 M2 ...``: the chain (base -> CPT -> SFT -> DPO -> INT4) from the
   stored reports, each model against the one before.
 - ``eval ls [--model M] [--data D]``, ``eval show ID [--errors]``: the stored reports.
+- ``eval curve JOB --reference RECIPE``: the run's loss against the reproduction's reference curve.
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from jupyter_starverse.client import Starverse
 from jupyter_starverse.errors import BadInputError
@@ -20,7 +22,7 @@ from ._common import add_json_flag
 
 __all__ = ["register"]
 
-_VERBS = ("compare", "ls", "show")
+_VERBS = ("compare", "ls", "show", "curve")
 
 
 class ReportList(list):  # type: ignore[type-arg]
@@ -56,6 +58,12 @@ def _eval(client: Starverse, args: argparse.Namespace) -> object:
             raise BadInputError("eval show takes one report id", field="id", hint="see `starverse eval ls`")
         report = client.evals.report(words[1])
         return report.wrong(limit=args.max_errors) if args.errors else report
+    if verb == "curve":
+        if len(words) != 2 or not args.reference:
+            raise BadInputError("eval curve takes one JOB (or run folder) and --reference", field="reference",
+                                hint="starverse eval curve JOB_ID --reference cogvlm-stage1")  # fmt: skip
+        folder = Path(words[1]) if Path(words[1]).is_dir() else Path(client.attach(words[1]).experiment_dir)
+        return client.evals.curve(folder, args.reference, tolerance=args.tolerance)
     if not args.data:
         raise BadInputError("name the labelled dataset", field="data", hint="--data NAME[@VERSION]")
     if verb == "compare":
@@ -112,6 +120,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--errors", action="store_true", help="list the examples MODEL got wrong")
     p.add_argument("--max-errors", type=int, default=50, metavar="N", help="with --errors: at most N (default 50)")
     p.add_argument("--model", dest="model_filter", default=None, help="eval ls: only this model's reports")
+    c = p.add_argument_group("eval curve JOB: the run's loss against a reproduction's reference curve")
+    c.add_argument("--reference", default=None, metavar="RECIPE|FILE", help="e.g. cogvlm-stage1 (recipes/curves)")
+    c.add_argument("--tolerance", type=float, default=None, help="relative gap that warns (default: the curve's)")
     g = p.add_argument_group("as a job")
     g.add_argument("--job", action="store_true", help="run as a job on --backend")
     g.add_argument("--backend", default=None, help="backend of the job (default: settings)")

@@ -9,6 +9,7 @@ check; ``job_spec`` the same evaluation as a job of any backend.
 
 from __future__ import annotations
 
+from ._curve import CurveCheck, Departure, ReferenceCurve
 from ._metrics import LabelScore, classification_metrics, qa_metrics, rouge_l, token_f1
 from ._predict import Predictor, load_predictor
 from ._report import EvalChain, EvalErrors, EvalReport, EvalRun, ScoreCard, WrongExample
@@ -18,6 +19,8 @@ from ._service import AccuracyGate, EvalService, GateFigure
 __all__ = [
     "TASKS",
     "AccuracyGate",
+    "CurveCheck",
+    "Departure",
     "EvalChain",
     "EvalErrors",
     "EvalProgress",
@@ -28,6 +31,7 @@ __all__ = [
     "GateFigure",
     "LabelScore",
     "Predictor",
+    "ReferenceCurve",
     "ScoreCard",
     "TaskOptions",
     "WrongExample",

@@ -27,8 +27,10 @@ class Predictor:
     engine = "predictor"
 
     def __init__(self, folder: Path) -> None:
+        import transformers
         from transformers import AutoConfig, AutoTokenizer
 
+        transformers.utils.logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # the eval's own progress says what happens
         self.folder = folder
         self.config = AutoConfig.from_pretrained(folder)
         self.tokenizer: Any = AutoTokenizer.from_pretrained(folder)

@@ -26,9 +26,11 @@ from jupyter_starverse._settings import Settings
 from jupyter_starverse.catalog import Catalog, DatasetRef, parse_ref
 from jupyter_starverse.data import list_files, read_docs
 from jupyter_starverse.errors import BadInputError, NotFoundError
+from jupyter_starverse.experiments import read_metrics
 from jupyter_starverse.feedback import resolve_model
 from jupyter_starverse.jobmodel import JobSpec
 
+from ._curve import CurveCheck, ReferenceCurve
 from ._predict import load_predictor
 from ._report import HEADLINE, EvalChain, EvalReport, EvalRun, ScoreCard, points, read_predictions
 from ._run import EvalProgress, Example, TaskOptions, predict_all, score
@@ -319,6 +321,17 @@ class EvalService:
             else:
                 missing.append(m)
         return EvalChain(data, tuple(found), tuple(missing))
+
+    # -- reference curves ----------------------------------------------------------------------
+    def curve(self, run_dir: Path, reference: str, *, tolerance: float | None = None,
+              total_steps: int | None = None) -> CurveCheck:  # fmt: skip
+        """A run's logged loss held against a reproduction's reference curve (``recipes/curves``)."""
+        curve = ReferenceCurve.load(reference)
+        points = [p for p in read_metrics(run_dir) if p.rank == 0 and curve.metric in p.values]
+        if not points:
+            raise NotFoundError(f"{run_dir} has no {curve.metric!r} logged yet", hint="wait for the first steps")
+        live = [(p.step, float(p.values[curve.metric]), p.values.get("tokens")) for p in points]
+        return curve.check(live, total_steps=total_steps or max(p.step for p in points), tolerance=tolerance)
 
     # -- the export gate ---------------------------------------------------------------------------
     def gate(

@@ -1,0 +1,43 @@
+"""Reference curves: the shipped file names its source, and a run departing from it is warned about."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jupyter_starverse.cli import main
+from jupyter_starverse.client import Starverse
+from jupyter_starverse.errors import BadInputError, NotFoundError
+from jupyter_starverse.evals import ReferenceCurve
+from jupyter_starverse.experiments import RunPaths
+
+
+def test_shipped_curve_names_its_source_and_says_what_it_is() -> None:
+    curve = ReferenceCurve.load("cogvlm-stage1")
+    assert curve.kind == "published-endpoints" and "3.81 to 2.05" in curve.source  # the article's two figures
+    assert curve.points == ((0.0, 3.81), (1.0, 2.05)) and curve.at(0.5) == pytest.approx(2.93)
+    assert curve.at(1.5) is None  # never extrapolated
+    with pytest.raises(NotFoundError, match="no reference curve"):
+        ReferenceCurve.load("no-such-recipe")
+
+
+def test_a_run_departing_from_its_reference_is_warned(
+    client: Starverse, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    paths = RunPaths(run)
+    paths.metrics.parent.mkdir(parents=True, exist_ok=True)
+    losses = [3.80, 3.40, 3.05, 2.70, 3.60]  # on the reference until step 40, then far above it
+    paths.metrics.write_text("".join(json.dumps({"step": 10 * i, "loss": v}) + "\n" for i, v in enumerate(losses)))
+    check = client.evals.curve(run, "cogvlm-stage1")
+    assert check.compared == 5 and [d.step for d in check.departures] == [40]
+    assert check.departures[0].reference == pytest.approx(2.05) and check.departures[0].gap > 0.15
+    assert "departs from the reference" in check.warnings[0] and "published-endpoints" in check.warnings[0]
+    assert main(["eval", "curve", str(run), "--reference", "cogvlm-stage1", "--tolerance", "0.9"]) == 0
+    assert "0 beyond 90%" in capsys.readouterr().out
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"kind": "made-up", "x": "step", "points": [[0, 1], [1, 2]]}))
+    with pytest.raises(BadInputError, match="source"):
+        ReferenceCurve.load(bad)
