@@ -48,7 +48,7 @@ async def test_rest_eval_run_list_and_errors(jp_fetch: Any, store: dict[str, str
     assert err.value.code == 404
 
 
-def test_eval_runs_as_a_local_job_and_renders_for_kubernetes(store: dict[str, str], client: Starverse) -> None:
+def test_eval_runs_as_a_local_job_and_renders_for_kubernetes_and_slurm(store: dict[str, str], client: Starverse) -> None:
     spec = client.evals.job_spec(store["model"], store["data"], baselines=[store["base"]], limit=2)
     assert set(spec.mounts) == {store["model"], store["base"], store["data"]} and spec.accelerator == "cpu"
     done = client.backend("local").wait(client.launch(spec, backend="local").id, timeout=240)
@@ -58,5 +58,6 @@ def test_eval_runs_as_a_local_job_and_renders_for_kubernetes(store: dict[str, st
     assert f"delta vs {store['model']}" in text  # the side-by-side table is in the job's log
     reports = client.evals.reports(data=store["data"])  # written to the store by the job
     assert [r.model for r in reports] == [store["model"], store["base"]] and reports[0].examples == 2
-    rendered = client.preview(spec, backend="kubernetes")
-    assert "jupyter_starverse.evals.job" in json.dumps(rendered.to_json())
+    for backend in ("kubernetes", "slurm"):  # the same job, rendered for the clusters
+        rendered = client.preview(spec, backend=backend)
+        assert "jupyter_starverse.evals.job" in json.dumps(rendered.to_json()), backend
