@@ -13,7 +13,7 @@ import threading
 import time
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jupyter_starverse._settings import BACKENDS, KUBE_KINDS, Settings
 from jupyter_starverse.client import LaunchPreview, Starverse
@@ -27,12 +27,13 @@ from jupyter_starverse.jobmodel import (
     parse_secret_ref,
     secret_env_warnings,
 )
-from jupyter_starverse.modes import SmokeResult, make_smoke_spec
-from jupyter_starverse.watch import read_rank_records, startup_phase
 
 from ._common import StatusLine, add_json_flag, tracking
 from ._jobs import detail
 from ._recipes import add_recipe_options, recipe_spec
+
+if TYPE_CHECKING:  # modes and watch load asyncio and the experiments: a command imports them when it runs
+    from jupyter_starverse.modes import SmokeResult
 
 __all__ = ["add_job_options", "job_fields", "register", "run_spec", "spec_from_launch_args"]
 
@@ -160,7 +161,15 @@ def _pod_overrides(args: argparse.Namespace) -> dict[str, str]:
     return out
 
 
+def _smoke_result() -> type[SmokeResult]:
+    from jupyter_starverse.modes import SmokeResult
+
+    return SmokeResult
+
+
 def _smoke_experiment(client: Starverse, spec: JobSpec) -> str | None:
+    from jupyter_starverse.modes import make_smoke_spec
+
     try:
         return make_smoke_spec(spec, cpu_image=client.settings.cpu_image).experiment_name
     except StarverseError:
@@ -169,6 +178,8 @@ def _smoke_experiment(client: Starverse, spec: JobSpec) -> str | None:
 
 def _phase_of(client: Starverse, job: Job) -> str:
     """What ``job`` does now (nodes starting, rendezvous, process group, training step)."""
+    from jupyter_starverse.watch import read_rank_records, startup_phase
+
     points = client.watch(job.id, backend=job.backend).metrics() if job.state.active else []
     step = max((p.step for p in points), default=None)
     return startup_phase(job, read_rank_records(job), step=step)
@@ -235,7 +246,7 @@ def _run_with_progress(client: Starverse, args: argparse.Namespace, spec: JobSpe
     finally:
         if follower is not None:
             follower.stop()
-    job = result.job if isinstance(result, SmokeResult) else result
+    job = result.job if isinstance(result, _smoke_result()) else result
     if not isinstance(job, Job):
         line.close()
         return result
@@ -250,7 +261,7 @@ def _run_with_progress(client: Starverse, args: argparse.Namespace, spec: JobSpe
                 time.sleep(0.5)
                 job = client.backend(job.backend).get(job.id)
     line.close(f"job {job.id} on {job.backend}: follow it with `starverse jobs logs -f {job.id}`")
-    return result if isinstance(result, SmokeResult) else job
+    return result if isinstance(result, _smoke_result()) else job
 
 
 def _launch(client: Starverse, args: argparse.Namespace) -> object:

@@ -1,0 +1,115 @@
+"""Start-up of every door: the CLI, its --help, %load_ext, the server extension, in one table.
+
+Run from the repository root::
+
+    python benchmarks/bench_startup.py [--repeat 5]
+
+Each row is a fresh interpreter (what a user waits for), timed wall-clock, median of
+``--repeat``, measured interleaved so load affects every row alike:
+
+- ``starverse --help``, ``starverse launch --help``, ``starverse jobs --help``: help texts;
+- ``starverse jobs ls``: the anchor, a real command that reads the job index;
+- ``%load_ext jupyter_starverse`` in a fresh IPython shell, against ``%load_ext tensorboard``
+  (the anchor of the notebook door, when tensorboard is installed) and a bare IPython start;
+- ``import jupyter_starverse.server`` (the server extension's module).
+
+Each row also names the heaviest modules it imported (``python -X importtime``, self time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+_IPY = (
+    "from IPython.testing.globalipapp import start_ipython; ip = start_ipython(); "
+    "import sys, time; t = time.perf_counter(); {load}; "
+    "print('widgets' if 'ipywidgets' in sys.modules else 'no-widgets', file=sys.stderr)"
+)
+
+
+_LOAD = "ip.run_line_magic('load_ext', '{}')"
+
+
+def _rows(has_tensorboard: bool) -> dict[str, list[str]]:
+    cli = [sys.executable, "-m", "jupyter_starverse.cli"]
+    rows = {
+        "starverse jobs ls (anchor)": [*cli, "jobs", "ls"],
+        "starverse --help": [*cli, "--help"],
+        "starverse launch --help": [*cli, "launch", "--help"],
+        "starverse jobs --help": [*cli, "jobs", "--help"],
+        "starverse store --help": [*cli, "store", "--help"],
+        "IPython start (floor)": [sys.executable, "-c", _IPY.format(load="pass")],
+        "%load_ext jupyter_starverse": [sys.executable, "-c", _IPY.format(load=_LOAD.format("jupyter_starverse"))],
+        "import jupyter_starverse.server": [sys.executable, "-c", "import jupyter_starverse.server"],
+    }
+    if has_tensorboard:
+        rows["%load_ext tensorboard (anchor)"] = [sys.executable, "-c", _IPY.format(load=_LOAD.format("tensorboard"))]
+    return rows
+
+
+def _time(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
+    start = time.perf_counter()
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    took = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{argv} failed: {done.stderr[-2000:]}")
+    return took, done.stderr
+
+
+def _heaviest(argv: list[str], env: dict[str, str], n: int = 3) -> str:
+    done = subprocess.run(
+        [argv[0], "-X", "importtime", *argv[1:]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    tops: dict[str, int] = {}
+    for line in done.stderr.splitlines():
+        m = re.match(r"import time:\s+(\d+) \|\s+\d+ \|\s+(\S+)", line)
+        if m:
+            top = m.group(2).split(".")[0]
+            tops[top] = tops.get(top, 0) + int(m.group(1))
+    best = sorted(tops.items(), key=lambda kv: -kv[1])[:n]
+    return ", ".join(f"{name} {us / 1e6:.2f}s" for name, us in best)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    try:
+        import tensorboard  # noqa: F401
+
+        has_tb = True
+    except ImportError:
+        has_tb = False
+    env = dict(os.environ)
+    env.setdefault("STARVERSE_HOME", str(Path("/tmp") / f"sv-bench-startup-{os.getpid()}"))
+    rows = _rows(has_tb)
+    times: dict[str, list[float]] = {name: [] for name in rows}
+    widgets: dict[str, str] = {}
+    for _ in range(args.repeat):  # interleaved: each round runs every row once
+        for name, argv in rows.items():
+            took, err = _time(argv, env)
+            times[name].append(took)
+            if "widgets" in err:
+                widgets[name] = err.strip().splitlines()[-1]
+    medians = {name: statistics.median(ts) for name, ts in times.items()}
+    cli_anchor = medians["starverse jobs ls (anchor)"]
+    nb_anchor = medians.get("%load_ext tensorboard (anchor)")
+    print(f"medians of {args.repeat}, fresh interpreters, machine load {os.getloadavg()[0]:.1f}")
+    print(f"{'door':<34} {'median':>8} {'vs jobs ls':>11} {'vs tb':>7}  heaviest imports")
+    for name, median in medians.items():
+        vs_tb = f"{median / nb_anchor:6.2f}x" if nb_anchor and name.startswith(("%", "IPython")) else "      -"
+        note = f" [{widgets[name]}]" if name in widgets else ""
+        print(f"{name:<34} {median:7.2f}s {median / cli_anchor:10.2f}x {vs_tb}  {_heaviest(rows[name], env)}{note}")
+
+
+if __name__ == "__main__":
+    main()
