@@ -95,16 +95,20 @@ class LogView:
             self.read()
             display({"text/plain": self.text(), "text/html": self._html()}, raw=True)  # type: ignore[no-untyped-call]
             return
-        import ipywidgets as widgets
-
-        box = widgets.HTML(value=log_lines_html([]))
-        display(box)  # type: ignore[no-untyped-call]
+        # one display updated in place (not a widget): its text/plain is the log itself, readable
+        # wherever the output is saved or shown as text, and no ipywidgets import is needed
+        handle = display(self._bundle(), raw=True, display_id=True)  # type: ignore[no-untyped-call]
         shown = time.monotonic()
         for _ in self._pull():  # follow: redraw at most 5 times a second
             if time.monotonic() - shown > 0.2:
-                box.value = self._html()
+                handle.update(self._bundle(), raw=True)
                 shown = time.monotonic()
-        box.value = self._html()
+        handle.update(self._bundle(), raw=True)
+
+    def _bundle(self) -> dict[str, str]:
+        lines = [text for _, text in self.lines]
+        plain = ("\n".join(lines) if lines else "(no output yet)") + (f"\nerror: {self.error}" if self.error else "")
+        return {"text/plain": plain, "text/html": self._html()}
 
 
 def _has_frontend() -> bool:

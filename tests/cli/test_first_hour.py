@@ -248,3 +248,26 @@ def test_help_alone_is_the_full_parsers_help_without_importing_the_commands() ->
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip().splitlines()[-1] == "[] False"  # no command module, not even the facade
     assert "Slurm" in done.stdout
+
+
+def test_followed_logs_in_a_notebook_have_readable_text_plain(monkeypatch: pytest.MonkeyPatch) -> None:
+    import IPython.display
+
+    from jupyter_starverse.widgets import logview
+
+    shown: list[dict[str, str]] = []
+
+    class Handle:
+        def update(self, bundle: dict[str, str], raw: bool) -> None:
+            shown.append(bundle)
+
+    def display(bundle: dict[str, str], raw: bool = False, display_id: bool = False) -> Handle:
+        shown.append(bundle)
+        return Handle()
+
+    monkeypatch.setattr(IPython.display, "display", display)
+    monkeypatch.setattr(logview, "_has_frontend", lambda: True)
+    logview.LogView(iter(["[0] step 1 loss 3.2", "[1] step 1 loss 3.1"]))._ipython_display_()
+    assert shown[-1]["text/plain"] == "[0] step 1 loss 3.2\n[1] step 1 loss 3.1"  # not a widget's repr
+    assert "loss 3.1" in shown[-1]["text/html"]
+    assert all(set(b) == {"text/plain", "text/html"} for b in shown)
