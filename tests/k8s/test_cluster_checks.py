@@ -44,6 +44,7 @@ def rbac_kube(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubeS
 def test_the_shipped_role_allows_every_backend_operation(rbac_kube: KubeServer, settings: Settings) -> None:
     hold = PodPlan(lines=("[default0]:step",), run_seconds=30)
     rbac_kube.set_plan(lambda pod: hold)
+    rbac_kube.label_namespace("default", {"pod-security.kubernetes.io/enforce": "restricted"})  # and PSA
     backend = KubernetesBackend(settings)
     job = backend.submit(_spec())  # version, claims, Job + Service
     running = next(j for j in backend.watch_job(job.id, timeout=10) if j.state is JobState.RUNNING)
