@@ -14,19 +14,22 @@ quantized; by default the kernel quantizes activation blocks to int8 while it mu
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import logging
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from jupyter_starverse.errors import BadInputError, MissingDependencyError
 
 __all__ = ["COMPUTE", "GRAPH", "OrtCausalLM", "export_graph", "load_torch", "quantize_graph"]
 
+P = ParamSpec("P")
+R = TypeVar("R")
 GRAPH = "model.onnx"
 BLOCK_SIZE = 32
 
@@ -38,6 +41,37 @@ def _need(module: str, purpose: str) -> Any:
         return importlib.import_module(module)
     except ImportError as e:
         raise MissingDependencyError(module.split(".")[0], extra="export", purpose=purpose) from e
+
+
+_THIRD_PARTY_LOGGERS = ("transformers", "torch", "onnxruntime", "onnxscript", "onnx", "huggingface_hub")
+
+
+@contextlib.contextmanager
+def third_party_quiet() -> Iterator[None]:
+    """No warning or log chatter of a library reaches the user during an export (deprecations of
+    transformers and torch.onnx, their advice): ours still do, and errors still raise."""
+    loggers = [logging.getLogger(n) for n in _THIRD_PARTY_LOGGERS]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", module=r"(?!jupyter_starverse)")  # every module but ours
+            yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
+def quietly(fn: Callable[P, R]) -> Callable[P, R]:
+    """``fn`` run under :func:`third_party_quiet`."""
+
+    @functools.wraps(fn)
+    def inner(*args: P.args, **kwargs: P.kwargs) -> R:
+        with third_party_quiet():
+            return fn(*args, **kwargs)
+
+    return inner
 
 
 @contextlib.contextmanager

@@ -28,7 +28,7 @@ from jupyter_starverse.errors import BackendUnavailableError, BadInputError, Con
 from jupyter_starverse.feedback import FeedbackService, resolve_model
 from jupyter_starverse.jobmodel import JobSpec
 
-from ._onnx import COMPUTE, GRAPH, OrtCausalLM, export_graph, load_torch, quantize_graph
+from ._onnx import COMPUTE, GRAPH, OrtCausalLM, export_graph, load_torch, quantize_graph, quietly
 from ._report import (
     GraphFigures,
     Replay,
@@ -189,6 +189,7 @@ class ExportService:
 
         return run
 
+    @quietly  # no transformers / torch.onnx deprecation warning reaches the user
     def export(
         self,
         model: str,

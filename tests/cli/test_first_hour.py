@@ -271,3 +271,25 @@ def test_followed_logs_in_a_notebook_have_readable_text_plain(monkeypatch: pytes
     assert shown[-1]["text/plain"] == "[0] step 1 loss 3.2\n[1] step 1 loss 3.1"  # not a widget's repr
     assert "loss 3.1" in shown[-1]["text/html"]
     assert all(set(b) == {"text/plain", "text/html"} for b in shown)
+
+
+def test_export_lets_no_third_party_warning_reach_the_user() -> None:
+    import logging
+    import warnings
+
+    from jupyter_starverse.export._onnx import quietly
+    from jupyter_starverse.export._service import ExportService
+
+    assert getattr(ExportService.export, "__wrapped__", None) is not None  # the service's export is quiet
+
+    @quietly
+    def export_like() -> None:
+        warnings.warn_explicit("`torch_dtype` is deprecated", FutureWarning, "modeling_utils.py", 1, "transformers.x")
+        warnings.warn_explicit("ours", UserWarning, "_service.py", 1, "jupyter_starverse.export._service")
+        logging.getLogger("transformers.modeling_utils").warning("advice nobody asked for")
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        export_like()
+    assert [str(w.message) for w in seen] == ["ours"]
+    assert logging.getLogger("transformers").level == logging.NOTSET  # restored after the export
