@@ -37,11 +37,14 @@ TOKEN_DIR = "/var/run/starverse/api"  # noqa: S105 (a folder, not a secret)
 _UTIL = {"cpu": "100m", "memory": "128Mi"}
 
 #: What the wait container runs (the image's python, standard library only):
-#: ``python -c WAIT_CODE NAMESPACE JOB [JOB ...]``; WAIT_API, WAIT_TOKEN_DIR and WAIT_POLL override
+#: ``python -c WAIT_CODE NAMESPACE KIND/NAME [KIND/NAME ...]`` (``job/NAME``, ``jobset/NAME``);
+#: WAIT_API, WAIT_TOKEN_DIR and WAIT_POLL override
 #: the API address, the token folder and the poll interval (tests).
 WAIT_CODE = """\
 import json, os, ssl, sys, time, urllib.error, urllib.request
-ns, names = sys.argv[1], sys.argv[2:]
+ns, names = sys.argv[1], sys.argv[2:]  # each KIND/NAME: job/NAME (batch/v1) or jobset/NAME
+PATHS = {"job": ("apis/batch/v1", "jobs", "Complete"),
+         "jobset": ("apis/jobset.x-k8s.io/v1alpha2", "jobsets", "Completed")}
 host = os.environ.get("KUBERNETES_SERVICE_HOST", "kubernetes.default.svc")
 port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
 api = os.environ.get("WAIT_API") or "https://%s:%s" % (host, port)
@@ -52,7 +55,9 @@ while True:
     token = open(tokens + "/token").read().strip() if os.path.exists(tokens + "/token") else ""
     states = {}
     for name in names:
-        req = urllib.request.Request("%s/apis/batch/v1/namespaces/%s/jobs/%s" % (api, ns, name))
+        kind, _, short = name.partition("/")
+        group, plural, complete = PATHS[kind]
+        req = urllib.request.Request("%s/%s/namespaces/%s/%s/%s" % (api, group, ns, plural, short))
         if token:
             req.add_header("Authorization", "Bearer " + token)
         try:
@@ -63,7 +68,7 @@ while True:
             states[name] = "not created yet"
             continue
         cond = {c.get("type"): c.get("status") for c in (job.get("status") or {}).get("conditions") or []}
-        states[name] = "complete" if cond.get("Complete") == "True" else "failed" if cond.get("Failed") == "True" \\
+        states[name] = "complete" if cond.get(complete) == "True" else "failed" if cond.get("Failed") == "True" \\
             else "running"
     failed = [n for n, s in states.items() if s == "failed"]
     if failed:
@@ -134,7 +139,7 @@ def applicable(stem: str, steps: list[tuple[str, tuple[str, ...], JobSpec, bool,
         main = _main(objs, node)
         name = main["metadata"]["name"]
         ns = main["metadata"].get("namespace") or ns
-        names[node] = name
+        names[node] = f"{main['kind'].lower()}/{name}"
         labels = dict(main["metadata"].get("labels") or {})
         script = _script_text(spec)
         if script is not None:
@@ -152,13 +157,23 @@ def applicable(stem: str, steps: list[tuple[str, tuple[str, ...], JobSpec, bool,
     rbac: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta, "automountServiceAccountToken": False},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta,
-         "rules": [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"],
-                    "resourceNames": sorted(names.values())}]},
+         "rules": _rules(names.values())},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta,
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
          "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}]},
     ]  # fmt: skip
     return rbac + out
+
+
+def _rules(names: Any) -> list[dict[str, Any]]:
+    """``get`` on exactly the pipeline's Jobs / JobSets, nothing else."""
+    groups = {"job": ("batch", "jobs"), "jobset": ("jobset.x-k8s.io", "jobsets")}
+    by_kind: dict[str, list[str]] = {}
+    for ref in names:
+        kind, _, name = ref.partition("/")
+        by_kind.setdefault(kind, []).append(name)
+    return [{"apiGroups": [groups[k][0]], "resources": [groups[k][1]], "verbs": ["get"], "resourceNames": sorted(v)}
+            for k, v in sorted(by_kind.items())]  # fmt: skip
 
 
 def _patch_pod(pod: dict[str, Any], name: str, ns: str, after: list[str], script: tuple[str, str] | None,

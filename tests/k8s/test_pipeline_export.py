@@ -70,8 +70,8 @@ def test_the_yaml_export_applies_as_it_is(client: Starverse, tmp_path: Path) -> 
         assert pod(node)["spec"].get("automountServiceAccountToken") is False  # the trainer gets no token
     waits = {node: [c for c in pod(node)["spec"]["initContainers"] if c["name"] == "wait-for-steps"] for node in jobs}
     assert not waits["clean"] and not waits["first"]
-    assert waits["dedup"][0]["command"][-1:] == [names["clean"]]  # dedup's pods start after clean completed
-    assert waits["train"][0]["command"][-1:] == [names["first"]]
+    assert waits["dedup"][0]["command"][-1:] == [f"job/{names['clean']}"]  # dedup's pods start after clean completed
+    assert waits["train"][0]["command"][-1:] == [f"job/{names['first']}"]
     (role,) = [o for o in objs if o["kind"] == "Role"]
     assert role["rules"] == [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"],
                               "resourceNames": sorted(names.values())}]  # fmt: skip
@@ -96,10 +96,12 @@ def test_the_yaml_export_applies_as_it_is(client: Starverse, tmp_path: Path) -> 
 class _Api(BaseHTTPRequestHandler):
     answers: dict[str, list[dict[str, Any] | None]] = {}
     seen: list[str] = []
+    paths: list[str] = []
 
     def do_GET(self) -> None:
         name = self.path.rsplit("/", 1)[-1]
         self.seen.append(self.headers.get("Authorization", ""))
+        self.paths.append(self.path)
         queue = self.answers[name]
         status = queue.pop(0) if len(queue) > 1 else queue[0]
         body = json.dumps({"kind": "Job", "status": status or {}}).encode()
@@ -134,12 +136,48 @@ def test_the_wait_container_waits_for_completion_and_fails_after_a_failure(api: 
         return subprocess.run([sys.executable, "-c", WAIT_CODE, "ns", *names], env=env, capture_output=True,
                               text=True, timeout=60)  # fmt: skip
 
-    # a: not created yet, then running, then complete; b: complete at once
-    _Api.answers = {"a": [None, {}, _cond("Complete")], "b": [_cond("Complete")]}
-    done = wait("a", "b")
+    # a: not created yet, then running, then complete; b (a JobSet): complete at once
+    _Api.answers = {"a": [None, {}, _cond("Complete")], "b": [_cond("Completed")]}
+    done = wait("job/a", "jobset/b")
     assert done.returncode == 0, done.stderr
-    assert "waiting for a (not created yet)" in done.stdout and "a, b complete" in done.stdout
+    assert "waiting for job/a (not created yet)" in done.stdout and "job/a, jobset/b complete" in done.stdout
     assert set(_Api.seen) == {"Bearer secret-token"}
-    _Api.answers = {"a": [{}, _cond("Failed")], "b": [_cond("Complete")]}
-    failed = wait("a", "b")
-    assert failed.returncode == 1 and "a failed" in failed.stderr
+    assert set(_Api.paths) == {
+        "/apis/batch/v1/namespaces/ns/jobs/a",
+        "/apis/jobset.x-k8s.io/v1alpha2/namespaces/ns/jobsets/b",
+    }
+    _Api.answers = {"a": [{}, _cond("Failed")], "b": [_cond("Completed")]}
+    failed = wait("job/a", "jobset/b")
+    assert failed.returncode == 1 and "job/a failed" in failed.stderr
+
+
+def test_on_a_jobset_cluster_the_steps_wait_for_jobsets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyter_starverse._settings import Settings
+
+    from .test_manifests import _crd_validator
+
+    monkeypatch.setenv("STARVERSE_KUBE_KIND", "jobset")
+    client = Starverse(Settings.from_env())
+    (tmp_path / "steps").mkdir()
+    for name in ("first.py", "train.py"):
+        (tmp_path / "steps" / name).write_text("print('step')\n")
+    doc = _pipeline().to_json()
+    doc["nodes"] = [n for n in doc["nodes"] if n["kind"] == "train"]
+    doc["edges"] = [e for e in doc["edges"] if e["source"] == "first"]
+    objs = [o for o in yaml.safe_load_all(client.pipelines.export(Pipeline.from_json(doc), "yaml",
+                                                                    base_dir=tmp_path).main.text) if o]  # fmt: skip
+    sets = {o["metadata"]["name"]: o for o in objs if o["kind"] == "JobSet"}
+    assert len(sets) == 2
+    for obj in objs:
+        if obj["kind"] == "JobSet":
+            _crd_validator("jobset.x-k8s.io_jobsets.yaml").validate(obj)
+        else:
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    (first,) = [n for n in sets if "first" in n]
+    (train,) = [o for n, o in sets.items() if "first" not in n]
+    pod = train["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    assert violations(pod) == []
+    (wait,) = [c for c in pod["spec"]["initContainers"] if c["name"] == "wait-for-steps"]
+    assert wait["command"][-1] == f"jobset/{first}"
+    (role,) = [o for o in objs if o["kind"] == "Role"]
+    assert role["rules"][0]["apiGroups"] == ["jobset.x-k8s.io"] and role["rules"][0]["resources"] == ["jobsets"]
