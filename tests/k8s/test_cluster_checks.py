@@ -48,6 +48,8 @@ def test_the_shipped_role_allows_every_backend_operation(rbac_kube: KubeServer, 
     backend = KubernetesBackend(settings)
     job = backend.submit(_spec())  # version, claims, Job + Service
     running = next(j for j in backend.watch_job(job.id, timeout=10) if j.state is JobState.RUNNING)
+    posts = [c for c in rbac_kube.calls if c.method == "POST"]
+    assert posts and all("fieldValidation=Strict" in c.query for c in posts)  # no field silently dropped
     assert [j.id for j in backend.list()] == [job.id]
     assert any("step" in line.text for line in backend.logs(job.id))
     assert backend.preempt(running.id).state is JobState.PREEMPTED  # pods: delete

@@ -18,6 +18,8 @@ from jupyter_starverse.kube import KubeConnection, api_errors, require_kubernete
 __all__ = ["ClusterApi", "Wire", "WireList"]
 
 Wire = dict[str, Any]
+#: field validation of every create (the server refuses unknown fields; Kubernetes 1.27+)
+STRICT = "Strict"
 WireList = list[Wire]
 
 
@@ -45,13 +47,15 @@ class ClusterApi:
     # -- main object per kind -------------------------------------------------------
     def create_main(self, kind: str, obj: Any, ns: str) -> dict[str, Any]:
         c = self.client()
+        # Strict: a field the server does not know (a typo, or a field newer than the server) is an
+        # error, not a silently dropped setting
         if kind == "job":  # a V1Job: the client serialises it once
-            return self.read(c.BatchV1Api(self.conn.api).create_namespaced_job, ns, obj)
+            return self.read(c.BatchV1Api(self.conn.api).create_namespaced_job, ns, obj, field_validation=STRICT)
         body = to_dict(obj)
         info = CRD_INFO[kind]
         return dict(
             c.CustomObjectsApi(self.conn.api).create_namespaced_custom_object(
-                info.group, info.version, ns, info.plural, body
+                info.group, info.version, ns, info.plural, body, field_validation=STRICT
             )
         )
 
@@ -94,9 +98,9 @@ class ClusterApi:
     def create_dependent(self, obj: Any, ns: str) -> None:
         c = self.client()
         if obj.kind == "Service":
-            self.read(c.CoreV1Api(self.conn.api).create_namespaced_service, ns, obj)
+            self.read(c.CoreV1Api(self.conn.api).create_namespaced_service, ns, obj, field_validation=STRICT)
         else:
-            self.read(c.BatchV1Api(self.conn.api).create_namespaced_job, ns, obj)
+            self.read(c.BatchV1Api(self.conn.api).create_namespaced_job, ns, obj, field_validation=STRICT)
 
     def server_version(self) -> tuple[int, int]:
         """The API server's ``major.minor`` (``/version``; a provider's ``29+`` reads as 29)."""
