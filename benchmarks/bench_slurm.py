@@ -3,7 +3,10 @@
 Starts a real one-host Slurm cluster (munged, slurmctld, slurmd n1 and n2, as the tests do:
 ``tests/slurm/_cluster.py``), then alternates the same job on the Slurm and the local backend
 ``--repeats`` times. Prints medians of submit-to-first-step and steps/s, and the ratio
-slurm/local. Needs ``apt-get install -y slurm-wlm munge`` and root (SlurmUser=root).
+slurm/local. With submitit installed (``pip install submitit``) it also runs the same script through
+submitit's SlurmExecutor (2 nodes x 1 task, torch.distributed from its TorchDistributedEnvironment),
+the baseline of the Slurm row: ratio slurm/submitit. Needs ``apt-get install -y slurm-wlm munge``
+and root (SlurmUser=root).
 
     python benchmarks/bench_slurm.py --steps 60 --repeats 3            # the tiny linear model
     python benchmarks/bench_slurm.py --script ddp --steps 40           # the ddp template's LM
@@ -52,6 +55,38 @@ def run_once(backend: LaunchBackend, spec: JobSpec) -> tuple[float, float]:
     return first - began, _rate(points)
 
 
+def _submitit_task(code: str, run_dir: str, steps: int) -> None:
+    """One rank under submitit: its distributed environment, then the script (as torchrun would run it)."""
+    import submitit
+
+    submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",  # the test cluster's node names (n1, n2) are not host names
+        STARVERSE_JOB_ID=os.environ.get("SLURM_JOB_ID", "submitit"),
+        STARVERSE_EXPERIMENT_DIR=run_dir,
+        STARVERSE_CHECKPOINT_DIR=f"{run_dir}/checkpoints",
+        STARVERSE_STEPS=str(steps),
+        OMP_NUM_THREADS="1",
+    )
+    exec(compile(code, f"{run_dir}/train.py", "exec"), {"__name__": "__main__"})
+
+
+def run_submitit(tmp: str, i: int, code: str, steps: int) -> tuple[float, float]:
+    """Seconds from submitit's submit to the first logged step, and steps/s, of the same 2 x 1 job."""
+    import submitit
+
+    run_dir = f"{tmp}/home/experiments/bench-submitit-{i}"
+    Path(run_dir).mkdir(parents=True)
+    executor = submitit.SlurmExecutor(folder=f"{run_dir}/submitit")
+    executor.update_parameters(nodes=2, ntasks_per_node=1, cpus_per_task=1, time=30, signal_delay_s=30)
+    began = time.time()
+    job = executor.submit(_submitit_task, code, run_dir, steps)
+    job.results()  # waits (submitit polls squeue/sacct), raises the task's error
+    points = read_metrics(Path(run_dir), from_logs=False)
+    first = min(p.time for p in points if p.time is not None)
+    return first - began, _rate(points)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=60)
@@ -71,7 +106,17 @@ def main() -> int:
             backends: list[LaunchBackend] = [SlurmBackend(settings, poll=0.2), LocalBackend(settings)]
             source = {"code": TINY} if args.script == "tiny" else {"script": str(example_script("ddp"))}
             results: dict[str, list[tuple[float, float]]] = {b.name: [] for b in backends}
+            try:
+                import submitit  # noqa: F401
+            except ImportError:
+                print("submitit is not installed (pip install submitit): no submitit row", file=sys.stderr)
+            else:
+                results["submitit"] = []
             for i in range(args.repeats):
+                if "submitit" in results and args.script == "tiny":
+                    first, rate = run_submitit(tmp, i, TINY, args.steps)
+                    results["submitit"].append((first, rate))
+                    print(f"  submitit try {i + 1}: first step after {first:5.2f} s, {rate:6.2f} steps/s")
                 for backend in backends:
                     spec = JobSpec(
                         name=f"bench-{backend.name}-{i}", nodes=2, procs_per_node=1, steps=args.steps, **source
@@ -90,6 +135,9 @@ def main() -> int:
         print(f"{name:8s}{first:18.2f} s{rate:10.2f}")
     (s_first, s_rate), (l_first, l_rate) = med["slurm"], med["local"]
     print(f"{'ratio':8s}{s_first / l_first:17.2f} x{s_rate / l_rate:9.2f} x   (slurm / local)")
+    if med.get("submitit"):
+        b_first, b_rate = med["submitit"]
+        print(f"{'ratio':8s}{s_first / b_first:17.2f} x{s_rate / b_rate:9.2f} x   (slurm / submitit)")
     return 0
 
 
