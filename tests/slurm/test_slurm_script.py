@@ -233,9 +233,9 @@ def test_cpus_and_memory_per_node_from_the_gpu_type_and_rank_count_overridable(s
     backend = SlurmBackend(settings)
     gpu = JobSpec(name="g", code=TINY, nodes=2, procs_per_node=8, accelerator="rtx4090")
     flags = _directives(backend.render(gpu))
-    assert "--cpus-per-task=48" in flags and "--mem=384G" in flags  # 6 CPUs, 48 GiB per 4090: fits an 8 x 4090 host
+    assert "--cpus-per-task=48" in flags and "--mem=224G" in flags  # 6 CPUs + 28 GiB per 4090: a 64 / 256 GiB host
     flags = _directives(backend.render(gpu.replace(accelerator="a100-80g", procs_per_node=4)))
-    assert "--cpus-per-task=48" in flags and "--mem=448G" in flags
+    assert "--cpus-per-task=40" in flags and "--mem=480G" in flags  # the same share a Kubernetes pod asks
     cpu = _directives(backend.render(JobSpec(name="c", code=TINY, procs_per_node=8)))
     assert "--cpus-per-task=8" in cpu and not any(f.startswith("--mem") for f in cpu)  # 8 ranks, 8 cores
     mine = _directives(backend.render(gpu.replace(cpu="20", memory="200Gi")))

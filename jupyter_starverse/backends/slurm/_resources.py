@@ -3,8 +3,8 @@
 CPUs and memory: one task per node (the torchrun agent) holds every rank of the node, so
 ``--cpus-per-task`` is the node's share for all its ranks. Without ``JobSpec.cpu`` / ``memory``
 (``launch --cpu/--memory``) a GPU job asks, per GPU, the share of the GPU type's typical 8-GPU
-host, less headroom for the system (the table below); a CPU job asks one core per rank (so 8 ranks
-never share one core) and leaves memory to the cluster's ``DefMemPerCPU``.
+host that a Kubernetes pod asks too (``kube.HOST_SHARE``: one table of hosts); a CPU job asks one
+core per rank (so 8 ranks never share one core) and leaves memory to the cluster's ``DefMemPerCPU``.
 
 Time limit: the batch shell gets SIGTERM ``margin`` seconds before the limit (``--signal``), and
 every rank checkpoints. A limit too short for start-up plus one checkpoint interval before that
@@ -21,7 +21,7 @@ from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.jobmodel import JobSpec
 
 __all__ = [
-    "HOSTS",
+    "DEFAULT_SHARE",
     "START_UP_S",
     "TimePlan",
     "check_time_limit",
@@ -31,42 +31,33 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class Host:
-    """A typical server of a GPU type: what one GPU's ranks may take of it (headroom left)."""
-
-    cpus_per_gpu: int
-    mem_gib_per_gpu: int
-    example: str
+#: what a GPU type's ranks get where the job names no --cpu/--memory: the same share of its typical
+#: 8-GPU host as a Kubernetes pod asks (``kube.HOST_SHARE``, with the hosts it was taken from)
+DEFAULT_SHARE = ("8", "64Gi")
 
 
-#: per-GPU shares of typical 8-GPU servers, below their totals (the OS, slurmd and page cache keep the rest)
-HOSTS: dict[str, Host] = {
-    "rtx4090": Host(6, 48, "8 x RTX 4090, 2 x 32-core CPUs, 512 GiB"),
-    "l40s": Host(8, 64, "8 x L40S, 2 x 48-core CPUs, 768 GiB"),
-    "a100-40g": Host(12, 96, "DGX A100 40G: 8 GPUs, 128 cores, 1 TiB"),
-    "a100-80g": Host(12, 112, "DGX A100 80G: 8 GPUs, 128 cores, 1 TiB"),
-    "h100-80g": Host(12, 224, "DGX H100: 8 GPUs, 112 cores, 2 TiB"),
-}
-_DEFAULT_HOST = Host(8, 64, "an 8-GPU server")
+def _share(accelerator: str) -> tuple[int, int, str]:
+    """``(CPUs, GiB, source)`` per GPU of ``accelerator``."""
+    from jupyter_starverse.kube import HOST_SHARE
+
+    cpu, memory = HOST_SHARE.get(accelerator, DEFAULT_SHARE)
+    gib = int(memory[:-2]) if memory.endswith("Gi") else int(memory)
+    return _cpus(cpu), gib, f"{cpu} CPUs + {memory} per {accelerator} GPU, its typical host's share"
 
 
 def node_resources(spec: JobSpec) -> tuple[int, str | None, str]:
     """``(cpus per node, memory per node or None, where the figures come from)``."""
+    share = _share(spec.accelerator) if spec.is_gpu else None
     if spec.cpu is not None:
-        cpus = _cpus(spec.cpu)
-        source = "launch --cpu"
-    elif spec.is_gpu:
-        host = HOSTS.get(spec.accelerator, _DEFAULT_HOST)
-        cpus = host.cpus_per_gpu * spec.procs_per_node
-        source = f"{host.cpus_per_gpu} per {spec.accelerator} GPU ({host.example})"
+        cpus, source = _cpus(spec.cpu), "launch --cpu"
+    elif share is not None:
+        cpus, source = share[0] * spec.procs_per_node, share[2]
     else:
         cpus, source = spec.procs_per_node, "one core per rank"
     if spec.memory is not None:
         return cpus, str(spec.memory), source
-    if spec.is_gpu:
-        host = HOSTS.get(spec.accelerator, _DEFAULT_HOST)
-        return cpus, f"{host.mem_gib_per_gpu * spec.procs_per_node}Gi", source
+    if share is not None:
+        return cpus, f"{share[1] * spec.procs_per_node}Gi", source
     return cpus, None, source
 
 
