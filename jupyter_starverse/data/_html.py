@@ -17,6 +17,12 @@ if TYPE_CHECKING:
 
 __all__ = ["report_html"]
 
+
+def took_text(seconds: float) -> str:
+    """A step's duration: ``0.42 s`` below one second (``format_duration`` would say ``0s``), else as usual."""
+    return f"{seconds:.2f} s" if 0 < seconds < 1 else format_duration(seconds)
+
+
 _STYLE = (
     "<style>.sv-data{font-family:system-ui,sans-serif;font-size:13px}.sv-data h3{margin:12px 0 4px}"
     ".sv-bar{display:inline-block;background:#4a90d9;height:10px;vertical-align:middle}"
@@ -95,7 +101,7 @@ def report_html(report: DataReport, *, standalone: bool = True) -> str:
         + "</h2>",
         f"<div>{format_count(report.docs_in)} documents in, {format_count(report.docs_out)} out; removed "
         f"{format_count(report.removed_total)} ({report.removed_share:.1%}); malformed lines "
-        f"{report.malformed_total}; took {format_duration(report.elapsed_s)} ({report.lines_per_s:,.0f} lines/s)</div>",
+        f"{report.malformed_total}; took {took_text(report.elapsed_s)} ({report.lines_per_s:,.0f} lines/s)</div>",
     ]
     if report.estimate:
         parts.append(f"<div class='muted'>{escape(str(report.estimate))}</div>")

@@ -318,7 +318,9 @@ class DataReport:
             lines.append(f"{h.name}: " + " ".join(str(c) for c in h.counts))
         for m in self.malformed[:5]:
             lines.append(f"malformed {m['file']}:{m['line']}: {m['reason']}")
-        lines.append(f"took {format_duration(self.elapsed_s)} ({self.lines_per_s:,.0f} lines/s)")
+        from ._html import took_text
+
+        lines.append(f"took {took_text(self.elapsed_s)} ({self.lines_per_s:,.0f} lines/s)")
         lines += list(self.notes)
         return "\n".join(lines)
 

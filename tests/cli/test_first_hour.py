@@ -293,3 +293,27 @@ def test_export_lets_no_third_party_warning_reach_the_user() -> None:
         export_like()
     assert [str(w.message) for w in seen] == ["ours"]
     assert logging.getLogger("transformers").level == logging.NOTSET  # restored after the export
+
+
+def test_a_data_steps_took_is_the_time_the_user_waited(
+    client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time as _time
+
+    from jupyter_starverse.data import DataPrep
+    from jupyter_starverse.data._html import took_text
+
+    src = tmp_path / "raw"
+    src.mkdir()
+    (src / "a.jsonl").write_text(json.dumps({"text": "call 13800138000"}) + "\n")
+    client.catalog.add_dataset("raw", str(src))
+    real = DataPrep._estimate
+
+    def slow_estimate(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _time.sleep(0.3)  # stands for a dictionary loaded once (jieba's: ~12 s on a first scan)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(DataPrep, "_estimate", slow_estimate)
+    report = client.data.scan("raw")
+    assert report.elapsed_s >= 0.3  # the fixed cost is in "took", not left out
+    assert took_text(0.42) == "0.42 s" and took_text(75) == "1m15s"  # never "took 0s"
