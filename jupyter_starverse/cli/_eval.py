@@ -50,7 +50,11 @@ def _eval(client: Starverse, args: argparse.Namespace) -> object:
     words = list(args.words)
     if args.data:  # models given after --data D belong to the words
         args.data, words = args.data[0], words + list(args.data[1:])
-    verb = words[0] if words and words[0] in _VERBS else None
+    if not words:
+        raise BadInputError(
+            "name the model", field="model", hint="starverse eval hf:ORG/REPO@REV --data NAME[@VERSION]"
+        )
+    verb = words[0] if words[0] in _VERBS else None
     if verb == "ls":
         return ReportList(client.evals.reports(model=args.model_filter, data=args.data))
     if verb == "show":
@@ -101,7 +105,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="eval MODEL --data D [--baseline M2] | eval compare --data D M1 M2 ... | eval ls | eval show ID. "
         "MODEL: hf:ORG/REPO@REV (a store model or an exported ONNX version), exp:EXPERIMENT or a folder.",
     )
-    p.add_argument("words", nargs="+", metavar="MODEL | compare M1 M2 ... | ls | show ID")
+    p.add_argument("words", nargs="*", metavar="MODEL | compare M1 M2 ... | ls | show ID | curve JOB")
     # nargs="+": `eval compare --data D M1 M2` (argparse takes no positional after an option's value)
     p.add_argument("--data", nargs="+", default=None, metavar="DATASET[@VERSION]", help="the labelled store dataset")
     p.add_argument(
