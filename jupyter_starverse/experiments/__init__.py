@@ -34,9 +34,12 @@ from ._layout import (
 )
 from ._metrics import MetricPoint, Progress, metric_point, parse_log_metrics, progress, read_metrics
 from ._status import NodeInterval, NodeRecord, RunEvent, RunStatus, node_intervals, read_status, write_status
+from ._tensorboard import TENSORBOARDS, Board, TensorBoards, experiment_board, tensorboard_installed
 
 __all__ = [
+    "TENSORBOARDS",
     "BatchPlan",
+    "Board",
     "CHECKPOINT_INDEX",
     "Checkpoint",
     "CheckpointScan",
@@ -53,8 +56,10 @@ __all__ = [
     "RunEvent",
     "RunPaths",
     "RunStatus",
+    "TensorBoards",
     "batch_plan",
     "checkpoint_name",
+    "experiment_board",
     "find_run",
     "folder_modes",
     "latest_checkpoint",
@@ -76,6 +81,7 @@ __all__ = [
     "run_modes",
     "scan_checkpoints",
     "skipped_text",
+    "tensorboard_installed",
     "trusted_record",
     "verify_checkpoint",
     "write_json",

@@ -9,8 +9,9 @@
 | POST   | jobs/ID/preempt             | preemption drill (409 unless running); the ``JobView`` after it |
 | GET    | jobs/ID/logs?tail=&rank=    | ``LogTail``; ``follow=1`` streams NDJSON lines     |
 | GET    | jobs/ID/tensorboard         | ``TensorBoardInfo`` (``url`` when one runs)        |
-| POST   | jobs/ID/tensorboard         | start (or find) the job's TensorBoard; its ``url`` |
+| POST   | jobs/ID/tensorboard         | start (or find) the board of its experiment's runs |
 | DELETE | jobs/ID/tensorboard         | stop it                                            |
+| any    | tensorboard/BOARD/...       | that TensorBoard, proxied from loopback (Jupyter's auth) |
 | POST   | jobs/preview                | ``LaunchPreview`` of body ``{"spec", "backend"?, "output"?}`` |
 
 A job's truth is its backend (experiment folder or cluster), so after a server restart
@@ -20,17 +21,13 @@ every route answers as before.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import hashlib
-import importlib.util
 import json
 import math
 import shutil
-import socket
-import subprocess
-import sys
 import threading
 import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,23 +39,28 @@ from jupyter_starverse._settings import BACKENDS
 from jupyter_starverse.errors import (
     BackendUnavailableError,
     BadInputError,
-    MissingDependencyError,
     NotFoundError,
     StarverseError,
 )
-from jupyter_starverse.experiments import JobSummary, RunPaths, skipped_text
+from jupyter_starverse.experiments import (
+    TENSORBOARDS,
+    JobSummary,
+    RunPaths,
+    experiment_board,
+    skipped_text,
+    tensorboard_installed,
+)
 from jupyter_starverse.jobmodel import Job, JobSpec, JobState, LaunchBackend, LogLine
 from jupyter_starverse.watch import JobProgress
 
 from ._base import StarverseHandler, parse_int
 
 __all__ = [
-    "TENSORBOARDS",
     "JobListView",
     "JobView",
     "LogTail",
     "TensorBoardInfo",
-    "TensorBoards",
+    "board_prefix",
     "routes",
     "tensorboard_info",
 ]
@@ -98,16 +100,19 @@ class LogTail:
 
 @dataclass(frozen=True)
 class TensorBoardInfo:
-    """Where a job's TensorBoard events are, how to look at them, and the TensorBoard serving them."""
+    """Where a job's TensorBoard events are, how to look at them, and the board serving them: one
+    TensorBoard over every run of the job's experiment, reached through this server (``url``)."""
 
     job_id: str
     logdir: str
     has_events: bool
     installed: bool
     command: tuple[str, ...]
-    url: str | None = None  # of the TensorBoard this server runs for the job (None: none runs)
-    port: int | None = None
-    proxied: bool = False  # reached through jupyter-server-proxy (same origin as JupyterLab)
+    url: str | None = None  # under this server's base_url (None: none runs)
+    port: int | None = None  # its loopback port (the server proxies it)
+    proxied: bool = True
+    board: str = ""
+    runs: tuple[str, ...] = ()  # the run names the board shows (the experiment's runs)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -120,105 +125,29 @@ class TensorBoardInfo:
             "port": self.port,
             "proxied": self.proxied,
             "running": self.url is not None,
+            "board": self.board,
+            "runs": list(self.runs),
         }
 
 
-def _tensorboard_installed() -> bool:
-    return importlib.util.find_spec("tensorboard") is not None
+def board_prefix(base_url: str, board_id: str) -> str:
+    """The path a board is served at through this server (TensorBoard's ``--path_prefix``)."""
+    return f"{base_url.rstrip('/')}/jupyter-starverse/tensorboard/{board_id}"
 
 
 def tensorboard_info(job: Job, *, port: int | None = None, base_url: str = "/") -> TensorBoardInfo:
-    """TensorBoard log folder of ``job`` (``TENSORBOARD_LOGDIR`` of its ranks), its state, and its URL when served."""
+    """TensorBoard log folder of ``job`` (``TENSORBOARD_LOGDIR`` of its ranks), its state, and the
+    URL of its experiment's board when one runs."""
     logdir = RunPaths(Path(job.experiment_dir)).tensorboard
+    board = experiment_board(Path(job.experiment_dir))
     has_events = logdir.is_dir() and any(p.name.startswith("events.out.tfevents") for p in logdir.rglob("*"))
-    installed = _tensorboard_installed() or shutil.which("tensorboard") is not None
-    command = ("tensorboard", "--logdir", str(logdir))
+    installed = tensorboard_installed() or shutil.which("tensorboard") is not None
+    command = ("tensorboard", "--logdir_spec", board.logdir_spec)
+    runs = tuple(name for name, _ in board.runs)
     if port is None:
-        return TensorBoardInfo(job.id, str(logdir), has_events, installed, command)
-    proxied = importlib.util.find_spec("jupyter_server_proxy") is not None
-    url = f"{base_url.rstrip('/')}/proxy/{port}/" if proxied else f"http://127.0.0.1:{port}/"
-    return TensorBoardInfo(job.id, str(logdir), has_events, installed, command, url, port, proxied)
-
-
-class TensorBoards:
-    """The TensorBoard processes this server started, one per run (stopped with the server).
-
-    ``tensorboard --logdir RUN/tensorboard --port P --host 127.0.0.1``: loopback only; the
-    browser reaches it through jupyter-server-proxy when that is installed.
-    """
-
-    def __init__(self) -> None:
-        self._procs: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
-        self._lock = threading.Lock()
-        atexit.register(self.stop_all)
-
-    def port_of(self, logdir: Path) -> int | None:
-        """The port of the live TensorBoard of ``logdir``, if this server runs one."""
-        with self._lock:
-            found = self._procs.get(str(logdir))
-            return found[1] if found is not None and found[0].poll() is None else None
-
-    def ensure(self, logdir: Path, *, timeout: float = 60.0) -> int:
-        """The port of the TensorBoard of ``logdir``: the running one, else a new one once it answers."""
-        if not _tensorboard_installed():
-            raise MissingDependencyError("tensorboard", extra="train", purpose="showing a run in TensorBoard")
-        with self._lock:
-            found = self._procs.get(str(logdir))
-            if found is not None and found[0].poll() is None:
-                return found[1]
-            logdir.mkdir(parents=True, exist_ok=True)
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", 0))
-                port = int(sock.getsockname()[1])
-            argv = [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--port", str(port),
-                    "--host", "127.0.0.1", "--reload_interval", "5"]  # fmt: skip
-            log = logdir.parent / "tensorboard.log"
-            with log.open("ab") as out:
-                proc = subprocess.Popen(
-                    argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-                )
-            self._procs[str(logdir)] = (proc, port)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                tail = log.read_text(errors="replace")[-600:].strip()
-                raise BackendUnavailableError(
-                    f"tensorboard exited with code {proc.returncode} before it served {logdir}",
-                    hint=f"its output is in {log}: {tail[-300:]}",
-                )
-            with socket.socket() as probe:
-                probe.settimeout(0.5)
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    return port
-            time.sleep(0.2)
-        self.stop(logdir)
-        raise BackendUnavailableError(
-            f"tensorboard did not answer on port {port} within {timeout:g} s", hint=f"see {log}"
-        )
-
-    def stop(self, logdir: Path) -> bool:
-        """Stop the TensorBoard of ``logdir``; False when none ran."""
-        with self._lock:
-            found = self._procs.pop(str(logdir), None)
-        if found is None:
-            return False
-        proc = found[0]
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-        return True
-
-    def stop_all(self) -> None:
-        for key in list(self._procs):
-            self.stop(Path(key))
-
-
-#: One per server process.
-TENSORBOARDS = TensorBoards()
+        return TensorBoardInfo(job.id, str(logdir), has_events, installed, command, board=board.id, runs=runs)
+    url = board_prefix(base_url, board.id) + "/"
+    return TensorBoardInfo(job.id, str(logdir), has_events, installed, command, url, port, True, board.id, runs)
 
 
 def _int_arg(value: str | None, name: str, *, default: int | None, low: int, high: int) -> int | None:
@@ -446,11 +375,9 @@ class LogsHandler(_JobsBase):
 
 
 class TensorBoardHandler(_JobsBase):
-    """``GET``: where the events are (and the URL when a TensorBoard runs); ``POST``: start or find
-    the job's TensorBoard and answer its URL; ``DELETE``: stop it."""
-
-    def _logdir(self, job: Job) -> Path:
-        return RunPaths(Path(job.experiment_dir)).tensorboard
+    """``GET``: where the events are (and the URL when the board runs); ``POST``: start or find the
+    board of the job's experiment and answer its URL; ``DELETE``: stop it. The processes are the
+    experiments service's (``TENSORBOARDS``); this handler only names the job's board."""
 
     @web.authenticated
     async def get(self, job_id: str) -> None:
@@ -458,7 +385,8 @@ class TensorBoardHandler(_JobsBase):
 
         def info() -> TensorBoardInfo:
             job = backend.get(job_id)
-            return tensorboard_info(job, port=TENSORBOARDS.port_of(self._logdir(job)), base_url=self.base_url)
+            port = TENSORBOARDS.port_of(experiment_board(Path(job.experiment_dir)).id)
+            return tensorboard_info(job, port=port, base_url=self.base_url)
 
         self.finish_json(await self.run(info))
 
@@ -468,7 +396,11 @@ class TensorBoardHandler(_JobsBase):
 
         def start() -> TensorBoardInfo:
             job = backend.get(job_id)
-            port = TENSORBOARDS.ensure(self._logdir(job))
+            board = experiment_board(Path(job.experiment_dir))
+            log = Path(job.experiment_dir) / "tensorboard.log"
+            # TensorBoard matches the decoded path: a base_url such as /a%40b/ is /a@b/ to it
+            prefix = urllib.parse.unquote(board_prefix(self.base_url, board.id))
+            port = TENSORBOARDS.ensure(board, path_prefix=prefix, log=log)
             return tensorboard_info(job, port=port, base_url=self.base_url)
 
         self.finish_json(await self.run(start))
@@ -479,10 +411,67 @@ class TensorBoardHandler(_JobsBase):
 
         def stop() -> TensorBoardInfo:
             job = backend.get(job_id)
-            TENSORBOARDS.stop(self._logdir(job))
+            TENSORBOARDS.stop(experiment_board(Path(job.experiment_dir)).id)
             return tensorboard_info(job, base_url=self.base_url)
 
         self.finish_json(await self.run(stop))
+
+
+#: Not passed on either way: hop-by-hop headers, and the Jupyter credentials (TensorBoard needs none).
+_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
+        "transfer-encoding", "upgrade", "host", "content-length", "cookie", "authorization", "x-xsrftoken"}  # fmt: skip
+
+
+class TensorBoardProxyHandler(StarverseHandler):
+    """A board this server started, proxied from loopback under the server's base_url with the
+    server's authentication: a browser on another host reaches it through the Jupyter port.
+    Only boards of ``TENSORBOARDS`` are reached (an unknown board is a 404, never another port)."""
+
+    @property
+    def content_security_policy(self) -> str:
+        # TensorBoard's page (scripts, styles, its data API), framed by JupyterLab only; not the
+        # API handlers' "default-src 'none'". TensorBoard's own policy header is passed on too.
+        return "frame-ancestors 'self'"
+
+    def check_xsrf_cookie(self) -> None:
+        # TensorBoard's own page POSTs its data queries without Jupyter's XSRF header; they only
+        # read, and the request still needs the user's Jupyter token or cookie (authenticated).
+        return None
+
+    async def _forward(self, board: str, path: str) -> None:
+        from tornado.httpclient import AsyncHTTPClient, HTTPClientError
+
+        port = TENSORBOARDS.port_of(board)
+        if port is None:
+            raise NotFoundError(f"no TensorBoard {board!r} runs here", hint="open it from the job's TensorBoard button")
+        headers = {k: v for k, v in self.request.headers.get_all() if k.lower() not in _HOP}
+        body = self.request.body if self.request.method in ("POST", "PUT", "PATCH") else None
+        try:
+            reply = await AsyncHTTPClient().fetch(
+                f"http://127.0.0.1:{port}{self.request.uri}", method=self.request.method, headers=headers,
+                body=body, follow_redirects=False, decompress_response=False, request_timeout=120,
+                allow_nonstandard_methods=True, raise_error=False,
+            )  # fmt: skip
+        except (OSError, HTTPClientError) as e:
+            raise BackendUnavailableError(f"TensorBoard {board!r} did not answer: {e}",
+                                          hint="start it again from the job's TensorBoard button") from e  # fmt: skip
+        if reply.code == 599:
+            raise BackendUnavailableError(f"TensorBoard {board!r} did not answer: {reply.error}",
+                                          hint="start it again from the job's TensorBoard button")  # fmt: skip
+        self.set_status(reply.code, reply.reason)
+        for name, value in reply.headers.get_all():
+            if name.lower() not in _HOP | {"set-cookie", "content-type"}:
+                self.add_header(name, value)
+        content_type = reply.headers.get("Content-Type", "application/octet-stream")
+        self.finish(reply.body or b"", set_content_type=content_type)
+
+    @web.authenticated
+    async def get(self, board: str, path: str) -> None:
+        await self._forward(board, path)
+
+    @web.authenticated
+    async def post(self, board: str, path: str) -> None:
+        await self._forward(board, path)
 
 
 class PreviewHandler(StarverseHandler):
@@ -516,4 +505,5 @@ routes: list[tuple[str, type[StarverseHandler]]] = [
     (rf"jobs/{_ID}/preempt", PreemptHandler),
     (rf"jobs/{_ID}/logs", LogsHandler),
     (rf"jobs/{_ID}/tensorboard", TensorBoardHandler),
+    (r"tensorboard/(?P<board>[A-Za-z0-9_-]{1,64})/(?P<path>.*)", TensorBoardProxyHandler),
 ]

@@ -10,6 +10,7 @@ import { starverseIcon } from './icon';
 import { StarverseModel } from './model';
 import { StarversePanel } from './panel';
 import { registerPipelines } from './pipeline/widget';
+import { setTensorBoardApp } from './tensorboard';
 import { ModeStatus } from './statusbar';
 
 /** Command ids, also shown in the command palette under "Starverse". */
@@ -55,6 +56,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     }
     registerPipelines(app, starverseIcon, palette);
+    setTensorBoardApp(app);
 
     if (statusBar) {
       const item = new ModeStatus(model, () => {

@@ -178,12 +178,17 @@ export interface ITensorBoardInfo {
   has_events: boolean;
   installed: boolean;
   command: string[];
-  /** The TensorBoard this server runs for the job (POST starts it), else null. */
+  /** The board of the job's experiment, a path under the server's base_url (its authenticated
+   * proxy, so it works from another host); null until POST starts it. */
   url: string | null;
+  /** Its loopback port on the server (never opened by the browser). */
   port: number | null;
-  /** Served through jupyter-server-proxy (same origin as JupyterLab). */
   proxied: boolean;
   running: boolean;
+  /** The board's id: one per experiment, over all of its runs. */
+  board: string;
+  /** The runs the board shows (TensorBoard's run names). */
+  runs: string[];
 }
 // ---- end jobs ----------------------------------------------------------------------------
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -63,7 +66,9 @@ async def test_list_get_logs_tensorboard_of_a_finished_job(jp_fetch: Any, settin
 
     tb = json.loads((await jp_fetch("jupyter-starverse", "jobs", handle.id, "tensorboard")).body)
     assert tb["logdir"] == str(Path(handle.experiment_dir) / "tensorboard")
-    assert tb["command"] == ["tensorboard", "--logdir", tb["logdir"]]
+    # one board over the experiment's runs, each named by its run (not ".")
+    assert tb["command"] == ["tensorboard", "--logdir_spec", f"{handle.id}:{tb['logdir']}"]
+    assert tb["runs"] == [handle.id]
     assert isinstance(tb["has_events"], bool) and isinstance(tb["installed"], bool)
 
     # cancelling a finished job changes nothing
@@ -367,29 +372,49 @@ async def test_job_list_pages_filters_and_answers_304_while_nothing_changed(jp_f
 
 
 @pytest.mark.slow
-async def test_open_tensorboard_starts_one_per_run_serves_its_events_and_stops(
+async def test_tensorboard_is_one_board_per_experiment_proxied_through_the_jupyter_port(
     jp_fetch: Any, settings: Settings
 ) -> None:
-    pytest.importorskip("tensorboard")
+    if importlib.util.find_spec("tensorboard") is None:
+        pytest.skip("tensorboard is not installed: pip install 'jupyter_starverse[train]'")
     handle = quick_job(settings, name="tb")
+    # a second run of the same experiment (its events copied): the board compares both
+    run = Path(handle.experiment_dir)
+    other = run.parent / "tb-earlier-run"
+    shutil.copytree(run / "tensorboard", other / "tensorboard")
     before = json.loads((await jp_fetch("jupyter-starverse", "jobs", handle.id, "tensorboard")).body)
     assert before["running"] is False and before["url"] is None
     assert before["has_events"] is True  # the runtime wrote events: tensorboard is installed
+    assert before["runs"] == sorted([handle.id, "tb-earlier-run"])
 
     opened = json.loads(
         (await jp_fetch("jupyter-starverse", "jobs", handle.id, "tensorboard", method="POST", body="{}")).body
     )
+    board = opened["board"]
     try:
-        assert opened["running"] is True and opened["url"] == f"http://127.0.0.1:{opened['port']}/"
-        with urllib.request.urlopen(opened["url"], timeout=30) as page:
-            assert page.status == 200 and b"TensorBoard" in page.read()
-        deadline = time.monotonic() + 60  # it loads the run's events (reload every 5 s)
+        # served under the server's base_url, never a loopback URL the browser cannot reach
+        assert opened["running"] is True and opened["url"].endswith(f"/jupyter-starverse/tensorboard/{board}/")
+        assert not opened["url"].startswith("http")
+        page = await jp_fetch("jupyter-starverse", "tensorboard", f"{board}/")
+        assert page.code == 200 and b"TensorBoard" in page.body
+        assert page.headers["Content-Type"].startswith("text/html")  # a page, not the API's JSON
+        assert "default-src 'none'" not in page.headers.get("Content-Security-Policy", "")
+        deadline = time.monotonic() + 60  # it loads the runs' events (reload every 5 s)
         tags: dict[str, Any] = {}
-        while "loss" not in json.dumps(tags) and time.monotonic() < deadline:
-            with urllib.request.urlopen(opened["url"] + "data/plugin/scalars/tags", timeout=30) as reply:
-                tags = json.loads(reply.read())
-            time.sleep(0.5)
-        assert "loss" in json.dumps(tags), tags
+        while len(tags) < 2 and time.monotonic() < deadline:
+            reply = await jp_fetch("jupyter-starverse", "tensorboard", board, "data", "plugin", "scalars", "tags")
+            tags = json.loads(reply.body)
+            await asyncio.sleep(0.5)
+        # TensorBoard's run names are the runs' names (its "/." is the run's own folder), not one "."
+        assert sorted(tags) == sorted([f"{handle.id}/.", "tb-earlier-run/."]) and "loss" in json.dumps(tags), tags
+        # without the Jupyter token: refused, never proxied
+        with pytest.raises(HTTPClientError) as refused:
+            await jp_fetch("jupyter-starverse", "tensorboard", f"{board}/", headers={"Authorization": ""})
+        assert refused.value.code in (302, 403)
+        # a board this server does not run is a 404 (no path to another loopback port)
+        with pytest.raises(HTTPClientError) as unknown:
+            await jp_fetch("jupyter-starverse", "tensorboard", "nosuch-board", "index.html")
+        assert unknown.value.code == 404
         # asked again (another panel, a reload): the same process, not a second one
         again = json.loads(
             (await jp_fetch("jupyter-starverse", "jobs", handle.id, "tensorboard", method="POST", body="{}")).body
@@ -403,4 +428,4 @@ async def test_open_tensorboard_starts_one_per_run_serves_its_events_and_stops(
         )
     assert stopped["running"] is False
     with pytest.raises(OSError):
-        urllib.request.urlopen(opened["url"], timeout=5)
+        urllib.request.urlopen(f"http://127.0.0.1:{opened['port']}/", timeout=5)

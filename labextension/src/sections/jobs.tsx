@@ -3,6 +3,7 @@ import * as React from 'react';
 
 import { errorText, formatCount } from '../format';
 import { usePoll } from '../poll';
+import { openTensorBoard } from '../tensorboard';
 import { requestAPI, requestIfChanged, sendJSON } from '../request';
 import {
   FINISHED_STATES,
@@ -61,7 +62,7 @@ function TensorBoardLink(props: { job: IJob }): JSX.Element {
       setInfo(started);
       setError(null);
       if (started.url) {
-        window.open(started.url, '_blank', 'noopener');
+        openTensorBoard(started.url, started.board, `TensorBoard: ${props.job.spec.experiment ?? props.job.id}`);
       }
     } catch (reason) {
       setError(errorText(reason));
@@ -102,8 +103,9 @@ function TensorBoardLink(props: { job: IJob }): JSX.Element {
         {info.running && info.url && (
           <>
             {' '}
-            <a className="jp-Starverse-tbUrl" href={info.url} target="_blank" rel="noopener noreferrer">
-              {info.url}
+            <a className="jp-Starverse-tbUrl" href={info.url} target="_blank" rel="noopener noreferrer"
+              title={`${info.runs.length} run(s): ${info.runs.join(', ')}`}>
+              {info.runs.length} run(s)
             </a>{' '}
             <button className="jp-Button jp-mod-minimal jp-Starverse-tbStop" onClick={() => void stop()}>
               Stop

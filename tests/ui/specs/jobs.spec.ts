@@ -114,20 +114,24 @@ test.describe('Starverse jobs', () => {
     expect(await section.locator('li.jp-Starverse-job:not([data-state="failed"])').count()).toBe(0);
     await section.screenshot({ path: path.join(ARTIFACTS, 'starverse-jobs-paged.png') });
 
-    // TensorBoard for a run, started by the server and opened in a new tab
+    // TensorBoard of the run's experiment, started by the server, opened in a JupyterLab tab on
+    // the server's authenticated proxy (same origin and port as JupyterLab, not 127.0.0.1:PORT)
     const row = section.locator('li.jp-Starverse-job[data-job-id^="uibulk030-"]');
     await row.locator('.jp-Starverse-tbButton').click();
     const start = row.locator('.jp-Starverse-tbOpen');
     await expect(start).toHaveText('Start TensorBoard');
-    const popup = page.waitForEvent('popup', { timeout: 90 * 1000 });
     await start.click();
-    const tab = await popup;
-    await tab.waitForLoadState('domcontentloaded');
-    expect(tab.url()).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/$/);
-    await expect(tab).toHaveTitle(/TensorBoard/, { timeout: 60 * 1000 });
-    await tab.close();
+    const frame = page.locator('.jp-Starverse-tensorboardFrame iframe');
+    await expect(frame).toBeVisible({ timeout: 90 * 1000 });
+    await expect(frame).toHaveAttribute('src', /\/jupyter-starverse\/tensorboard\/[A-Za-z0-9_-]+\/$/);
+    const board = page.frameLocator('.jp-Starverse-tensorboardFrame iframe');
+    // the board's own page ran (its app element rendered), not its HTML shown as text
+    await expect(board.locator('tb-webapp')).toHaveCount(1, { timeout: 60 * 1000 });
+    await expect(board.locator('body')).not.toContainText('<!doctype html>');
+    await expect(board.locator('body')).toContainText('TensorBoard', { timeout: 60 * 1000 });
+    await page.screenshot({ path: path.join(ARTIFACTS, 'starverse-tensorboard-tab.png') });
     await expect(row.locator('.jp-Starverse-tbOpen')).toHaveText('Open TensorBoard');
-    await expect(row.locator('a.jp-Starverse-tbUrl')).toHaveAttribute('href', /^http:\/\/127\.0\.0\.1:\d+\/$/);
+    await expect(row.locator('a.jp-Starverse-tbUrl')).toHaveAttribute('href', /\/jupyter-starverse\/tensorboard\//);
     await row.screenshot({ path: path.join(ARTIFACTS, 'starverse-tensorboard.png') });
     await row.locator('.jp-Starverse-tbStop').click();
     await expect(row.locator('.jp-Starverse-tbOpen')).toHaveText('Start TensorBoard');
