@@ -413,7 +413,18 @@ class DataPrep:
                     for row, i in merge_rows_idx(out, world):
                         yield Doc(i, "", 0, str((row or {}).get(text_field, "")), row or {})
 
+                sem_note = None
+                if encoder is not None:  # embedded here over the merged rows; pairs join the ranks' pairs
+                    from . import _stages
+                    from ._semantic import semantic_stage
+
+                    cfg = _stages.StageConfig.load(out / "stages")
+                    sem_note = semantic_stage(merged, encoder, cfg, out / "stages", clusters=semantic_clusters)
+                    total = sum(s.docs for s in _stages.shard_stats(out / "stages"))
+                    _stages.components(cfg, out / "stages", total)
                 result = _steps.dedup(merged, write, work, params=p, progress=tick, staged=out / "stages")
+                if sem_note:
+                    result.notes.append(sem_note)
                 result.malformed = malformed_of(out)
                 result.notes.append(f"the five stages ran as {shards[0]} x {shards[1]} ranks")
                 _incremental.keep_beside(out / "stages", beside)

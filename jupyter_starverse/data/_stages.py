@@ -461,6 +461,7 @@ def components(
     pair_files = sorted((work / "pairs").glob("pairs-*.bin")) + sorted((work / "pairs").glob("sem-*.bin"))
     para_files = sorted((work / "pairs").glob("para-*.bin"))
     removed = np.zeros(max(1, docs), dtype=bool)  # one flag per document: not the corpus
+    totals = _Totals(work)
     counts = dict.fromkeys(METHODS, 0)
     near_code, sem_code = METHODS.index("near"), METHODS.index("semantic")
     stripped = 0
@@ -487,7 +488,6 @@ def components(
                 mine = pairs[a:z]
                 decision: tuple[int, float, int] | None = None
                 ex = mine[mine["method"] == 0]
-                kept_ex = [int(e) for e in ex["earlier"] if not removed[int(e)]]
                 if len(ex):
                     decision = (int(ex["earlier"].min()), 1.0, 0)
                 if decision is None:
@@ -504,7 +504,7 @@ def components(
                 if decision is None and cfg.paragraph_share is not None and len(my_paras):
                     dup = my_paras[(my_paras["boiler"] == 0) & ~removed[my_paras["first"]]]
                     if len(dup):
-                        total = _total_chars(work, doc)
+                        total = totals(doc)
                         share = float(dup["chars"].sum()) / total
                         if share > cfg.paragraph_share:
                             decision = (int(dup["first"].min()), round(share, 4), METHODS.index("paragraph"))
@@ -517,7 +517,6 @@ def components(
                             best, best_sim = e, s
                     if best >= 0:
                         decision = (best, round(best_sim, 4), sem_code)
-                del kept_ex
                 if decision is not None:
                     removed[doc] = True
                     counts[METHODS[decision[2]]] += 1
@@ -551,26 +550,24 @@ def components(
     return res
 
 
-_TOTALS: dict[Path, list[tuple[Any, Any]]] = {}
-
-
-def _total_chars(work: Path, doc: int) -> int:
+class _Totals:
     """A document's non-space characters (stage 1 kept them beside its text offset)."""
-    np = _np()
-    shards = _TOTALS.get(work)
-    if shards is None:
-        shards = []
+
+    def __init__(self, work: Path) -> None:
+        np = _np()
+        self.np = np
+        self.shards: list[tuple[Any, Any]] = []
         for off in sorted((work / "sig").glob("offsets-*.bin")):
             if off.stat().st_size:
                 idx = np.memmap(off, dtype=np.int64, mode="r").reshape(-1, _COLS)
-                shards.append((idx[:, 0], idx[:, 3]))
-        _TOTALS.clear()
-        _TOTALS[work] = shards
-    for ids, totals in shards:
-        i = int(np.searchsorted(ids, doc))
-        if i < len(ids) and int(ids[i]) == doc:
-            return max(1, int(totals[i]))
-    return 1
+                self.shards.append((idx[:, 0], idx[:, 3]))
+
+    def __call__(self, doc: int) -> int:
+        for ids, totals in self.shards:
+            i = int(self.np.searchsorted(ids, doc))
+            if i < len(ids) and int(ids[i]) == doc:
+                return max(1, int(totals[i]))
+        return 1
 
 
 class Snippets:
