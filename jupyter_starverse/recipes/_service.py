@@ -14,6 +14,7 @@ from jupyter_starverse._inputs import check_path
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.errors import BadInputError, ConflictError, IntegrityError, NotFoundError
 from jupyter_starverse.jobmodel import JobSpec
+from jupyter_starverse.runtime import CURVES
 
 from ._catalog import RECIPES, get_recipe
 from ._model import Recipe
@@ -280,6 +281,9 @@ class RecipeService:
         args += list(job.pop("args", ()))
         mounts = tuple(dict.fromkeys([model, *datasets, *extra_mounts, *job.pop("mounts", ())]))
         script = None if code is not None else str(TRAIN_SCRIPT)
+        if r.reproduction is not None and (CURVES / f"{r.name}.json").is_file():
+            # the job holds its loss against the reproduced run's reference curve (a warning beyond it)
+            job["env"] = {"STARVERSE_REFERENCE_CURVE": r.name, **dict(job.get("env") or {})}
         return JobSpec(
             name=name or r.name, script=script, code=code, args=tuple(args), mounts=mounts, steps=steps, **job
         )

@@ -52,6 +52,7 @@ class JobEnv:
     attempt: int = 0  # the launcher's relaunch count of the whole job (STARVERSE_ATTEMPT)
     preempt_exit: int | None = None  # exit with this code after a SIGTERM stop (STARVERSE_PREEMPT_EXIT)
     stop_grace: float | None = None  # seconds the launcher allows from SIGTERM to SIGKILL
+    reference_curve: str | None = None  # a reproduction's reference loss curve (STARVERSE_REFERENCE_CURVE)
 
     @property
     def distributed(self) -> bool:
@@ -91,6 +92,7 @@ class JobEnv:
             mounts={str(k): str(v) for k, v in mounts.items()} if isinstance(mounts, dict) else {},
             attempt=_int(env, "STARVERSE_ATTEMPT", 0) or 0,
             preempt_exit=_int(env, "STARVERSE_PREEMPT_EXIT", None),
+            reference_curve=env.get("STARVERSE_REFERENCE_CURVE") or None,
             stop_grace=_float(env, "STARVERSE_STOP_GRACE"),
         )
 

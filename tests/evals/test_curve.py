@@ -41,3 +41,24 @@ def test_a_run_departing_from_its_reference_is_warned(
     bad.write_text(json.dumps({"kind": "made-up", "x": "step", "points": [[0, 1], [1, 2]]}))
     with pytest.raises(BadInputError, match="source"):
         ReferenceCurve.load(bad)
+
+
+def test_the_job_warns_when_its_loss_leaves_the_reference(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], client: Starverse
+) -> None:
+    from jupyter_starverse.runtime import _env, _metrics, close_metrics, log_metrics
+
+    monkeypatch.setenv("STARVERSE_EXPERIMENT_DIR", str(tmp_path))
+    monkeypatch.setenv("STARVERSE_STEPS", "4")
+    monkeypatch.setenv("STARVERSE_REFERENCE_CURVE", "cogvlm-stage1")
+    _env.job_env.cache_clear()
+    try:
+        for step, loss in ((1, 3.4), (2, 3.9), (3, 3.8), (4, 2.1)):  # on it, off it (twice), back
+            log_metrics(step, loss=loss)
+    finally:
+        close_metrics()
+        _env.job_env.cache_clear()
+    err = capsys.readouterr().err
+    assert err.count("warning: reference curve: step 2: loss 3.900 departs") == 1 and "step 3" not in err
+    assert "step 4: loss 2.100 is back within 15%" in err
+    assert _metrics._sinks == {}

@@ -48,7 +48,9 @@ async def test_rest_eval_run_list_and_errors(jp_fetch: Any, store: dict[str, str
     assert err.value.code == 404
 
 
-def test_eval_runs_as_a_local_job_and_renders_for_kubernetes_and_slurm(store: dict[str, str], client: Starverse) -> None:
+def test_eval_runs_as_a_local_job_and_renders_for_kubernetes_and_slurm(
+    store: dict[str, str], client: Starverse
+) -> None:
     spec = client.evals.job_spec(store["model"], store["data"], baselines=[store["base"]], limit=2)
     assert set(spec.mounts) == {store["model"], store["base"], store["data"]} and spec.accelerator == "cpu"
     done = client.backend("local").wait(client.launch(spec, backend="local").id, timeout=240)
