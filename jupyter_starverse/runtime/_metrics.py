@@ -121,10 +121,6 @@ def _rank_record(run_dir: Path, rank: int, step: int, values: dict[str, Any]) ->
     _sinks[key].write(json.dumps({"step": int(step), "time": time.time(), "rank": rank, **numbers}) + "\n")
 
 
-def log_metrics(step: int, *, all_ranks: bool = False, **values: Any) -> None:
-    """Record ``values`` (numbers or 0-d tensors) at ``step``: every call on rank 0 (``metrics.jsonl``).
-
-    Every other rank keeps its own record (``ranks/rankN.jsonl``) every :data:`RANK_EVERY_S`
 def _check_reference(env: Any, step: int, numbers: dict[str, float]) -> None:
     """A reproduction's loss against its reference curve: a warning when it leaves the band."""
     if not env.reference_curve or env.rank != 0:
@@ -147,6 +143,10 @@ def _check_reference(env: Any, step: int, numbers: dict[str, float]) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
+def log_metrics(step: int, *, all_ranks: bool = False, **values: Any) -> None:
+    """Record ``values`` (numbers or 0-d tensors) at ``step``: every call on rank 0 (``metrics.jsonl``).
+
+    Every other rank keeps its own record (``ranks/rankN.jsonl``) every :data:`RANK_EVERY_S`
     seconds, so the monitor shows each rank's throughput and loss at a cost that does not grow
     with the step rate; with ``all_ranks`` it records into ``metrics.jsonl`` on every call.
     Name a throughput ``tokens_per_s`` and a model-FLOPs rate ``tflops_per_card``: the monitor
@@ -159,6 +159,7 @@ def _check_reference(env: Any, step: int, numbers: dict[str, float]) -> None:
         return
     numbers = {k: _number(v) for k, v in values.items()}
     check_loss(step, numbers)  # NaN/inf for STARVERSE_NAN_STEPS steps in a row: stop (see _guards)
+    _check_reference(env, step, numbers)
     record = {"step": int(step), "time": time.time(), "rank": env.rank, **numbers}
     if env.run_dir is None:
         print(" ".join([f"step {step}", *(f"{k}={v:.6g}" for k, v in numbers.items())]), flush=True)
@@ -167,7 +168,6 @@ def _check_reference(env: Any, step: int, numbers: dict[str, float]) -> None:
         make_dir(env.run_dir, folder_modes(env.run_dir))
         _sinks["jsonl"] = _append(env.run_dir, env.run_dir / "metrics.jsonl")
     _sinks["jsonl"].write(json.dumps(record) + "\n")
-    _check_reference(env, step, numbers)
     if env.rank == 0:
         tb = _tensorboard()
         if tb is not None:
