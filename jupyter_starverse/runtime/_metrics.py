@@ -6,14 +6,12 @@ import importlib.util
 import json
 import os
 import stat
-import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from jupyter_starverse._volume import make_dir, open_under
-from jupyter_starverse.errors import StarverseError
 from jupyter_starverse.experiments import folder_modes
 
 from ._env import job_env
@@ -101,6 +99,9 @@ def _wandb() -> Any:
 #: Seconds between two records of a rank other than 0 (its own throughput and loss, for the monitor).
 RANK_EVERY_S = 2.0
 _last_rank_record: list[float] = []
+#: The newest step a rank skipped (``run_dir, rank, step, values``): written when metrics close, so a
+#: finished rank's record ends at its last step (400), not at the last one due (384).
+_pending_rank: list[tuple[Path, int, int, dict[str, Any]]] = []
 
 
 def _rank_due(now: float) -> bool:
@@ -111,36 +112,15 @@ def _rank_due(now: float) -> bool:
     return True
 
 
-def _rank_record(run_dir: Path, rank: int, step: int, values: dict[str, Any]) -> None:
+def _rank_record(run_dir: Path, rank: int, step: int, values: dict[str, Any], *, check: bool = True) -> None:
     """Append one line to ``ranks/rankN.jsonl``: this rank's own step, time and values."""
     key = f"rank{rank}"
     if key not in _sinks:
         _sinks[key] = _append(run_dir, run_dir / "ranks" / f"{key}.jsonl")
     numbers = {k: _number(v) for k, v in values.items()}
-    check_loss(step, numbers)  # NaN/inf for STARVERSE_NAN_STEPS steps in a row: stop (see _guards)
+    if check:
+        check_loss(step, numbers)  # NaN/inf for STARVERSE_NAN_STEPS steps in a row: stop (see _guards)
     _sinks[key].write(json.dumps({"step": int(step), "time": time.time(), "rank": rank, **numbers}) + "\n")
-
-
-def _check_reference(env: Any, step: int, numbers: dict[str, float]) -> None:
-    """A reproduction's loss against its reference curve: a warning when it leaves the band."""
-    if not env.reference_curve or env.rank != 0:
-        return
-    watch = _sinks.get("reference")
-    if watch is None:
-        from ._reference import ReferenceCurve, ReferenceWatch
-
-        try:
-            curve = ReferenceCurve.load(env.reference_curve)
-        except StarverseError as e:  # a missing curve never stops training
-            print(f"warning: reference curve {env.reference_curve!r} not loaded: {e}", file=sys.stderr, flush=True)
-            _sinks["reference"] = False
-            return
-        watch = _sinks["reference"] = ReferenceWatch(curve, total_steps=env.steps)
-    if watch is False or watch.curve.metric not in numbers:
-        return
-    line = watch.see(int(step), numbers[watch.curve.metric], numbers.get("tokens"))
-    if line:
-        print(line, file=sys.stderr, flush=True)
 
 
 def log_metrics(step: int, *, all_ranks: bool = False, **values: Any) -> None:
@@ -154,12 +134,15 @@ def log_metrics(step: int, *, all_ranks: bool = False, **values: Any) -> None:
     """
     env = job_env()
     if env.rank != 0 and not all_ranks:
-        if env.run_dir is not None and _rank_due(time.time()):
-            _rank_record(env.run_dir, env.rank, step, values)
+        if env.run_dir is not None:
+            if _rank_due(time.time()):
+                _pending_rank.clear()
+                _rank_record(env.run_dir, env.rank, step, values)
+            else:  # kept as given (no tensor read here): the last one is written at the end
+                _pending_rank[:] = [(env.run_dir, env.rank, step, dict(values))]
         return
     numbers = {k: _number(v) for k, v in values.items()}
     check_loss(step, numbers)  # NaN/inf for STARVERSE_NAN_STEPS steps in a row: stop (see _guards)
-    _check_reference(env, step, numbers)
     record = {"step": int(step), "time": time.time(), "rank": env.rank, **numbers}
     if env.run_dir is None:
         print(" ".join([f"step {step}", *(f"{k}={v:.6g}" for k, v in numbers.items())]), flush=True)
@@ -179,7 +162,14 @@ def log_metrics(step: int, *, all_ranks: bool = False, **values: Any) -> None:
 
 
 def close_metrics() -> None:
-    """Flush and close every sink (called at the end of :func:`steps`)."""
+    """Flush and close every sink (called at the end of :func:`steps`); a rank's last skipped step
+    is written first, so every rank's record ends at the step it reached."""
+    for run_dir, rank, step, values in _pending_rank:
+        try:
+            _rank_record(run_dir, rank, step, values, check=False)
+        except (OSError, ValueError, TypeError):
+            pass  # the run folder went away or a value is not a number: the record ends earlier
+    _pending_rank.clear()
     for key, sink in list(_sinks.items()):
         if sink is None:
             continue

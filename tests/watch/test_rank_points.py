@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,6 +46,21 @@ def test_a_rank_records_itself_at_most_every_few_seconds(rank2: Path, monkeypatc
     assert list(points) == [2]
     assert [(p.step, p.values["loss"], p.rank) for p in points[2]] == [(0, 3.0, 2), (30, 1.5, 2)]
     assert points[2][-1].time == pytest.approx(1000.0 + 1.0 + _metrics.RANK_EVERY_S)
+
+
+def test_a_finished_rank_records_its_last_step(rank2: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 400 steps in 1 s: rank 0 logs all, the others every few seconds; at the end every rank's
+    # record says 400 (was 384 beside rank 0's 400 after a success: read as "stopped early")
+    clock = [1000.0]
+    monkeypatch.setattr(_metrics.time, "time", lambda: clock[0])
+    for step in range(1, 401):
+        sv.log_metrics(step, loss=1.0 / step)
+        clock[0] += 0.0025
+    _metrics.close_metrics()
+    lines = (rank2 / "ranks" / "rank2.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [1, 400]
+    _metrics.close_metrics()  # closing twice writes nothing more
+    assert len((rank2 / "ranks" / "rank2.jsonl").read_text().splitlines()) == 2
 
 
 @pytest.mark.parametrize(
