@@ -6,12 +6,14 @@ import importlib.util
 import json
 import os
 import stat
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from jupyter_starverse._volume import make_dir, open_under
+from jupyter_starverse.errors import StarverseError
 from jupyter_starverse.experiments import folder_modes
 
 from ._env import job_env
@@ -123,6 +125,28 @@ def _rank_record(run_dir: Path, rank: int, step: int, values: dict[str, Any], *,
     _sinks[key].write(json.dumps({"step": int(step), "time": time.time(), "rank": rank, **numbers}) + "\n")
 
 
+def _check_reference(env: Any, step: int, numbers: dict[str, float]) -> None:
+    """A reproduction's loss against its reference curve: a warning when it leaves the band."""
+    if not env.reference_curve or env.rank != 0:
+        return
+    watch = _sinks.get("reference")
+    if watch is None:
+        from ._reference import ReferenceCurve, ReferenceWatch
+
+        try:
+            curve = ReferenceCurve.load(env.reference_curve)
+        except StarverseError as e:  # a missing curve never stops training
+            print(f"warning: reference curve {env.reference_curve!r} not loaded: {e}", file=sys.stderr, flush=True)
+            _sinks["reference"] = False
+            return
+        watch = _sinks["reference"] = ReferenceWatch(curve, total_steps=env.steps)
+    if watch is False or watch.curve.metric not in numbers:
+        return
+    line = watch.see(int(step), numbers[watch.curve.metric], numbers.get("tokens"))
+    if line:
+        print(line, file=sys.stderr, flush=True)
+
+
 def log_metrics(step: int, *, all_ranks: bool = False, **values: Any) -> None:
     """Record ``values`` (numbers or 0-d tensors) at ``step``: every call on rank 0 (``metrics.jsonl``).
 
@@ -143,6 +167,7 @@ def log_metrics(step: int, *, all_ranks: bool = False, **values: Any) -> None:
         return
     numbers = {k: _number(v) for k, v in values.items()}
     check_loss(step, numbers)  # NaN/inf for STARVERSE_NAN_STEPS steps in a row: stop (see _guards)
+    _check_reference(env, step, numbers)
     record = {"step": int(step), "time": time.time(), "rank": env.rank, **numbers}
     if env.run_dir is None:
         print(" ".join([f"step {step}", *(f"{k}={v:.6g}" for k, v in numbers.items())]), flush=True)
