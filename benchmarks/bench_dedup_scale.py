@@ -196,7 +196,7 @@ def datatrove(python: str, folder: Path, work: Path) -> float | None:
     script.write_text(_DATATROVE)
     try:
         res = subprocess.run(
-            [python, str(script), str(folder), str(work), str(WORLD)], capture_output=True, text=True, timeout=3600
+            [python, str(script), str(folder), str(work), str(WORLD)], capture_output=True, text=True, timeout=900
         )
     except (OSError, subprocess.TimeoutExpired) as e:
         print(f"  datatrove did not run: {e}")
@@ -240,12 +240,47 @@ def main() -> None:
     parser.add_argument("--static", default=None, help="a static model folder (distill_static)")
     parser.add_argument("--transformer", default=None, help="a sentence-transformer folder")
     parser.add_argument("--subset", type=int, default=2000, help="documents for the transformer encoder")
+    parser.add_argument("--semantic-only", action="store_true", help="skip the MinHash stages and baselines")
     args = parser.parse_args()
     n = 1_000_000 if args.full else args.docs
     _context()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         docs, near = generate(n)
+        if not args.semantic_only:
+            _minhash_part(args, n, docs, near, root)
+        if args.static or args.transformer:
+            from tests.data.corpus import dup_corpus
+
+            docs = dup_corpus(n, seed=3, dup_share=0.1).docs  # English and Chinese words: text an encoder reads
+        if args.static:
+            from jupyter_starverse.data._models import StaticEncoder
+
+            semantic(docs, Path(args.static), "static", StaticEncoder, len(docs))
+            semantic_whole(docs, Path(args.static), root / "sem")
+        if args.transformer:
+            from jupyter_starverse.data._models import Encoder
+
+            os.environ.setdefault("OMP_NUM_THREADS", "2")
+            semantic(docs, Path(args.transformer), "transformer", Encoder, args.subset)
+
+
+def semantic_whole(docs: list[str], folder: Path, work: Path) -> None:
+    """The semantic stages (embed, k-means, pairs inside clusters) with the static encoder on every document."""
+    from jupyter_starverse.data._models import StaticEncoder
+    from jupyter_starverse.data._semantic import semantic_stage
+
+    enc = StaticEncoder(folder)
+    cfg = st.StageConfig()
+    t = time.perf_counter()
+    note = semantic_stage(lambda: (Doc(i, "g", 0, x) for i, x in enumerate(docs)), enc, cfg, work)
+    wall = time.perf_counter() - t
+    print(f"semantic stages on all {len(docs):,} documents: {wall:.1f} s, peak RSS {_peak_mib():.0f} MiB")
+    print(f"  {note}")
+
+
+def _minhash_part(args: Any, n: int, docs: list[str], near: list[tuple[int, int]], root: Path) -> None:
+    if n:
         print(f"dedup stages, {WORLD} ranks (max_memory {args.max_memory >> 20} MiB per partition)")
         res = run_stages(docs, near, root / "1x", max_memory=args.max_memory)
         _table(res)
@@ -273,15 +308,6 @@ def main() -> None:
             if wall_dt:
                 dt_rate = len(docs) / wall_dt
                 print(f"datatrove MinHash ({WORLD} tasks): {dt_rate:,.0f} documents/s; ours {ours_rate / dt_rate:.2f}x")
-        if args.static:
-            from jupyter_starverse.data._models import StaticEncoder
-
-            semantic(docs, Path(args.static), "static", StaticEncoder, len(docs))
-        if args.transformer:
-            from jupyter_starverse.data._models import Encoder
-
-            os.environ.setdefault("OMP_NUM_THREADS", "2")
-            semantic(docs, Path(args.transformer), "transformer", Encoder, args.subset)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ Stages over files, like the MinHash ones (:mod:`._stages`), each a plain functio
 3. :func:`assign_shard` (per shard): each vector goes to its nearest centroid; the rows of a
    cluster are appended to the file of its group (``cluster % groups``).
 4. :func:`group_pairs` (per group): inside each cluster, every document against the earlier
-   ones (a block of rows at a time); pairs at ``semantic_threshold`` or more are written
-   sorted by the later document, the input of the MinHash stages' union-find (stage 4).
+   ones (a block of rows at a time); each document's ``max_checks`` most similar earlier ones
+   at ``semantic_threshold`` or more are written sorted by the later document, the input of
+   the MinHash stages' union-find (stage 4).
 
 Comparisons are the sum of the squared cluster sizes, not the square of the corpus.
 """
@@ -166,9 +167,13 @@ def group_pairs(cfg: StageConfig, work: Path, group: int, *, dim: int) -> tuple[
             for a in range(0, e - s, _BLOCK):
                 sims = v[a : a + _BLOCK] @ v[: a + _BLOCK].T  # later rows against every earlier one
                 compared += sims.size
-                rows, cols = np.nonzero(sims >= cfg.semantic_threshold)
-                keep = cols < rows + a  # only earlier documents
-                rows, cols = rows[keep], cols[keep]
+                r_idx = np.arange(sims.shape[0])[:, None]
+                sims[np.arange(sims.shape[1])[None, :] >= r_idx + a] = -np.inf  # only earlier documents
+                top = min(cfg.max_checks, sims.shape[1])  # a document's most similar earlier ones, no more
+                best = np.argpartition(-sims, top - 1, axis=1)[:, :top]
+                best_sims = np.take_along_axis(sims, best, axis=1)
+                rows, k = np.nonzero(best_sims >= cfg.semantic_threshold)
+                cols = best[rows, k]
                 if len(rows):
                     p = np.zeros(len(rows), dtype=_pair_dtype())
                     p["later"], p["earlier"] = docs[rows + a], docs[cols]
