@@ -111,6 +111,8 @@ class JobProgress:
     restarts: int = 0  # relaunches of the whole job (preemptions, lost nodes, retried failures)
     tokens_per_s: float | None = None  # the lead rank's last ``tokens_per_s``, when the script logs it
     tflops: float | None = None  # its last ``tflops_per_card`` (model FLOPs per card), when logged
+    #: While it starts (no step logged yet): ``startup_phase``, e.g. ``waiting for rendezvous (3/4 ranks up)``
+    phase: str | None = None
 
     @property
     def fraction(self) -> float | None:
@@ -139,6 +141,7 @@ class JobProgress:
             "restarts": self.restarts,
             "tokens_per_s": self.tokens_per_s,
             "tflops": self.tflops,
+            "phase": self.phase,
             "line": self.line(),
             "line_fields": [{"key": key, "text": text} for key, text in self.line_fields()],
         }
@@ -146,11 +149,13 @@ class JobProgress:
     def line_fields(self) -> list[tuple[str, str]]:
         """The progress line as ``(key, text)`` fields, in order; the one definition of the line.
 
-        Keys: ``state``, ``step``, ``metric``, ``speed``, ``tokens``, ``tflops``, ``eta``, ``elapsed``,
+        Keys: ``state``, ``phase``, ``step``, ``metric``, ``speed``, ``tokens``, ``tflops``, ``eta``, ``elapsed``,
         ``cost``, ``restarts``.
         REST serves them (``line_fields``) so the side panel shows exactly what Python prints.
         """
         fields = [("state", self.state.value)]
+        if self.phase is not None:  # "running" alone while every rank starts says nothing
+            fields.append(("phase", self.phase))
         if self.step is not None:
             total = f"/{self.total_steps}" if self.total_steps else ""
             pct = f" ({self.fraction:.0%})" if self.fraction is not None else ""
@@ -330,6 +335,7 @@ def summarize(
         restarts=job.restarts,
         tokens_per_s=last_values.get("tokens_per_s"),
         tflops=_tflops(last_values),
+        phase=startup_phase(job, ranks) if where.step is None and not job.state.finished else None,
     )
 
 

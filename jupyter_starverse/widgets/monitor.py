@@ -182,6 +182,8 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
     @staticmethod
     def _stats_html(p: JobProgress) -> str:
         bits = []
+        if p.phase is not None:  # start-up: scheduling, rendezvous k/n ranks, loading
+            bits.append(f'<i class="starverse-phase">{escape(p.phase)}</i>')
         if p.step is not None:
             bits.append(f"<b>{format_step(p.step + 1, p.total_steps)}</b>")
         if p.fraction is not None:

@@ -156,3 +156,21 @@ def test_each_rank_shows_its_own_speed_loss_tokens_and_tflops() -> None:
     assert fields["tokens"] == "5,120 tokens/s" and fields["tflops"] == "1.2 TFLOPS/card"
     data = p.to_json(points=False)
     assert data["tflops"] == 1.2 and data["ranks"][2]["steps_per_s"] == pytest.approx(2.0)
+
+
+def test_a_starting_job_shows_its_phase_not_running_with_every_rank_pending() -> None:
+    from jupyter_starverse.watch._progress import RankRecord
+
+    job = _job()  # 2 nodes up, 4 ranks (2 x 2), nothing logged yet
+    assert job.spec.world_size == 4
+    three = [RankRecord(rank=r, node=r // 2, local_rank=r % 2, pid=10 + r) for r in range(3)]
+    p = summarize(job, [], now=1010.0, ranks=three)
+    assert p.phase == "waiting for rendezvous (3/4 ranks up)"
+    assert dict(p.line_fields())["phase"] == p.phase and p.to_json()["phase"] == p.phase
+    assert "rendezvous (3/4 ranks up)" in p.line()
+    four = [*three, RankRecord(rank=3, node=1, local_rank=1, pid=13)]
+    assert "loading the model (4/4 ranks up)" in (summarize(job, [], now=1010.0, ranks=four).phase or "")
+    # once a step is logged, and after the end, the phase is gone
+    rec = [MetricPoint(0, {"loss": 3.0}, 1001.0, 0)]
+    assert summarize(job, rec, now=1010.0, ranks=four).phase is None
+    assert summarize(_job(JobState.SUCCEEDED, finished=1020.0), [], now=1030.0).phase is None
