@@ -18,6 +18,10 @@ def downsample(points: Sequence[tuple[int, float]], *, limit: int = 300) -> list
     return [finite[round(i * stride)] for i in range(limit)]
 
 
+#: The widest character of the 10 px labels (digits, "e", "-", "."), in pixels.
+_CHAR_W = 6.2
+
+
 def _fmt(value: float) -> str:
     if value == 0:
         return "0"
@@ -68,6 +72,12 @@ def loss_svg(
         v0, v1 = v0 - 0.5, v1 + 0.5
     if s1 == s0:
         s0, s1 = s0 - 1, s1 + 1
+    # the value labels sit left of the plot: the margin fits the longer one (10 px text is at
+    # most ~6.2 px a character), so a minimum such as 1.23e-03 is never cut at the left edge
+    pad_l = max(30, math.ceil(_CHAR_W * max(len(_fmt(v0)), len(_fmt(v1)))) + 8)
+    plot_w = width - pad_l - pad_r
+    parts[1] = f'<rect x="{pad_l}" y="{pad_t}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#bbb"/>'
+    parts[2] = f'<text x="{pad_l}" y="11" font-size="11" fill="#555">{escape(label)}</text>'
 
     def xy(step: int, value: float) -> str:
         x = pad_l + (step - s0) / (s1 - s0) * plot_w
@@ -75,13 +85,14 @@ def loss_svg(
         return f"{x:.1f},{y:.1f}"
 
     path = " ".join(xy(s, v) for s, v in data)
+    low_y = pad_t + plot_h - 1  # the minimum's baseline inside the plot, above the step labels
     last_step, last_value = data[-1]
     parts += [
         f'<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="{path}"/>',
         f'<circle cx="{xy(last_step, last_value).split(",")[0]}" cy="{xy(last_step, last_value).split(",")[1]}" '
         'r="2.5" fill="#1f77b4"/>',
         f'<text x="{pad_l - 4}" y="{pad_t + 9}" font-size="10" fill="#555" text-anchor="end">{_fmt(v1)}</text>',
-        f'<text x="{pad_l - 4}" y="{pad_t + plot_h}" font-size="10" fill="#555" text-anchor="end">{_fmt(v0)}</text>',
+        f'<text x="{pad_l - 4}" y="{low_y}" font-size="10" fill="#555" text-anchor="end">{_fmt(v0)}</text>',
         f'<text x="{pad_l}" y="{height - 6}" font-size="10" fill="#555">step {s0}</text>',
         f'<text x="{pad_l + plot_w}" y="{height - 6}" font-size="10" fill="#555" text-anchor="end">{s1}</text>',
         f'<text x="{width - pad_r}" y="11" font-size="11" fill="#1f77b4" text-anchor="end">'

@@ -53,3 +53,18 @@ def test_downsample_keeps_ends_and_limit() -> None:
     assert out[-1] == (999, 999.0)
     assert [s for s, _ in out] == sorted(s for s, _ in out)
     assert downsample(pts[:10], limit=100) == pts[:10]
+
+
+def test_the_value_labels_fit_left_of_the_plot_whatever_their_length() -> None:
+    # the minimum label (e.g. 1.23e-03) was cut at the chart's left edge
+    for points in ([(0, 0.00123), (10, 0.00098)], [(0, 12345.0), (5, -2.5e-05)], [(0, 3.3), (9, 0.74)]):
+        root = ET.fromstring(loss_svg(points, width=320, label="loss"))
+        ns = {"s": "http://www.w3.org/2000/svg"}
+        plot = root.find("s:rect", ns)
+        assert plot is not None
+        left = float(plot.get("x", "0"))
+        for text in root.findall("s:text", ns):
+            if text.get("text-anchor") == "end" and float(text.get("x", "0")) < left:
+                width = 6.2 * len(text.text or "")  # the widest 10 px character
+                assert float(text.get("x", "0")) - width >= 0, (points, text.text, left)
+                assert float(text.get("y", "0")) <= float(plot.get("y", "0")) + float(plot.get("height", "0"))
