@@ -30,7 +30,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from jupyter_starverse.catalog import Entry, EntryStatus, PullProgress, StoreListing, VerifyReport
+from jupyter_starverse.catalog import (
+    Entry,
+    EntryStatus,
+    PullProgress,
+    StoreListing,
+    VerifyReport,
+    check_pull_options,
+    parse_ref,
+)
 from jupyter_starverse.client import Starverse
 from jupyter_starverse.errors import BadInputError, ConflictError
 
@@ -65,8 +73,11 @@ def _add(client: Starverse, args: argparse.Namespace) -> Entry:
 
 
 def _pull(client: Starverse, args: argparse.Namespace) -> EntryStatus:
+    # bad options, then a mistyped dataset (did you mean?), refused before any progress bar is drawn
+    check_pull_options(parse_ref(args.ref), connections=args.connections, allow=args.allow or None,
+                       ignore=args.ignore or None)  # fmt: skip
     if not str(args.ref).startswith("hf:"):
-        client.catalog.entry(args.ref)  # a mistyped dataset: its error (did you mean?) before any progress bar
+        client.catalog.entry(args.ref)
     update, close = _progress(args, args.ref)
     try:
         return client.catalog.pull(
