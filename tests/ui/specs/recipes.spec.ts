@@ -13,7 +13,7 @@ test.describe('Starverse recipes section', () => {
     await section.scrollIntoViewIfNeeded();
     const cpt = section.locator('.jp-Starverse-recipe[data-recipe="cpt"]');
     await expect(cpt).toBeVisible({ timeout: 30000 });
-    await expect(section.locator('.jp-Starverse-recipe')).toHaveCount(10);
+    await expect(section.locator('.jp-Starverse-recipe')).toHaveCount(11); // ppo joined dpo, kto and reward
 
     // The article's set-up: 32 x RTX 4090 for 4 h, priced by the shipped table (1.80 CNY per card-hour).
     const cogvlm = section.locator('.jp-Starverse-recipe[data-recipe="cogvlm-stage1"]');
