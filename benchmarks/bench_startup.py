@@ -24,6 +24,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -90,7 +91,7 @@ def main() -> None:
     except ImportError:
         has_tb = False
     env = dict(os.environ)
-    env.setdefault("STARVERSE_HOME", str(Path("/tmp") / f"sv-bench-startup-{os.getpid()}"))
+    env.setdefault("STARVERSE_HOME", tempfile.mkdtemp(prefix="sv-bench-startup-"))  # an empty job index
     rows = _rows(has_tb)
     times: dict[str, list[float]] = {name: [] for name in rows}
     widgets: dict[str, str] = {}
