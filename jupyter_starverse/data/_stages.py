@@ -52,7 +52,8 @@ __all__ = [
 
 METHODS = ("exact", "near", "paragraph", "semantic")
 _PARA_MIN = 20
-_FLUSH = 1 << 16  # records buffered per partition before they are appended to its file
+_FLUSH = 1 << 16  # band keys (numpy) buffered before they are appended to their partition files
+_FLUSH_ROWS = 1 << 12  # Python rows (offsets, exact and paragraph records) buffered: ~100 bytes each
 _COLS = 6  # offsets: doc, text offset, text bytes, non-space characters, snippet offset, snippet bytes
 _SNIPPET = 160
 
@@ -171,7 +172,7 @@ class _Spill:
     def add(self, part: int, record: tuple[Any, ...]) -> None:
         self.buffers[part].append(record)
         self.buffered += 1
-        if self.buffered >= _FLUSH:
+        if self.buffered >= _FLUSH_ROWS:
             self.flush()
 
     def add_keys(self, keys: Any, doc: int) -> None:
@@ -260,7 +261,7 @@ def sign_shard(
             offsets.append((doc.idx, pos, len(data), chars, spos, len(snip)))
             pos += len(data)
             spos += len(snip)
-            if len(offsets) >= _FLUSH:
+            if len(offsets) >= _FLUSH_ROWS:
                 offs.write(np.array(offsets, dtype=np.int64).tobytes())
                 offsets.clear()
             h = hash64(norm)
@@ -447,7 +448,7 @@ class Components:
 
 
 def components(
-    cfg: StageConfig, work: Path, docs: int, *, new_from: int = 0, chunk_docs: int = 1 << 20, start: int = 0
+    cfg: StageConfig, work: Path, docs: int, *, new_from: int = 0, chunk_docs: int = 1 << 16, start: int = 0
 ) -> Components:
     """Stage 4: the keep-first union-find over every pair file, a range of documents at a time.
 
