@@ -93,7 +93,7 @@ def job_spec(step: str, source: str, *, to: str | None, options: dict[str, Any] 
 
     Slurm and local ranks run this interpreter (a shared install); a pod runs the image's python.
     """
-    from jupyter_starverse.jobmodel._spec import job_name_of
+    from jupyter_starverse.jobmodel._spec import STORE_REPORTS, job_name_of
 
     python = "python" if backend == "kubernetes" else sys.executable
     command = job_command(step, source, to=to, options=options, shards=shards, python=python)
@@ -104,6 +104,8 @@ def job_spec(step: str, source: str, *, to: str | None, options: dict[str, Any] 
         nodes=shards[0],
         procs_per_node=shards[1],
         accelerator="cpu",
+        # what rank 0 adds to the store (the report, the new version): the store is writable for it
+        store_writes=(STORE_REPORTS, to) if to else (STORE_REPORTS,),
     )
 
 

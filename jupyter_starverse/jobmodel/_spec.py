@@ -19,7 +19,7 @@ from .._inputs import NAME_MAX, check_number, check_path, check_text
 from ..errors import BadInputError
 from ._secrets import REF_EXAMPLES, parse_secret_ref
 
-__all__ = ["JobSpec", "MAX_BUDGET", "TEMPLATES", "BILLING_MODES", "FRAMEWORKS", "job_name_of"]
+__all__ = ["JobSpec", "MAX_BUDGET", "TEMPLATES", "BILLING_MODES", "FRAMEWORKS", "job_name_of", "STORE_REPORTS"]
 
 TEMPLATES = ("ddp", "fsdp", "tp", "pp")
 FRAMEWORKS = ("torch", "megatron", "deepspeed")
@@ -29,6 +29,10 @@ _NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HASH_RE = re.compile(r"^[0-9a-f]{64}$")
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+#: ``JobSpec.store_writes``: the job writes a data step's report (``prepared/`` on the store).
+STORE_REPORTS = "reports"
+# a dataset version a job publishes: NAME@VERSION (the catalog's own check runs when it publishes)
+_WRITE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}@[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _RESERVED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "STARVERSE_EXPERIMENT_DIR")
 
 
@@ -175,6 +179,13 @@ class JobSpec:
         backends ("activate env H, unpack workdir W"), recorded in ``spec.json``.
     cpu, memory
         Per-node requests for Kubernetes (``"8"``, ``"64Gi"``).
+    store_writes
+        What the job adds to the store: new dataset versions (``NAME@VERSION``) and ``reports``
+        (a data step's report and work folder under ``prepared/``). Set only by a data step's job
+        (``data._job.job_spec``). A job with none sees the store read-only where the backend can
+        make it so (a Kubernetes pod's store mount); with some, the Kubernetes backend mounts the
+        store writable for that job alone. A version it mounts cannot be one it writes (a version
+        is never overwritten), and only a ``command`` job (the data step's entry point) writes.
     """
 
     name: str
@@ -209,6 +220,7 @@ class JobSpec:
     env_id: str | None = None
     workdir_id: str | None = None
     mount_versions: Mapping[str, str] = field(default_factory=dict)
+    store_writes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -242,6 +254,8 @@ class JobSpec:
         set_(self, "args", tuple(str(a) for a in self.args))
         set_(self, "mounts", tuple(self.mounts))
         set_(self, "after", tuple(str(a) for a in self.after))
+        set_(self, "store_writes", tuple(str(w) for w in self.store_writes))
+        self._check_writes()
         for dep in self.after:
             if not _JOB_ID_RE.match(dep):
                 raise _bad("after", f"{dep[:64]!r} is not a job id", "name the ids of earlier jobs, e.g. ['prep-3f2a']")
@@ -318,6 +332,19 @@ class JobSpec:
             if value is not None and (not isinstance(value, str) or not _HASH_RE.match(value)):
                 raise _bad(key, "must be a sha256 hash (64 hex digits)", "leave it out: the launch sets it")
 
+    def _check_writes(self) -> None:
+        hint = "store_writes names the new versions a data step's job publishes; leave it out for training"
+        for ref in self.store_writes:
+            if ref != STORE_REPORTS and not _WRITE_RE.match(ref):
+                raise _bad("store_writes", f"{ref[:64]!r} is not NAME@VERSION or {STORE_REPORTS!r}", hint)
+        if self.store_writes and self.command is None:
+            raise _bad("store_writes", "only a data step's command job publishes into the store", hint)
+        read = set(self.mounts) | set(self.mount_versions.values())
+        both = sorted(read.intersection(self.store_writes))
+        if both:
+            raise _bad("store_writes", f"{both[0]} is both mounted and written; a version is never overwritten",
+                       "write a new version (e.g. NAME@VERSION-2) and mount the old one")  # fmt: skip
+
     @property
     def world_size(self) -> int:
         """Total number of ranks."""
@@ -359,6 +386,7 @@ class JobSpec:
         data["env"] = dict(self.env)
         data["secrets"] = dict(self.secrets)
         data["mount_versions"] = dict(self.mount_versions)
+        data["store_writes"] = list(self.store_writes)
         data["budget"] = str(self.budget) if self.budget is not None else None
         return data
 
@@ -384,7 +412,7 @@ class JobSpec:
         for key, value in data.items():
             _check_type(key, value)
         kwargs = dict(data)
-        for key in ("command", "args", "mounts", "after"):
+        for key in ("command", "args", "mounts", "after", "store_writes"):
             if isinstance(kwargs.get(key), Sequence) and not isinstance(kwargs.get(key), str):
                 kwargs[key] = tuple(kwargs[key])
         return cls(**kwargs)
@@ -395,7 +423,7 @@ _TEXT_FIELDS = ("name", "script", "code", "accelerator", "template", "framework"
                 "image", "cpu", "memory", "display_name", "env_from", "workdir", "env_id", "workdir_id")  # fmt: skip
 _OPTIONAL = ("script", "code", "command", "steps", "checkpoint_every", "budget", "experiment", "image", "cpu",
              "memory", "display_name", "env_from", "workdir", "env_id", "workdir_id")  # fmt: skip
-_LIST_FIELDS = ("command", "args", "mounts", "after")
+_LIST_FIELDS = ("command", "args", "mounts", "after", "store_writes")
 _MAP_FIELDS = ("env", "secrets", "mount_versions")
 _INT_FIELDS = ("nodes", "procs_per_node", "tensor_parallel", "pipeline_parallel", "steps", "max_restarts",
                "checkpoint_every")  # fmt: skip

@@ -202,7 +202,7 @@ def _yaml(pipeline: Pipeline, steps: list[StepPlan], specs: dict[str, JobSpec], 
     for step in steps:
         text = facade.preview(specs[step.node], backend="kubernetes", output="yaml").rendered
         objs = [d for d in yaml.safe_load_all(text) if d]
-        rendered.append((step.node, step.after, specs[step.node], step.prep is not None, objs))
+        rendered.append((step.node, step.after, specs[step.node], bool(specs[step.node].store_writes), objs))
     head = [
         f"# The pipeline {_line(pipeline.name)!r} on Kubernetes (jupyter_starverse {__version__}): one Job per",
         "# step. Apply the whole file at once (kubectl apply -f FILE): each step's pods wait in an init",

@@ -355,7 +355,10 @@ def _volumes(
 ) -> tuple[list[V1Volume], list[V1VolumeMount], list[V1VolumeMount]]:
     """Volumes, trainer mounts, and the init container's mounts (the store, read-only).
 
-    Only the warm-up pod mounts the store read-write (:func:`_warmup_job_spec`)."""
+    The trainer sees the store read-only unless the job publishes into it (``spec.store_writes``:
+    a data step's job, whose rank 0 adds the new version); the warm-up pod mounts it read-write
+    too (:func:`_warmup_job_spec`). Which entries a writing pod may change is the store's own
+    business (owner-only folders, read-only published files, a version is never overwritten)."""
     from kubernetes import client as c
 
     shm_source = c.V1EmptyDirVolumeSource(medium="Memory", size_limit=shm_size)
@@ -366,7 +369,8 @@ def _volumes(
     if cluster.store_path:
         claim = c.V1PersistentVolumeClaimVolumeSource(claim_name=cluster.store_claim)
         volumes.append(c.V1Volume(name="store", persistent_volume_claim=claim))
-        mounts.append(c.V1VolumeMount(name="store", mount_path=cluster.store_path, read_only=True))
+        writes = bool(launch.spec.store_writes)
+        mounts.append(c.V1VolumeMount(name="store", mount_path=cluster.store_path, read_only=not writes or None))
         wait.append(c.V1VolumeMount(name="store", mount_path=cluster.store_path, read_only=True))
     claim = c.V1PersistentVolumeClaimVolumeSource(claim_name=cluster.experiments_claim)
     volumes.append(c.V1Volume(name="experiments", persistent_volume_claim=claim))
