@@ -90,3 +90,26 @@ export function formatMoneyCompact(amount: string, currency: string): string {
   const digits = Math.abs(scaled) < 10 ? 2 : Math.abs(scaled) < 100 ? 1 : 0;
   return `${scaled.toFixed(digits)}${unit} ${currency}`.trim();
 }
+
+/** The headline metric of each task kind (`evals._report.HEADLINE`). */
+export const EVAL_HEADLINE: Record<string, string> = {
+  classification: 'f1_macro',
+  extraction: 'f1_macro',
+  qa: 'token_f1',
+  generation: 'rouge_l',
+  perplexity: 'perplexity'
+};
+
+/** A metric as the CLI prints it (`evals.metric_text`): ratios in points, perplexity as itself. */
+export function formatMetric(metric: string, value: number | undefined): string {
+  if (value === undefined || value === null) {
+    return '-';
+  }
+  return ['perplexity', 'nll_per_token'].includes(metric) ? value.toFixed(3) : (value * 100).toFixed(1);
+}
+
+/** `f1_macro 87.5` for a report's task. */
+export function formatHeadline(task: string, metrics: Record<string, number>): string {
+  const m = EVAL_HEADLINE[task] ?? Object.keys(metrics)[0] ?? '';
+  return `${m} ${formatMetric(m, metrics[m])}`;
+}

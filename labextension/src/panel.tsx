@@ -5,6 +5,7 @@ import { StarverseModel } from './model';
 import { CatalogSection } from './sections/catalog';
 import { CostSection } from './sections/cost';
 import { DataSection } from './sections/data';
+import { EvalsSection } from './sections/evals';
 import { ChatSection } from './sections/feedback';
 import { InfoSection } from './sections/info';
 import { JobsSection } from './sections/jobs';
@@ -58,6 +59,9 @@ export class StarversePanel extends ReactWidget {
             </Section>
             <Section id="recipes" title="Recipes">
               <RecipesSection />
+            </Section>
+            <Section id="evals" title="Evaluation">
+              <EvalsSection />
             </Section>
             <Section id="chat" title="Chat and feedback">
               <ChatSection />

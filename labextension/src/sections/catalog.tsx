@@ -2,10 +2,10 @@ import { Clipboard } from '@jupyterlab/apputils';
 import { copyIcon, downloadIcon, LabIcon } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
-import { errorText, formatBytes, formatDuration } from '../format';
+import { errorText, formatBytes, formatDuration, formatHeadline } from '../format';
 import { usePoll } from '../poll';
 import { requestAPI, sendJSON } from '../request';
-import { ICatalogEntry, IMountInfo, IPullProgress, IStoreEntry } from '../tokens';
+import { ICatalogEntry, IEvalReport, IMountInfo, IPullProgress, IStoreEntry } from '../tokens';
 
 /** `downloading 12.0 MiB / 40.0 MiB · 8.0 MiB/s · ETA 4s`. */
 export function formatProgress(p: IPullProgress): string {
@@ -52,12 +52,37 @@ export function IconButton(props: {
 }
 
 /**
+ * A model's card: every evaluation score of it (as `store show MODEL`), one line each:
+ * dataset, task and headline metric; the report id and example count in its title.
+ */
+function ScoreList(props: { reports: IEvalReport[] }): JSX.Element {
+  return (
+    <details className="jp-Starverse-scores">
+      <summary>
+        {props.reports.length} score{props.reports.length === 1 ? '' : 's'}
+      </summary>
+      <ul>
+        {props.reports.map(r => {
+          const line = `${r.dataset} · ${r.task} · ${formatHeadline(r.task, r.metrics)}`;
+          return (
+            <li key={r.id} className="jp-Starverse-score" data-report={r.id} title={`${line} · n=${r.examples} · ${r.id}`}>
+              {line}
+            </li>
+          );
+        })}
+      </ul>
+    </details>
+  );
+}
+
+/**
  * One catalog entry in two lines: the name (ellipsed; its title is the full name), the state
  * and icon buttons (pull, copy the mount path); then size, owner and source, muted.
  */
 function EntryRow(props: {
   entry: IStoreEntry;
   progress: IPullProgress | undefined;
+  scores: IEvalReport[];
   onPull: (ref: string) => void;
   onCopy: (ref: string) => void;
 }): JSX.Element {
@@ -93,6 +118,7 @@ function EntryRow(props: {
         {detail}
       </div>
       {entry.problem && <div className="jp-Starverse-entryProblem">{entry.problem}</div>}
+      {props.scores.length > 0 && <ScoreList reports={props.scores} />}
       {progress !== undefined && <PullBar progress={progress} />}
     </li>
   );
@@ -140,17 +166,20 @@ function AddDataset(props: { onAdded: () => void }): JSX.Element {
 export function CatalogSection(): JSX.Element {
   const [entries, setEntries] = React.useState<IStoreEntry[]>([]);
   const [pulls, setPulls] = React.useState<IPullProgress[]>([]);
+  const [scores, setScores] = React.useState<IEvalReport[]>([]);
   const [error, setError] = React.useState<string | null>(null);
   const [copied, setCopied] = React.useState<string | null>(null);
 
   const refresh = async (): Promise<void> => {
     try {
-      const [list, active] = await Promise.all([
+      const [list, active, reports] = await Promise.all([
         requestAPI<IStoreEntry[]>(['store']),
-        requestAPI<IPullProgress[]>(['store', 'pulls'])
+        requestAPI<IPullProgress[]>(['store', 'pulls']),
+        requestAPI<IEvalReport[]>(['evals'])
       ]);
       setEntries(list);
       setPulls(active);
+      setScores(reports);
       setError(null);
     } catch (reason) {
       setError(errorText(reason));
@@ -194,6 +223,7 @@ export function CatalogSection(): JSX.Element {
             key={entry.ref}
             entry={entry}
             progress={byRef.get(entry.ref) ?? entry.pulling ?? undefined}
+            scores={entry.kind === 'model' ? scores.filter(r => r.model === entry.ref) : []}
             onPull={ref => void pull(ref)}
             onCopy={ref => void copy(ref)}
           />
