@@ -174,19 +174,21 @@ from datatrove.executor import LocalPipelineExecutor
 from datatrove.pipeline.dedup.minhash import (MinhashConfig, MinhashDedupBuckets, MinhashDedupCluster,
     MinhashDedupFilter, MinhashDedupSignature)
 from datatrove.pipeline.readers import JsonlReader
-src, work, tasks = sys.argv[1], sys.argv[2], int(sys.argv[3])
-cfg = MinhashConfig()
-t = time.perf_counter()
-LocalPipelineExecutor(pipeline=[JsonlReader(src, text_key="text", id_key="i"),
-    MinhashDedupSignature(output_folder=f"{work}/sigs", config=cfg)], tasks=tasks, workers=tasks,
-    logging_dir=f"{work}/l1").run()
-LocalPipelineExecutor(pipeline=[MinhashDedupBuckets(input_folder=f"{work}/sigs", output_folder=f"{work}/b",
-    config=cfg)], tasks=cfg.num_buckets, workers=tasks, logging_dir=f"{work}/l2").run()
-LocalPipelineExecutor(pipeline=[MinhashDedupCluster(input_folder=f"{work}/b", output_folder=f"{work}/ids",
-    config=cfg)], tasks=1, logging_dir=f"{work}/l3").run()
-LocalPipelineExecutor(pipeline=[JsonlReader(src, text_key="text", id_key="i"),
-    MinhashDedupFilter(input_folder=f"{work}/ids")], tasks=tasks, workers=tasks, logging_dir=f"{work}/l4").run()
-print("WALL", time.perf_counter() - t)
+
+if __name__ == "__main__":  # datatrove's workers import this file again
+    src, work, tasks = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    cfg = MinhashConfig()
+    t = time.perf_counter()
+    LocalPipelineExecutor(pipeline=[JsonlReader(src, text_key="text"),
+        MinhashDedupSignature(output_folder=f"{work}/sigs", config=cfg)], tasks=tasks, workers=tasks,
+        logging_dir=f"{work}/l1").run()
+    LocalPipelineExecutor(pipeline=[MinhashDedupBuckets(input_folder=f"{work}/sigs", output_folder=f"{work}/b",
+        config=cfg)], tasks=cfg.num_buckets, workers=tasks, logging_dir=f"{work}/l2").run()
+    LocalPipelineExecutor(pipeline=[MinhashDedupCluster(input_folder=f"{work}/b", output_folder=f"{work}/ids",
+        config=cfg)], tasks=1, logging_dir=f"{work}/l3").run()
+    LocalPipelineExecutor(pipeline=[JsonlReader(src, text_key="text"),
+        MinhashDedupFilter(input_folder=f"{work}/ids")], tasks=tasks, workers=tasks, logging_dir=f"{work}/l4").run()
+    print("WALL", time.perf_counter() - t)
 """
 
 
