@@ -42,7 +42,11 @@ def add_recipe_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model", default=None, metavar="hf:ORG/NAME", help="store model the recipe starts from")
     g.add_argument("--data", action="append", default=[], metavar="DATASET", help="store dataset (repeatable)")
     g.add_argument("--param", action="append", type=_pair, default=[], metavar="NAME=VALUE", help="recipe parameter")
-    g.add_argument("--small", action="store_true", help="a reproduction's CPU-sized configuration")
+    g.add_argument(
+        "--small",
+        action="store_true",
+        help="a reproduction's CPU-sized configuration (its tiny model and generated data unless --model/--data)",
+    )
 
 
 def recipe_spec(
@@ -56,12 +60,6 @@ def recipe_spec(
                     f"--{flag} is an option of --recipe", field=flag, hint="add --recipe NAME (`starverse recipes ls`)"
                 )
         return None
-    if not args.model:
-        raise BadInputError(
-            "--recipe needs --model hf:ORG/NAME",
-            field="model",
-            hint="a model pulled into the store (`starverse store pull hf:ORG/NAME`)",
-        )
     if getattr(args, "script", None) or isinstance(getattr(args, "command", None), list):  # launch's own
         raise BadInputError(
             "give either --recipe or a script/--command",
@@ -70,7 +68,7 @@ def recipe_spec(
         )
     return client.recipes.spec(
         args.recipe,
-        model=args.model,
+        model=args.model,  # a reproduction brings its own (the tiny one with --small)
         data=tuple(args.data),
         params=dict(args.param),
         name=args.name if args.name not in (None, "train") else None,

@@ -21,7 +21,10 @@ Data formats (a store dataset folder of ``*.jsonl`` files, one JSON object per l
   (:class:`LabeledCompletion`);
 - chat (``sft``): ``{"messages": [...]}`` or ``{"prompt": "...", "response": "..."}``; the loss
   counts only the assistant's answers, laid out by the model's chat template;
-- text (``cpt``): ``*.txt`` files, or ``{"text": "..."}`` lines; packed into full sequences.
+- text (``cpt``): ``*.txt`` files, or ``{"text": "..."}`` lines; packed into full sequences;
+- image-text (``vlm``, the reproductions): ``captions.jsonl`` lines ``{"image": "images/0000.npy",
+  "caption": "..."}`` beside ``images/`` (float32 ``3 x H x W`` arrays at the vision tower's size).
+  ``--small`` of a reproduction builds a tiny LLaVA and such a dataset into the store on first use.
 
 :func:`write_jsonl` writes records of the first two formats (temp file + rename);
 :func:`read_records` reads and validates them, naming file and line on a bad record.
@@ -29,7 +32,7 @@ Data formats (a store dataset folder of ``*.jsonl`` files, one JSON object per l
 
 from __future__ import annotations
 
-from ._catalog import RECIPES, get_recipe
+from ._catalog import RECIPES, SMALL_VLM_DATA, SMALL_VLM_MODEL, get_recipe
 from ._model import OBJECTIVES, RUNNERS, Param, Recipe, Reproduction, Topology
 from ._service import Lineage, RecipeInfo, RecipeList, RecipePlan, RecipeService, recipe_args
 from .train import (
@@ -51,6 +54,8 @@ __all__ = [
     "OBJECTIVES",
     "RECIPES",
     "RUNNERS",
+    "SMALL_VLM_DATA",
+    "SMALL_VLM_MODEL",
     "TRAIN_SCRIPT",
     "BatchPlan",
     "ChatMessage",

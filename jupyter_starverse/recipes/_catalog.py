@@ -6,7 +6,7 @@ from jupyter_starverse.errors import NotFoundError, did_you_mean
 
 from ._model import Param, Recipe, Reproduction, Topology
 
-__all__ = ["RECIPES", "get_recipe"]
+__all__ = ["RECIPES", "SMALL_VLM_DATA", "SMALL_VLM_MODEL", "get_recipe"]
 
 _PRECISION = Param(
     "precision",
@@ -142,18 +142,39 @@ MEGATRON_GPT = Recipe(
 )
 
 # -- the seeds' reproductions ---------------------------------------------------------------------
+#: What ``--small`` of a reproduction trains on: a LLaVA (tiny CLIP tower + tiny Llama + projector) built
+#: offline from its transformers config with random weights, and a generated image-text dataset, both
+#: imported into the store on first use (``RecipeService.small_assets``).
+SMALL_VLM_MODEL = "hf:starverse/tiny-llava@v1"
+SMALL_VLM_DATA = "image-text-tiny@v1"
+#: The full-size dataset a reproduction reads unless --data says otherwise: the user's store dataset in
+#: the image-text layout (``train.vlm.DATA_FORMAT``).
+_FULL_DATA = "image-text"
+_VLM_FORMAT = 'captions.jsonl lines {"image": "images/0000.npy", "caption": "..."} beside images/ (float32 3 x H x W)'
+_SMALL = {"steps": 12, "global_batch": 8, "micro_batch": 4, "lr": 5e-2, "warmup_steps": 1, "min_lr_ratio": 0.5}
 _REPRO_CAVEAT = (
-    "Vision-language model: the small configuration runs the language-model side of the same trainer "
-    "(schedule, batch plan, accumulation, checkpoints) on a tiny text model; the vision tower and image "
-    "data are not part of this recipe."
+    "--small trains a LLaVA-layout model (CLIP vision tower, Llama, MLP projector) at toy size with random "
+    "weights on generated images, through the same stage code as the full size: it checks the pipeline "
+    "(freezing, schedule, batch plan, checkpoints), not the published losses. The full-size checkpoint named "
+    "here ships its own modelling code (trust_remote_code), which the trainer does not run: a full-size "
+    "launch needs a transformers-native image-text-to-text checkpoint (AutoModelForImageTextToText) whose "
+    "module names match --param train."
 )
+
+
+def _train(default: str, what: str) -> Param:
+    return Param("train", default, "str", f"modules trained, comma-separated; the rest is frozen ({what})")
+
+
 COGVLM = Recipe(
     name="cogvlm-stage1",
     title="CogVLM-7B stage-1 warm-up (reproduction)",
-    objective="sft",
-    description="The article's stage-1 warm-up set-up: 32 x RTX 4090 for 4 h, loss 3.81 -> 2.05.",
-    data_format='*.jsonl with "messages" (caption as the assistant answer)',
-    params=_common(1e-4, warmup=100, global_batch=256, seq_len=512),
+    objective="vlm",
+    description="The article's stage-1 warm-up set-up: 32 x RTX 4090 for 4 h, loss 3.81 -> 2.05. As in CogVLM's "
+    "first pretraining stage the vision tower and the language model are frozen and the MLP adapter (the "
+    "projector) is trained; CogVLM's visual-expert modules have no counterpart in the LLaVA layout.",
+    data_format=_VLM_FORMAT,
+    params=(*_common(1e-4, warmup=100, global_batch=256, seq_len=512), _train("multi_modal_projector", "stage 1")),
     nodes=4,
     procs_per_node=8,
     accelerator="rtx4090",
@@ -165,17 +186,27 @@ COGVLM = Recipe(
         published=Topology(4, 8, "rtx4090", 4.0),
         schedule={"precision": "bf16+fp16 mixed", "lr_schedule": "cosine with warm-up"},
         reported={"loss_start": 3.81, "loss_end": 2.05, "tflops_per_card": 1.2},
-        small={"steps": 6, "global_batch": 4, "micro_batch": 1, "seq_len": 48, "lr": 3e-3, "warmup_steps": 1},
+        small=_SMALL,
         caveat=_REPRO_CAVEAT,
+        model_ref="hf:THUDM/cogvlm-chat-hf",
+        data_ref=_FULL_DATA,
+        small_model=SMALL_VLM_MODEL,
+        small_data=SMALL_VLM_DATA,
+        trains="the projector (MLP adapter); vision tower and language model frozen",
     ),
 )
 XCOMPOSER = Recipe(
     name="internlm-xcomposer",
     title="InternLM-XComposer pretraining (reproduction)",
-    objective="cpt",
-    description="Large-scale pretraining set-up of the article: 512 x A100 for 15 days.",
-    data_format="*.txt files, or *.jsonl with a 'text' field",
-    params=(*_common(1e-4, warmup=500, global_batch=4096, seq_len=2048), Param("pack", True, "bool", "pack")),
+    objective="vlm",
+    description="Large-scale pretraining set-up of the article: 512 x A100 for 15 days. The vision encoder is "
+    "frozen; the connector (XComposer's perceive sampler, here the projector) and the language model are "
+    "trained on image-text pairs.",
+    data_format=_VLM_FORMAT,
+    params=(
+        *_common(1e-4, warmup=500, global_batch=4096, seq_len=2048),
+        _train("multi_modal_projector,language_model,lm_head", "pretraining"),
+    ),
     nodes=64,
     procs_per_node=8,
     accelerator="a100-80g",
@@ -186,20 +217,26 @@ XCOMPOSER = Recipe(
         source="the article's 512-card set-up",
         published=Topology(64, 8, "a100-80g", 24 * 15),
         schedule={"lr_schedule": "cosine with warm-up", "precision": "bf16"},
-        small={"steps": 6, "global_batch": 4, "micro_batch": 1, "seq_len": 48, "lr": 3e-3, "warmup_steps": 1},
+        small=_SMALL,
         caveat=_REPRO_CAVEAT,
+        model_ref="hf:internlm/internlm-xcomposer-7b",
+        data_ref=_FULL_DATA,
+        small_model=SMALL_VLM_MODEL,
+        small_data=SMALL_VLM_DATA,
+        trains="the projector and the language model; vision tower frozen",
     ),
 )
 QWEN_VL = Recipe(
     name="qwen-vl-stage1",
     title="Qwen-VL stage-1 pretraining (reproduction)",
-    objective="cpt",
+    objective="vlm",
     description="Qwen-VL's published stage-1 schedule (peak lr 2e-4, 500 warm-up steps, cosine, 50k steps) "
-    "on the article's 512 x A100 for 15 days.",
-    data_format="*.txt files, or *.jsonl with a 'text' field",
+    "on the article's 512 x A100 for 15 days. As in the paper's stage 1, the language model is frozen and "
+    "the vision encoder and the vision-language adapter (here the projector) are trained.",
+    data_format=_VLM_FORMAT,
     params=(
         *_common(2e-4, warmup=500, global_batch=30720, seq_len=512, steps=50000, weight_decay=0.05, min_lr_ratio=0.005),
-        Param("pack", True, "bool", "pack"),
+        _train("vision_tower,multi_modal_projector", "stage 1"),
     ),
     nodes=64,
     procs_per_node=8,
@@ -220,8 +257,13 @@ QWEN_VL = Recipe(
             "weight_decay": 0.05,
             "adam_betas": [0.9, 0.98],
         },
-        small={"steps": 6, "global_batch": 4, "micro_batch": 1, "seq_len": 48, "lr": 3e-3, "warmup_steps": 1},
+        small=_SMALL,
         caveat=_REPRO_CAVEAT,
+        model_ref="hf:Qwen/Qwen-VL",
+        data_ref=_FULL_DATA,
+        small_model=SMALL_VLM_MODEL,
+        small_data=SMALL_VLM_DATA,
+        trains="the vision tower and the projector (adapter); language model frozen",
     ),
 )
 

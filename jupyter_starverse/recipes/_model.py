@@ -12,8 +12,9 @@ from jupyter_starverse.errors import BadInputError
 
 __all__ = ["OBJECTIVES", "RUNNERS", "Param", "Recipe", "Reproduction", "Topology"]
 
-#: What the in-job trainer optimises (``train/``): continued pretraining, SFT, DPO, KTO, reward model.
-OBJECTIVES = ("cpt", "sft", "dpo", "kto", "reward", "ppo")
+#: What the in-job trainer optimises (``train/``): continued pretraining, SFT, DPO, KTO, reward model, PPO,
+#: and a vision-language stage (``vlm``: captions on images, the modules the stage trains, the rest frozen).
+OBJECTIVES = ("cpt", "sft", "dpo", "kto", "reward", "ppo", "vlm")
 #: Who runs the recipe: our trainer on the runtime, or an outside framework in its own environment.
 RUNNERS = ("starverse", "llamafactory", "megatron")
 _KINDS = {"int": int, "float": float, "str": str, "bool": bool}
@@ -110,7 +111,9 @@ class Reproduction:
     ``schedule`` holds only figures the source states (missing ones are left out, not guessed);
     ``reported`` what the source reports about the run (a loss curve, a throughput);
     ``small`` the parameter overrides of the CPU-sized configuration the tests run, through the
-    same trainer code path as the full set-up.
+    same trainer code path as the full set-up; ``model`` / ``data`` the store model and dataset a
+    full-size launch uses when none is given, ``small_model`` / ``small_data`` those of ``--small``
+    (built offline and imported into the store on first use); ``trains`` what the stage trains.
     """
 
     model: str
@@ -121,9 +124,19 @@ class Reproduction:
     reported: Mapping[str, Any] = field(default_factory=dict)
     small: Mapping[str, Any] = field(default_factory=dict)
     caveat: str = ""
+    model_ref: str = ""
+    data_ref: str = ""
+    small_model: str = ""
+    small_data: str = ""
+    trains: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "model_ref": self.model_ref,
+            "data_ref": self.data_ref,
+            "small_model": self.small_model,
+            "small_data": self.small_data,
+            "trains": self.trains,
             "model": self.model,
             "stage": self.stage,
             "source": self.source,
@@ -231,6 +244,12 @@ class Recipe:
         if self.reproduction:
             r = self.reproduction
             lines.append(f"  reproduces {r.model} {r.stage}: {r.published} ({r.source})")
+            if r.trains:
+                lines.append(f"  trains: {r.trains}")
+            if r.model_ref:
+                lines.append(f"  full size: --model {r.model_ref} --data {r.data_ref} (defaults)")
+            if r.small_model:
+                lines.append(f"  --small: {r.small_model} on {r.small_data} (built offline into the store)")
         width = max(len(p.name) for p in self.params) if self.params else 0
         lines += ["  parameters:"] + [f"    {p.name:<{width}}  {p.default!s:<10}  {p.help}" for p in self.params]
         return "\n".join(lines)

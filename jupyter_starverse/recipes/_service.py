@@ -184,8 +184,8 @@ class RecipeService:
         self,
         recipe: str,
         *,
-        model: str,
-        data: str | Sequence[str],
+        model: str | None = None,
+        data: str | Sequence[str] = (),
         params: Mapping[str, object] | None = None,
         name: str | None = None,
         code: str | None = None,
@@ -200,8 +200,22 @@ class RecipeService:
         ``jupyter_starverse.recipes.train.main()`` with its own pieces); ``job`` holds any other
         JobSpec field (``nodes``, ``procs_per_node``, ``accelerator``, ``template``, ...).
         The model and the data are mounted: every rank loads them offline from the store.
+        A reproduction without ``model`` / ``data`` uses its own: with ``small``, the tiny model and
+        the generated image-text dataset (:meth:`small_assets`), else the full-size ones it names.
         """
         r = get_recipe(recipe)
+        repro = r.reproduction
+        if repro is not None and repro.small_model and small and (not model or not data):
+            small_model, small_data = self.small_assets(r.name)
+            model, data = model or small_model, data or small_data
+        elif repro is not None and repro.model_ref:
+            model, data = model or repro.model_ref, data or repro.data_ref
+        if not model:
+            raise BadInputError(
+                "--recipe needs --model hf:ORG/NAME",
+                field="model",
+                hint="a model pulled into the store (`starverse store pull hf:ORG/NAME`)",
+            )
         if not isinstance(model, str) or not model.startswith("hf:"):
             raise BadInputError(
                 f"--model {model!r} is not a store model",
@@ -287,6 +301,42 @@ class RecipeService:
         return JobSpec(
             name=name or r.name, script=script, code=code, args=tuple(args), mounts=mounts, steps=steps, **job
         )
+
+    def small_assets(self, recipe: str) -> tuple[str, str]:
+        """The store model and dataset of a vision-language reproduction's ``--small``: a tiny LLaVA built
+        offline from its transformers config (random weights) and a generated image-text dataset, made
+        and imported on first use (idempotent: later calls, and racing ones, find them in the store)."""
+        r = get_recipe(recipe)
+        if r.reproduction is None or not r.reproduction.small_model:
+            raise BadInputError(f"recipe {r.name} has no small model", field="small", hint="give --model and --data")
+        model, data = r.reproduction.small_model, r.reproduction.small_data
+        folder = self.settings.home / "recipes" / "vlm"
+        if not self._cached(model):
+            from .train.vlm import build_tiny_llava
+
+            built = build_tiny_llava(folder / "tiny-llava")
+            try:
+                self.catalog.import_model(built, repo=model)
+            except ConflictError:
+                pass  # another launch imported it first
+        if not self._cached(data):
+            from .train.vlm import write_image_text_dataset
+
+            name, _, version = data.partition("@")
+            pairs = folder / name / version
+            if not (pairs / "captions.jsonl").is_file():
+                write_image_text_dataset(pairs, n=32)
+            self.catalog.add_dataset(
+                name, str(pairs), version=version, description="generated image-text pairs for --small reproductions"
+            )
+            self.catalog.pull(data)
+        return model, data
+
+    def _cached(self, ref: str) -> bool:
+        try:
+            return self.catalog.status(ref).state == "cached"
+        except NotFoundError:
+            return False
 
     def align(
         self,

@@ -99,6 +99,6 @@ def test_a_recipe_resolves_into_a_jobspec_that_mounts_model_and_data(store: Star
     with pytest.raises(BadInputError, match="cannot be split over 3 ranks"):
         store.recipes.spec("cpt", model=MODEL, data="corpus", procs_per_node=3)
     small = store.recipes.spec("cogvlm-stage1", model=MODEL, data="chat", small=True)
-    assert small.steps == 6 and "global_batch=4" in small.args and "--objective" in small.args
+    assert small.steps == 12 and "global_batch=8" in small.args and "--objective" in small.args
     assert small.env["STARVERSE_REFERENCE_CURVE"] == "cogvlm-stage1"  # its loss is held against the article's
     assert "STARVERSE_REFERENCE_CURVE" not in store.recipes.spec("cpt", model=MODEL, data="corpus").env

@@ -136,18 +136,3 @@ def test_alignment_and_reward_recipes_on_two_processes(store: Starverse, recipe:
         from transformers import AutoModelForSequenceClassification
 
         assert AutoModelForSequenceClassification.from_pretrained(folder, local_files_only=True).config.num_labels == 1
-
-
-def test_a_reproduction_runs_its_small_configuration_through_the_same_trainer(store: Starverse) -> None:
-    spec = store.recipes.spec("cogvlm-stage1", model=MODEL, data="chat@v1", small=True, procs_per_node=2)
-    assert spec.args[spec.args.index("--objective") + 1] == "sft"  # the code path of the full set-up
-    done = store.backend("local").wait(store.launch(spec).id, timeout=240)
-    assert done.state.value == "succeeded", done.reason
-    curve = losses(done)
-    assert len(curve) == 6 and curve[-1] < curve[0], curve
-    recorded = json.loads((Path(done.experiment_dir) / "recipe.json").read_text())
-    assert recorded["recipe"] == "cogvlm-stage1" and recorded["batch"]["accumulation"] == 2  # 4 = 1 x 2 x 2
-    info = store.recipes.show("cogvlm-stage1")
-    assert info.cost_text == "230.40 CNY" and str(info.recipe.reproduction.published) == (  # type: ignore[union-attr]
-        "32 x rtx4090 (4 nodes x 8) for 4 h"
-    )

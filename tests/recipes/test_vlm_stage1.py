@@ -1,54 +1,73 @@
-"""A tiny real-architecture LLaVA (CLIP tower + Llama + projector) built offline, a generated image-text
-dataset, and stage 1 (tower and LM frozen, projector trained) through the runtime: the loss falls."""
+"""The vision-language reproductions start with one command: `starverse launch --recipe cogvlm-stage1 --small`
+builds a tiny real-architecture LLaVA (CLIP tower + Llama + projector) and a generated image-text dataset,
+imports both into the store, and trains stage 1 (tower and LM frozen, projector trained) on the local
+backend under the monitor, with checkpoints; the loss falls. The other reproductions render their own stage."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from jupyter_starverse import runtime as sv
-from jupyter_starverse.runtime import _dist
-from jupyter_starverse.runtime._metrics import close_metrics
+from jupyter_starverse.cli import main
+from jupyter_starverse.client import Starverse
+from jupyter_starverse.experiments import read_metrics
+from jupyter_starverse.recipes import SMALL_VLM_DATA, SMALL_VLM_MODEL
 
 
-@pytest.fixture
-def job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    run = tmp_path / "run"
-    monkeypatch.setenv("STARVERSE_EXPERIMENT_DIR", str(run))
-    monkeypatch.setenv("STARVERSE_JOB_ID", "vlm-1")
-    monkeypatch.setenv("STARVERSE_STEPS", "12")
-    sv.job_env.cache_clear()
-    _dist._CONTEXT.clear()
-    yield run
-    close_metrics()
-    sv.job_env.cache_clear()
-    _dist._CONTEXT.clear()
+def _param(args: tuple[str, ...], name: str) -> str:
+    return next(a.split("=", 1)[1] for a in args if a.startswith(f"{name}="))
 
 
-def test_stage1_trains_only_the_projector_of_a_tiny_llava_and_its_loss_falls(job: Path, tmp_path: Path) -> None:
+def test_cogvlm_small_launches_without_model_or_data_and_trains_only_the_projector(
+    client: Starverse, capsys: pytest.CaptureFixture[str]
+) -> None:
     pytest.importorskip("transformers")
     import torch
-
-    from jupyter_starverse.recipes.train.vlm import build_tiny_llava, train_stage1, write_image_text_dataset
-
-    model_dir = build_tiny_llava(tmp_path / "llava")
-    assert json.loads((model_dir / "config.json").read_text())["architectures"] == ["LlavaForConditionalGeneration"]
-    data = write_image_text_dataset(tmp_path / "pairs", n=16)
-    first = json.loads((data / "captions.jsonl").read_text().splitlines()[0])
-    assert first == {"image": "images/0000.npy", "caption": "a red square at the left."}
     from transformers import LlavaForConditionalGeneration
 
-    before = LlavaForConditionalGeneration.from_pretrained(model_dir).state_dict()
-    losses = train_stage1(model_dir, data, batch=8, lr=5e-2)
-    # the language model is random and frozen: only what the projector carries lowers the loss (by ~0.04)
-    assert len(losses) == 12 and sum(losses[-3:]) < sum(losses[:3]) - 0.05, losses
-    ckpt = sv.find_resume_checkpoint()
-    assert ckpt is not None and ckpt.step == 11  # checkpointed through the runtime (DCP)
-    model = LlavaForConditionalGeneration.from_pretrained(model_dir)
-    sv.load_latest(model=model)
-    after = model.state_dict()
+    assert main(["launch", "--recipe", "cogvlm-stage1", "--small", "--procs", "1", "--json"]) == 0
+    job_id = json.loads(capsys.readouterr().out)["id"]
+    done = client.backend("local").wait(job_id, timeout=240)
+    run = Path(done.experiment_dir)
+    logs = run / "logs" / "rank0.log"
+    assert done.state.value == "succeeded", (done.reason, logs.read_text()[-3000:] if logs.exists() else "")
+    assert set(done.spec.mounts) == {SMALL_VLM_MODEL, SMALL_VLM_DATA}  # real store entries, mounted
+    assert "training multi_modal_projector" in logs.read_text()
+    losses = [p.values["loss"] for p in read_metrics(run, from_logs=False) if "loss" in p.values]
+    # the language model is random and frozen: only what the projector carries lowers the loss (3.39 -> 3.33)
+    assert len(losses) == 12 and sum(losses[-3:]) < sum(losses[:3]) - 0.1, losses
+    assert (run / "checkpoints" / "step-00000011").is_dir()  # checkpointed through the runtime (DCP)
+    before = LlavaForConditionalGeneration.from_pretrained(client.catalog.mount(SMALL_VLM_MODEL)).state_dict()
+    after = LlavaForConditionalGeneration.from_pretrained(run / "model").state_dict()
     changed = {k.split(".")[1] for k in after if not torch.equal(after[k], before[k])}
     assert changed == {"multi_modal_projector"}  # the vision tower and the language model stayed frozen
+    # idempotent: the next --small finds both in the store, and the other stages train their own modules
+    entries = len(client.catalog.ls())
+    qwen = client.recipes.spec("qwen-vl-stage1", small=True)
+    xcomposer = client.recipes.spec("internlm-xcomposer", small=True)
+    assert len(client.catalog.ls()) == entries and qwen.mounts == done.spec.mounts
+    assert _param(qwen.args, "train") == "vision_tower,multi_modal_projector"
+    assert _param(xcomposer.args, "train") == "multi_modal_projector,language_model,lm_head"
+    assert qwen.args[qwen.args.index("--objective") + 1] == "vlm" and qwen.steps == 12
+
+
+def test_reproductions_name_the_full_size_model_and_topology(capsys: pytest.CaptureFixture[str]) -> None:
+    expected = {
+        "cogvlm-stage1": ("hf:THUDM/cogvlm-chat-hf", 4, 8, "projector"),
+        "qwen-vl-stage1": ("hf:Qwen/Qwen-VL", 64, 8, "vision tower and the projector"),
+        "internlm-xcomposer": ("hf:internlm/internlm-xcomposer-7b", 64, 8, "projector and the language model"),
+    }
+    for name, (model, nodes, gpus, trains) in expected.items():
+        assert main(["recipes", "show", name, "--json"]) == 0
+        shown = json.loads(capsys.readouterr().out)
+        repro = shown["reproduction"]
+        assert (repro["model_ref"], shown["resources"]["nodes"], shown["resources"]["procs_per_node"]) == (
+            model,
+            nodes,
+            gpus,
+        )
+        assert trains in repro["trains"] and repro["small_model"] == SMALL_VLM_MODEL
+        assert main(["recipes", "show", name]) == 0
+        assert f"full size: --model {model}" in capsys.readouterr().out

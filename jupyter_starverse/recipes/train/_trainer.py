@@ -24,6 +24,8 @@ from jupyter_starverse.experiments import BatchPlan, batch_plan
 from ._data import Sampler, load_examples
 from ._objectives import UNIT, kto_kl, micro_loss, tokens_of
 from ._paths import LINEAGE_FILE, MODEL_DIR, RECIPE_FILE
+from ._steps import all_sum as _all_sum
+from ._steps import no_sync as _no_sync
 
 __all__ = ["run"]
 
@@ -31,7 +33,7 @@ __all__ = ["run"]
 def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="recipe")
     p.add_argument("--recipe", required=True)
-    p.add_argument("--objective", required=True, choices=sorted(UNIT))
+    p.add_argument("--objective", required=True, choices=[*sorted(UNIT), "vlm"])
     p.add_argument("--model", required=True)
     p.add_argument("--data", action="append", default=[])
     p.add_argument("--param", action="append", default=[])
@@ -91,26 +93,6 @@ def _flops_per_token(model: Any, seq_len: int, *, with_reference: bool) -> float
     return float(train * (4 / 3 if with_reference else 1.0))
 
 
-def _no_sync(model: Any, last: bool) -> contextlib.AbstractContextManager[Any]:
-    """Skip the gradient all-reduce on all but the last micro batch (DDP ``no_sync``, FSDP2's switch)."""
-    if last:
-        if hasattr(model, "set_requires_gradient_sync"):
-            model.set_requires_gradient_sync(True)
-        return contextlib.nullcontext()
-    if hasattr(model, "no_sync"):
-        return model.no_sync()  # type: ignore[no-any-return]
-    if hasattr(model, "set_requires_gradient_sync"):
-        model.set_requires_gradient_sync(False)
-    return contextlib.nullcontext()
-
-
-def _all_sum(values: list[float], device: str) -> list[float]:
-    t = torch.tensor(values, dtype=torch.float64, device=device)
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.all_reduce(t)
-    return [float(x) for x in t.tolist()]
-
-
 def _transformers() -> Any:
     try:
         import transformers
@@ -124,6 +106,8 @@ def _load(objective: str, path: Path) -> Any:
 
     if objective == "reward":
         return transformers.AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
+    if objective == "vlm":
+        return transformers.AutoModelForImageTextToText.from_pretrained(path)
     return transformers.AutoModelForCausalLM.from_pretrained(path)
 
 
@@ -186,16 +170,28 @@ def run(argv: Sequence[str] | None = None, *, on_step: Callable[[int, dict[str, 
     if not args.data:
         raise BadInputError("the recipe got no --data", field="data", hint="launch with --data DATASET")
     folders = [sv.mount_path(d) for d in args.data]
+
+    def cosine(opt: Any, steps: int) -> Callable[[int], float]:
+        return transformers.get_cosine_with_min_lr_schedule_with_warmup(  # type: ignore[no-any-return]
+            opt, int(p.get("warmup_steps", 0)), steps, min_lr_rate=float(p.get("min_lr_ratio", 0.0))
+        ).lr_lambdas[0]
+
+    if args.objective == "vlm":  # a vision-language stage: images + captions, some modules frozen
+        from .vlm import run_stage
+
+        if ctx.is_main:
+            _record_plan(args, plan, base, folders)
+        staged = run_stage(
+            args, base=base, folders=folders, plan=plan, until=until, total=total, schedule=cosine, on_step=on_step
+        )
+        if staged is not None:
+            save_model(staged, None, args, base, folders, total=total, objective="vlm")
+        return
     tokenizer = transformers.AutoTokenizer.from_pretrained(base)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     if args.objective == "ppo":  # rollouts instead of a fixed set of examples
         from ._rl import run_ppo
-
-        def cosine(opt: Any, steps: int) -> Callable[[int], float]:
-            return transformers.get_cosine_with_min_lr_schedule_with_warmup(  # type: ignore[no-any-return]
-                opt, int(p.get("warmup_steps", 0)), steps, min_lr_rate=float(p.get("min_lr_ratio", 0.0))
-            ).lr_lambdas[0]
 
         if ctx.is_main:
             _record_plan(args, plan, base, folders)
@@ -337,7 +333,8 @@ def save_model(
             fresh.config.pad_token_id = tokenizer.pad_token_id
         fresh.load_state_dict(state)
         fresh.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        if tokenizer is not None:  # a vision-language stage without a tokenizer (character captions)
+            tokenizer.save_pretrained(tmp)
         _write_json(
             tmp / LINEAGE_FILE,
             {

@@ -1,29 +1,41 @@
-"""Stage 1 of a LLaVA-style vision-language reproduction: vision tower and LM frozen, projector trained.
+"""A vision-language stage of the seeds' reproductions (CogVLM, InternLM-XComposer, Qwen-VL) on the runtime.
 
-What the seeds' reproductions (CogVLM, InternLM-XComposer, Qwen-VL) run first, at toy size and with
-the real architecture: :func:`build_tiny_llava` saves a ``LlavaForConditionalGeneration`` (a tiny
-CLIP vision tower, a tiny Llama, the multi-modal projector) built offline from its transformers
-config; :func:`write_image_text_dataset` writes the image-text layout the store holds
+:func:`run_stage` is what a reproduction recipe's job runs (objective ``vlm``, through ``lm.py`` and
+the recipe trainer): the modules named by ``--param train=`` are trained (the projector for stage 1,
+as the papers do; the vision tower or the LM too where a stage says so), everything else frozen, with
+the recipe's schedule, batch plan and accumulation, checkpoints and metrics. The model is any
+``AutoModelForImageTextToText`` checkpoint in the LLaVA layout.
+
+For ``--small``: :func:`build_tiny_llava` saves a ``LlavaForConditionalGeneration`` (a tiny CLIP
+vision tower, a tiny Llama, the multi-modal projector) built offline from its transformers config
+with random weights; :func:`write_image_text_dataset` writes the image-text layout the store holds
 (``captions.jsonl`` lines ``{"image": "images/0000.npy", "caption": "..."}`` beside ``images/``,
-each image a float32 ``3 x H x W`` array); :func:`train_stage1` freezes the vision tower and the
-language model and trains the projector on the captions through the runtime (process group, DDP,
-checkpoints, metrics). Captions use a character vocabulary (:data:`CHARS`): no tokenizer download.
-
-Run as a job script: ``python -m jupyter_starverse.recipes.train.vlm --model DIR --data DIR``.
+each image a float32 ``3 x H x W`` array). Captions use a character vocabulary (:data:`CHARS`) when
+the model folder has no tokenizer: no tokenizer download.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from jupyter_starverse import runtime as sv
+from jupyter_starverse.errors import BadInputError
+from jupyter_starverse.experiments import BatchPlan
 
-__all__ = ["CHARS", "build_tiny_llava", "train_stage1", "write_image_text_dataset"]
+from ._data import Sampler
+from ._steps import all_sum as _all_sum
+from ._steps import no_sync as _no_sync
+
+__all__ = ["CHARS", "DATA_FORMAT", "build_tiny_llava", "freeze_for_stage", "run_stage", "write_image_text_dataset"]
+
+#: The image-text layout a stage reads from each store dataset folder.
+DATA_FORMAT = 'captions.jsonl lines {"image": "images/0000.npy", "caption": "..."} beside images/ (float32 3 x H x W)'
 
 CHARS = " abcdefghijklmnopqrstuvwxyz."
 _BOS, _IMAGE = len(CHARS), len(CHARS) + 1  # special ids after the characters
@@ -74,77 +86,141 @@ def write_image_text_dataset(folder: Path, *, n: int = 32, image_size: int = 32,
     return folder
 
 
-def _encode(caption: str) -> list[int]:
-    return [CHARS.index(c) for c in caption.lower() if c in CHARS]
+def _records(folder: Path) -> list[tuple[Path, str]]:
+    lines = [ln for ln in (folder / "captions.jsonl").read_text(encoding="utf-8").splitlines() if ln.strip()]
+    return [(folder / rec["image"], str(rec["caption"])) for rec in map(json.loads, lines)]
 
 
-def _records(folder: Path) -> list[tuple[Path, list[int]]]:
-    out = []
-    for line in (folder / "captions.jsonl").read_text().splitlines():
-        if line.strip():
-            rec = json.loads(line)
-            out.append((folder / rec["image"], _encode(rec["caption"])))
-    return out
+def _caption_ids(base: Path) -> tuple[Any, int]:
+    """(caption -> token ids, bos id): the model's tokenizer when its folder has one, else :data:`CHARS`."""
+    if (base / "tokenizer_config.json").is_file():
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(base)
+        return (lambda text: tok(text, add_special_tokens=False).input_ids), int(tok.bos_token_id or 0)
+    return (lambda text: [CHARS.index(c) for c in text.lower() if c in CHARS]), _BOS
 
 
-def train_stage1(model_dir: Path, data_dir: Path, *, batch: int = 8, lr: float = 3e-3, seed: int = 0) -> list[float]:
-    """Train the projector (vision tower and LM frozen) for the job's steps; returns this rank's losses."""
+def freeze_for_stage(model: Any, train: Sequence[str]) -> tuple[int, int]:
+    """Freeze every parameter but those under a module named in ``train`` (``multi_modal_projector``,
+    ``vision_tower``, ...); returns (trained, frozen) parameter counts."""
+    trained = frozen = 0
+    for name, param in model.named_parameters():
+        keep = any(t in name.split(".") for t in train)
+        param.requires_grad_(keep)
+        trained += param.numel() if keep else 0
+        frozen += 0 if keep else param.numel()
+    if trained == 0:
+        raise BadInputError(
+            f"no module of the model is named {', '.join(train)}",
+            field="train",
+            hint="--param train=multi_modal_projector (LLaVA layout), or vision_tower,multi_modal_projector",
+        )
+    return trained, frozen
+
+
+def run_stage(
+    args: Any,
+    *,
+    base: Path,
+    folders: list[Path],
+    plan: BatchPlan,
+    until: int,
+    total: int,
+    schedule: Callable[[Any, int], Callable[[int], float]],
+    on_step: Callable[[int, dict[str, float]], Any] | None = None,
+) -> Any:
+    """A vision-language stage on the runtime: the modules named by ``--param train=`` trained, the rest frozen,
+    the recipe's schedule and batch plan, checkpoints and metrics; returns the model after its last step
+    (``None`` when it stopped early)."""
     import numpy as np
-    from transformers import LlavaForConditionalGeneration
+    from transformers import AutoModelForImageTextToText
 
+    p = args.params
     ctx = sv.init()
-    model = LlavaForConditionalGeneration.from_pretrained(model_dir)
-    inner = model.model
-    inner.vision_tower.requires_grad_(False)
-    inner.language_model.requires_grad_(False)
-    model.lm_head.requires_grad_(False)
+    train = [t.strip() for t in str(p.get("train", "multi_modal_projector")).split(",") if t.strip()]
+    torch.manual_seed(int(p.get("seed", 0)))
+    model = AutoModelForImageTextToText.from_pretrained(base)
+    n_trained, n_frozen = freeze_for_stage(model, train)
     vision: Any = model.config.vision_config
-    tokens = (int(vision.image_size) // int(vision.patch_size)) ** 2
-    records = _records(data_dir)
-    images = torch.stack([torch.from_numpy(np.load(p)) for p, _ in records])
-    width = max(len(c) for _, c in records)
-    ids, labels = [], []
-    for _, caption in records:
-        pad = width - len(caption)
-        seq = [_BOS, *[_IMAGE] * tokens, *caption, *[0] * pad]
-        ids.append(seq)
-        labels.append([-100] * (1 + tokens) + caption + [-100] * pad)
-    input_ids, targets = torch.tensor(ids), torch.tensor(labels)
+    size = int(vision.image_size)
+    tokens = (size // int(vision.patch_size)) ** 2
+    if getattr(model.config, "vision_feature_select_strategy", "default") == "full":
+        tokens += 1  # the CLS token is kept
+    encode, bos = _caption_ids(base)
+    image_id = int(model.config.image_token_index)
+    records = [r for f in folders for r in _records(f)]
+    if not records:
+        raise BadInputError("the image-text data holds no captions.jsonl lines", field="data", hint=DATA_FORMAT)
+    examples: list[Any] = []
+    for path, caption in records:
+        image = np.load(path)
+        if image.shape != (3, size, size):
+            raise BadInputError(
+                f"{path}: image of shape {image.shape}, the vision tower takes (3, {size}, {size})",
+                field="data",
+                hint="resize the images to the vision tower's image_size (float32 .npy arrays)",
+            )
+        examples.append((torch.from_numpy(image.astype("float32")), encode(caption)))
+    sampler: Any = Sampler(examples, seed=int(p.get("seed", 0)))  # image-text pairs, not token examples
     wrapped = sv.wrap(model)
-    trained = [p for p in wrapped.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(trained, lr=lr)
+    params = [q for q in wrapped.parameters() if q.requires_grad]
+    lr0 = float(p.get("lr", 1e-4))
+    opt = torch.optim.AdamW(params, lr=lr0, weight_decay=float(p.get("weight_decay", 0.0)))
+    lr_at = schedule(opt, total)
     if ctx.is_main:
-        frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)
         print(
-            f"stage 1: projector {sum(p.numel() for p in trained)} parameters trained, vision tower and LM "
-            f"({frozen}) frozen; {len(records)} image-text pairs, {tokens} image tokens each",
+            f"stage {args.recipe}: training {'/'.join(train)} ({n_trained} parameters), {n_frozen} frozen; "
+            f"{len(examples)} image-text pairs, {tokens} image tokens each; steps to {until} of {total}, {plan}",
             flush=True,
         )
-    gen = torch.Generator().manual_seed(seed + ctx.rank)
-    losses = []
-    for step in sv.steps(model=wrapped, optimizer=opt):
-        pick = torch.randint(0, len(records), (batch,), generator=gen)
-        out = wrapped(
-            input_ids=input_ids[pick].to(ctx.device), pixel_values=images[pick].to(ctx.device),
-            labels=targets[pick].to(ctx.device),
-        )  # fmt: skip
-        opt.zero_grad(set_to_none=True)
-        out.loss.backward()
+
+    def batch_of(items: list[Any]) -> tuple[dict[str, torch.Tensor], int]:
+        width = max(len(c) for _, c in items)
+        ids = [[bos, *[image_id] * tokens, *c, *[0] * (width - len(c))] for _, c in items]
+        labels = [[-100] * (1 + tokens) + list(c) + [-100] * (width - len(c)) for _, c in items]
+        return {
+            "input_ids": torch.tensor(ids, device=ctx.device),
+            "labels": torch.tensor(labels, device=ctx.device),
+            "pixel_values": torch.stack([img for img, _ in items]).to(ctx.device),
+        }, sum(len(c) for _, c in items)
+
+    last: int | None = None
+    for step in sv.steps(until, model=wrapped, optimizer=opt):
+        began = time.perf_counter()
+        lr = lr0 * lr_at(step)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        count = max(sum(len(c) for _, c in sampler.step(step, plan)), 1)  # caption tokens of the global batch
+        loss_sum, seen = 0.0, 0
+        for m in range(plan.accumulation):
+            inputs, n = batch_of(sampler.micro(step, m, ctx.rank, plan))
+            with _no_sync(wrapped, m == plan.accumulation - 1):
+                out = wrapped(**inputs)
+                summed = out.loss * n  # the micro batch's mean over its caption tokens, as a sum
+                (summed * (ctx.world_size / count)).backward()
+            loss_sum += float(summed.detach())
+            seen += n
+        clip = float(p.get("max_grad_norm", 0.0))
+        norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
         opt.step()
-        sv.log_metrics(step, loss=out.loss.detach())
-        losses.append(float(out.loss.detach()))
-    return losses
-
-
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="vlm-stage1")
-    p.add_argument("--model", type=Path, required=True, help="a LLaVA model folder (build_tiny_llava)")
-    p.add_argument("--data", type=Path, required=True, help="an image-text folder (captions.jsonl + images/)")
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--lr", type=float, default=3e-3)
-    args = p.parse_args(argv)
-    train_stage1(args.model, args.data, batch=args.batch, lr=args.lr)
-
-
-if __name__ == "__main__":
-    main()
+        opt.zero_grad(set_to_none=True)
+        sums = _all_sum([loss_sum, float(seen)], ctx.device)
+        elapsed = max(time.perf_counter() - began, 1e-9)
+        metrics: dict[str, Any] = {
+            "loss": sums[0] / count,
+            "lr": lr,
+            "grad_norm": float(norm),
+            "tokens": sums[1],
+            "tokens_per_s": sums[1] / elapsed,
+            "accumulation": plan.accumulation,
+        }
+        sv.log_metrics(step, **metrics)
+        if ctx.is_main and (step % 10 == 0 or step == total - 1):
+            print(f"step {step} loss {metrics['loss']:.4f} lr {lr:.3g}", flush=True)
+        if on_step is not None:
+            on_step(step, metrics)
+        last = step
+    if sv.stop_requested() or (last is not None and last + 1 < total):
+        return None
+    return wrapped
