@@ -639,13 +639,21 @@ export interface IRecipeReproduction {
   reported: Record<string, number>;
   small: Record<string, string | number>;
   caveat: string;
+  /** the store model / dataset a full-size launch uses unless told otherwise */
+  model_ref: string;
+  data_ref: string;
+  /** those of `--small` (built offline into the store on first use) */
+  small_model: string;
+  small_data: string;
+  /** what the stage trains (the rest is frozen) */
+  trains: string;
 }
 
 /** `GET recipes` items and `GET recipes/NAME`: `RecipeInfo.to_json()`. */
 export interface IRecipe {
   name: string;
   title: string;
-  objective: 'cpt' | 'sft' | 'dpo' | 'kto' | 'reward' | 'ppo';
+  objective: 'cpt' | 'sft' | 'dpo' | 'kto' | 'reward' | 'ppo' | 'vlm';
   description: string;
   data_format: string;
   runner: 'starverse' | 'llamafactory' | 'megatron';

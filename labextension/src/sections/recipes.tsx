@@ -3,7 +3,7 @@ import * as React from 'react';
 import { errorText, formatMoney, formatMoneyCompact } from '../format';
 import { usePoll } from '../poll';
 import { requestAPI } from '../request';
-import { IRecipe } from '../tokens';
+import { IJob, IRecipe } from '../tokens';
 
 /** `208.00 CNY` (from the server's estimate), or why the recipe could not be priced. */
 export function recipeCost(recipe: IRecipe): string {
@@ -26,6 +26,125 @@ export function recipeResources(recipe: IRecipe): string {
   }
   const r = recipe.resources;
   return `${r.nodes * r.procs_per_node} x ${r.accelerator} · ${r.hours} h`;
+}
+
+/** What a launch from the panel sends: every field filled from the recipe (its small set-up on CPU). */
+export interface ILaunchFields {
+  nodes: number;
+  gpus: number;
+  accelerator: string;
+  model: string;
+  data: string;
+  small: boolean;
+}
+
+/** The fields a recipe fills: its default topology, model and data; `small`: one CPU process on the tiny ones. */
+export function launchFields(recipe: IRecipe, small: boolean): ILaunchFields {
+  const repro = recipe.reproduction;
+  if (small && repro?.small_model) {
+    return { nodes: 1, gpus: 1, accelerator: 'cpu', model: repro.small_model, data: repro.small_data, small };
+  }
+  const r = recipe.resources;
+  return {
+    nodes: r.nodes,
+    gpus: r.procs_per_node,
+    accelerator: r.accelerator,
+    model: repro?.model_ref ?? '',
+    data: repro?.data_ref ?? '',
+    small
+  };
+}
+
+/** Launch a recipe: topology, model and data pre-filled (editable); the small CPU set-up of a reproduction. */
+function LaunchForm(props: { recipe: IRecipe }): JSX.Element {
+  const { recipe } = props;
+  const canSmall = Boolean(recipe.reproduction?.small_model);
+  const [fields, setFields] = React.useState<ILaunchFields>(() => launchFields(recipe, canSmall));
+  const [note, setNote] = React.useState<string | null>(null);
+  const [busy, setBusy] = React.useState(false);
+  const set = (patch: Partial<ILaunchFields>): void => setFields({ ...fields, ...patch });
+  const launch = async (): Promise<void> => {
+    setBusy(true);
+    setNote(null);
+    try {
+      const job = await requestAPI<IJob>(['recipes', recipe.name, 'launch'], {
+        method: 'POST',
+        body: JSON.stringify({
+          model: fields.model,
+          data: fields.data
+            .split(',')
+            .map(d => d.trim())
+            .filter(d => d),
+          small: fields.small,
+          job: { nodes: fields.nodes, procs_per_node: fields.gpus, accelerator: fields.accelerator }
+        })
+      });
+      setNote(`launched ${job.id}`);
+    } catch (reason) {
+      setNote(errorText(reason));
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <div className="jp-Starverse-recipeLaunch">
+      {canSmall && (
+        <label title="one CPU process on the tiny model and generated data (built into the store on first use)">
+          <input
+            type="checkbox"
+            name="small"
+            checked={fields.small}
+            onChange={e => setFields(launchFields(recipe, e.target.checked))}
+          />{' '}
+          small (CPU)
+        </label>
+      )}
+      <label>
+        nodes{' '}
+        <input
+          type="number"
+          name="nodes"
+          min={1}
+          value={fields.nodes}
+          onChange={e => set({ nodes: Number(e.target.value) })}
+        />
+      </label>
+      <label>
+        {fields.accelerator === 'cpu' ? 'procs' : 'gpus'}{' '}
+        <input
+          type="number"
+          name="gpus"
+          min={1}
+          value={fields.gpus}
+          onChange={e => set({ gpus: Number(e.target.value) })}
+        />
+      </label>
+      <label>
+        model{' '}
+        <input
+          type="text"
+          name="model"
+          value={fields.model}
+          placeholder="hf:ORG/NAME"
+          onChange={e => set({ model: e.target.value })}
+        />
+      </label>
+      <label>
+        data{' '}
+        <input
+          type="text"
+          name="data"
+          value={fields.data}
+          placeholder="DATASET"
+          onChange={e => set({ data: e.target.value })}
+        />
+      </label>
+      <button className="jp-mod-styled jp-mod-accept" disabled={busy} onClick={() => void launch()}>
+        Launch
+      </button>
+      {note && <span className="jp-Starverse-recipeLaunchNote">{note}</span>}
+    </div>
+  );
 }
 
 // Layout: style/base.css (.jp-Starverse-recipe*): two lines, the name and the cost on the first
@@ -63,6 +182,7 @@ function RecipeRow(props: { recipe: IRecipe }): JSX.Element {
           {repro && (
             <p className="jp-Starverse-recipeRepro">
               reproduces {repro.model} {repro.stage} ({repro.source})
+              {repro.trains && <> · trains {repro.trains}</>}
               {repro.caveat && <span title={repro.caveat}> · small CPU configuration included</span>}
             </p>
           )}
@@ -77,8 +197,11 @@ function RecipeRow(props: { recipe: IRecipe }): JSX.Element {
             </tbody>
           </table>
           <code className="jp-Starverse-recipeCommand">
-            %%sv train --recipe {recipe.name} --model hf:ORG/NAME --data DATASET
+            {repro?.small_model
+              ? `%%sv train --recipe ${recipe.name} --small`
+              : `%%sv train --recipe ${recipe.name} --model hf:ORG/NAME --data DATASET`}
           </code>
+          <LaunchForm recipe={recipe} />
         </div>
       </details>
     </li>

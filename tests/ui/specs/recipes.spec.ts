@@ -29,6 +29,17 @@ test.describe('Starverse recipes section', () => {
     await expect(params.locator('tr', { hasText: 'warmup_steps' })).toContainText('50');
     await expect(params.locator('tr', { hasText: 'global_batch' })).toContainText('32');
     await expect(cpt.locator('.jp-Starverse-recipeCommand')).toContainText('--recipe cpt');
+    // a reproduction's Launch form is filled from the recipe: its small CPU set-up first, the article's topology
+    await cogvlm.locator('summary').click();
+    const form = cogvlm.locator('.jp-Starverse-recipeLaunch');
+    await expect(form.locator('input[name="model"]')).toHaveValue('hf:starverse/tiny-llava@v1');
+    await expect(form.locator('input[name="data"]')).toHaveValue('image-text-tiny@v1');
+    await expect(form.locator('input[name="nodes"]')).toHaveValue('1');
+    await form.locator('input[name="small"]').uncheck();
+    await expect(form.locator('input[name="nodes"]')).toHaveValue('4');
+    await expect(form.locator('input[name="gpus"]')).toHaveValue('8');
+    await expect(form.locator('input[name="model"]')).toHaveValue('hf:THUDM/cogvlm-chat-hf');
+    await expect(form.locator('input[name="data"]')).toHaveValue('image-text');
     await section.screenshot({ path: path.join(ARTIFACTS, 'starverse-recipes.png') });
   });
 });
