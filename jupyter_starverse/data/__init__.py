@@ -7,6 +7,7 @@ dataset and writes a new version with provenance and a report. The pieces are us
 
 from __future__ import annotations
 
+from ._job import parse_shards
 from ._minhash import LshIndex, MinHasher, normalize
 from ._models import StaticEncoder, distill_static
 from ._pii import ACTIONS, PII_TYPES, SUGGESTED, Deidentifier, Finding, find_pii, id_card_valid, luhn_valid
@@ -58,5 +59,6 @@ __all__ = [
     "list_files",
     "luhn_valid",
     "normalize",
+    "parse_shards",
     "read_docs",
 ]

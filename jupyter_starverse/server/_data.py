@@ -33,7 +33,7 @@ from typing import Any
 
 from tornado import web
 
-from jupyter_starverse.data import STEPS, DataPrep, StepProgress
+from jupyter_starverse.data import STEPS, DataPrep, StepProgress, parse_shards
 from jupyter_starverse.errors import BadInputError, NotFoundError, StarverseError
 
 from ._base import StarverseHandler
@@ -43,10 +43,10 @@ __all__ = ["STEP_RUNS", "StepRun", "StepRuns", "routes"]
 _NUM = (int, float)
 # What each step accepts from a request body, and the JSON types allowed.
 _OPTIONS: dict[str, dict[str, tuple[type, ...]]] = {
-    "scan": {"types": (list,), "examples": (int,), "shards": (list,)},
-    "clean": {"actions": (dict,), "salt": (str,), "examples": (int,), "shards": (list,)},
+    "scan": {"types": (list,), "examples": (int,), "shards": (list, str, int)},
+    "clean": {"actions": (dict,), "salt": (str,), "examples": (int,), "shards": (list, str, int)},
     "dedup": {
-        "shards": (list,),
+        "shards": (list, str, int),
         "threshold": _NUM,
         "lsh_threshold": _NUM,
         "num_perm": (int,),
@@ -117,7 +117,9 @@ def _options(step: str, raw: object) -> dict[str, Any]:
         if isinstance(value, bool) or not isinstance(value, allowed[key]):
             raise BadInputError(f"option {key!r} has the wrong type", field=key)
         out[key] = value
-    if "shards" in out:
+    if "shards" in out and not isinstance(out["shards"], list):  # "N" or "NxP", as the CLI and a node take it
+        out["shards"] = parse_shards(out["shards"], step=step)
+    elif "shards" in out:
         shards = out["shards"]
         if len(shards) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in shards):
             raise BadInputError("'shards' is [nodes, procs_per_node]", field="shards", hint="e.g. [2, 2]")

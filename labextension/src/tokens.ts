@@ -518,6 +518,8 @@ export interface ITrainParams {
   /** data preparation steps (run in the workspace): the step and its options */
   step?: 'clean' | 'dedup' | 'score';
   options?: Record<string, unknown>;
+  /** a data preparation step as a job of N ranks ("NxP": nodes x processes); unset: one */
+  shards?: number | string;
 }
 
 /** `Node.to_json()`: one box of the canvas. */

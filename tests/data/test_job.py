@@ -129,3 +129,17 @@ async def test_rest_data_steps_with_a_backend_submit_the_same_job(
     assert backend == "kubernetes" and spec.nodes == 2 and cmd[0] == "python"  # the image's interpreter
     assert cmd[cmd.index("--to") + 1] == "raw@masked"
     assert json.loads(cmd[cmd.index("--options") + 1]) == {"actions": {"person": "placeholder"}}
+
+
+def test_rest_shards_are_parsed_by_the_core_as_the_cli_takes_them() -> None:
+    """The panel sends shards as typed (``4``, ``"2x2"``); the server parses them with ``data.parse_shards``."""
+    from jupyter_starverse.server._data import _options
+
+    assert _options("dedup", {"shards": "2x2"}) == {"shards": (2, 2)}
+    assert _options("clean", {"shards": 3}) == {"shards": (3, 1)}
+    assert _options("scan", {"shards": [2, 1]}) == {"shards": (2, 1)}
+    with pytest.raises(BadInputError, match="is not N or NxP") as e:
+        _options("dedup", {"shards": "2x2x2"})
+    assert e.value.field == "shards" and e.value.hint
+    with pytest.raises(BadInputError, match="score has no option 'shards'"):
+        _options("score", {"shards": "2"})

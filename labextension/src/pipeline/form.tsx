@@ -183,6 +183,24 @@ function PrepForm(props: { node: IPipelineNode; issues: IPipelineIssue[]; onChan
         <Select field="step" value={p.step} options={['clean', 'dedup', 'score']}
           onChange={v => props.onChange({ step: v as ITrainParams['step'] })} />
       </Field>
+      <Field label="Backend" field="backend" issues={props.issues}>
+        <Select field="backend" value={p.backend} options={['local', 'kubernetes', 'slurm']} empty="the pipeline's"
+          onChange={v => props.onChange({ backend: v as ITrainParams['backend'] })} />
+      </Field>
+      <Field label="Shards (ranks: N or NODESxPROCS; unset: one, in the workspace on local)" field="shards" issues={props.issues}>
+        <input
+          type="text"
+          aria-label="shards"
+          name="shards"
+          placeholder={p.step === 'score' ? 'one rank' : 'e.g. 4 or 2x2'}
+          disabled={p.step === 'score'}
+          value={p.shards === undefined ? '' : String(p.shards)}
+          onChange={event => {
+            const text = event.target.value.trim();
+            props.onChange({ shards: text === '' ? undefined : /^\d+$/.test(text) ? Number(text) : text });
+          }}
+        />
+      </Field>
       <Field label="Options (JSON, as `starverse data STEP` takes them)" field="options" issues={props.issues}>
         <textarea
           aria-label="options"
@@ -265,7 +283,7 @@ export function SideForm(props: {
       {issues
         .filter(i => !i.field || !['template', 'script', 'nodes', 'gpus_per_node', 'gpu', 'data_parallel',
           'tensor_parallel', 'pipeline_parallel', 'steps', 'hours', 'budget', 'billing', 'backend', 'ref',
-          'recipe', 'step', 'options'].includes(i.field))
+          'recipe', 'step', 'options', 'shards'].includes(i.field))
         .map((i, n) => (
           <div key={n} className={`jp-SvPipeline-issue jp-mod-${i.level}`} title={i.hint ?? ''}>
             {i.message}

@@ -3,9 +3,11 @@ import * as React from 'react';
 import { errorText, formatBytes, formatCount, formatDuration, formatShare } from '../format';
 import { usePoll } from '../poll';
 import { requestAPI, sendJSON } from '../request';
-import { IDataReport, IDataReportSummary, IDataStepRun, IStepEstimate } from '../tokens';
+import { IDataReport, IDataReportSummary, IDataStepRun, IJob, IStepEstimate } from '../tokens';
 
 const STEPS = ['scan', 'clean', 'dedup', 'score'] as const;
+/** Where a step runs: in this server (empty), or as a job of its own on a backend. */
+const BACKENDS = ['local', 'slurm', 'kubernetes'] as const;
 
 /** A running step's bar: documents (of the estimate until a pass has been read), bytes, pass, ETA. */
 function StepProgressBar(props: { run: IDataStepRun }): JSX.Element {
@@ -43,11 +45,17 @@ function StepPoller(props: { id: string; onUpdate: (run: IDataStepRun) => void }
 /**
  * Run one step on a store dataset (its options are the defaults; the CLI and notebooks take
  * the rest). The server answers at once with a run id; the form polls it and shows a bar.
+ * With a backend the step is one job of `shards` ranks there (rank 0 publishes the version):
+ * the answer is the job, followed in the Jobs section. Shards without a backend split the
+ * step's work over local shard jobs. The server parses `N` / `NxP` (`data.parse_shards`).
  */
 function RunStep(props: { onDone: (report: IDataReport) => void }): JSX.Element {
   const [source, setSource] = React.useState('');
   const [step, setStep] = React.useState<string>('scan');
   const [salt, setSalt] = React.useState('');
+  const [backend, setBackend] = React.useState('');
+  const [shards, setShards] = React.useState('');
+  const [job, setJob] = React.useState<IJob | null>(null);
   const [starting, setStarting] = React.useState(false);
   const [run, setRun] = React.useState<IDataStepRun | null>(null);
   const [estimate, setEstimate] = React.useState<IStepEstimate | null>(null);
@@ -58,12 +66,20 @@ function RunStep(props: { onDone: (report: IDataReport) => void }): JSX.Element 
     setStarting(true);
     setEstimate(null);
     setRun(null);
+    setJob(null);
     setError(null);
     try {
       // the time and memory it will take, shown while it runs
       setEstimate(await sendJSON<IStepEstimate>(['data', 'estimate'], 'POST', { step, source }));
-      const options = step === 'clean' && salt ? { salt } : {};
-      setRun(await sendJSON<IDataStepRun>(['data', 'steps'], 'POST', { step, source, options }));
+      const options: Record<string, unknown> = step === 'clean' && salt ? { salt } : {};
+      if (shards.trim() && step !== 'score') {
+        options.shards = shards.trim();
+      }
+      if (backend) {
+        setJob(await sendJSON<IJob>(['data', 'steps'], 'POST', { step, source, options, backend }));
+      } else {
+        setRun(await sendJSON<IDataStepRun>(['data', 'steps'], 'POST', { step, source, options }));
+      }
     } catch (reason) {
       setError(errorText(reason));
     } finally {
@@ -103,6 +119,28 @@ function RunStep(props: { onDone: (report: IDataReport) => void }): JSX.Element 
           onChange={e => setSalt(e.target.value)}
         />
       )}
+      <select
+        className="jp-mod-styled"
+        aria-label="backend"
+        value={backend}
+        onChange={e => setBackend(e.target.value)}
+        title="where the step runs: here, or as a job on a backend"
+      >
+        <option value="">here (this server)</option>
+        {BACKENDS.map(b => (
+          <option key={b} value={b}>
+            job on {b}
+          </option>
+        ))}
+      </select>
+      <input
+        className="jp-mod-styled"
+        aria-label="shards"
+        placeholder={step === 'score' ? 'one rank' : 'shards: N or NxP'}
+        disabled={step === 'score'}
+        value={step === 'score' ? '' : shards}
+        onChange={e => setShards(e.target.value)}
+      />
       <button className="jp-mod-styled" type="submit" disabled={!source || running}>
         {running ? 'Running…' : 'Run'}
       </button>
@@ -114,6 +152,12 @@ function RunStep(props: { onDone: (report: IDataReport) => void }): JSX.Element 
       )}
       {run?.state === 'running' && <StepPoller key={run.id} id={run.id} onUpdate={update} />}
       {run?.state === 'running' && <StepProgressBar run={run} />}
+      {job && (
+        <div className="jp-Starverse-note jp-Starverse-dataJob" data-job={job.id}>
+          submitted as job <b>{job.id}</b> on {job.backend} ({job.spec.nodes}×{job.spec.procs_per_node} ranks); follow
+          it in Jobs
+        </div>
+      )}
       {error && <div className="jp-Starverse-error">{error}</div>}
     </form>
   );

@@ -44,7 +44,7 @@ test.describe('Starverse data section', () => {
     await data.scrollIntoViewIfNeeded();
     const run = data.locator('form.jp-Starverse-dataRun');
     await run.locator('input').first().fill('tickets@1');
-    await run.locator('select').selectOption('scan');
+    await run.locator('select').first().selectOption('scan');
     await run.locator('button[type="submit"]').click();
 
     await expect(run.locator('.jp-Starverse-dataEstimate')).toContainText('peak memory', { timeout: 60000 });
@@ -53,7 +53,7 @@ test.describe('Starverse data section', () => {
     await expect(report.locator('tr[data-type="mobile"]')).toHaveAttribute('title', /138\*\*\*\*5678/); // masked
     await expect(report).not.toContainText('13812345678');
 
-    await run.locator('select').selectOption('dedup');
+    await run.locator('select').first().selectOption('dedup');
     await run.locator('button[type="submit"]').click();
     await expect(data.locator('.jp-Starverse-dataItem[data-step="dedup"]')).toContainText('tickets@1-dedup', {
       timeout: 60000
@@ -74,6 +74,15 @@ test.describe('Starverse data section', () => {
     await report.locator('input[type="range"]').fill('1');
     await expect(report.locator('.jp-Starverse-dataThreshold')).toHaveText('1.00');
     expect(Number((await removed.textContent()) ?? '0')).toBeLessThanOrEqual(atDefault);
+
+    // shards are parsed by the server (data.parse_shards): a bad value is named, nothing runs
+    await run.locator('select[aria-label="backend"]').selectOption('local');
+    await run.locator('input[aria-label="shards"]').fill('2x2x2');
+    await run.locator('button[type="submit"]').click();
+    await expect(run.locator('.jp-Starverse-error')).toContainText('is not N or NxP', { timeout: 30000 });
+    await expect(run.locator('.jp-Starverse-dataJob')).toHaveCount(0);
+    await run.locator('select[aria-label="backend"]').selectOption('');
+    await run.locator('input[aria-label="shards"]').fill('');
 
     // the scan's report is still listed and opens again
     await data.locator('.jp-Starverse-dataItem[data-step="scan"]').click();

@@ -193,4 +193,46 @@ test.describe('Starverse pipeline editor', () => {
     // the file keeps the saved position, not the dragged one
     expect((await onDisk()).nodes[0].position).toEqual(saved.nodes[0].position);
   });
+
+  test('a prep node runs as a job: backend and shards from its form, checked by the server', async ({ page }) => {
+    await page.contents.uploadContent('{"text": "hello prep"}\n', 'text', 'prepdata/part-0.jsonl');
+    await page.sidebar.openTab('jupyter-starverse-panel');
+    const catalog = page.locator('.jp-Starverse-section[data-section="catalog"]');
+    const form = catalog.locator('form.jp-Starverse-addDataset');
+    await form.locator('input[placeholder="name"]').fill('prepdata');
+    await form.locator('input').nth(1).fill(path.join(ROOT, 'prepdata'));
+    await form.locator('button[type="submit"]').click();
+    await expect(catalog.locator('.jp-Starverse-entry', { hasText: 'prepdata' })).toBeVisible();
+    await page.contents.createDirectory('prepdoc');
+    await page.evaluate(async () => {
+      await (window as any).jupyterapp.commands.execute('starverse:new-pipeline', { cwd: 'prepdoc' });
+    });
+    const editor = page.locator('.jp-SvPipeline-editor').filter({ visible: true });
+    await expect(editor).toBeVisible();
+    const item = editor.locator('.jp-SvPipeline-paletteItem', { hasText: 'Prep · dedup' });
+    await expect(item).toBeVisible({ timeout: 15000 });
+    await item.dragTo(editor.locator('.react-flow__pane'));
+    const node = editor.locator('.jp-SvPipeline-prep[data-node-id="dedup"]');
+    const dataset = editor.locator('.jp-SvPipeline-paletteItem[data-palette-ref="prepdata@1"]');
+    await expect(dataset).toBeVisible({ timeout: 15000 });
+    await dataset.dragTo(node);
+    await node.click();
+    const side = editor.locator('.jp-SvPipeline-form[data-form="dedup"]');
+    await side.locator('select[name="backend"]').selectOption('kubernetes');
+    // the server's check (data.parse_shards) names a bad value on the field
+    await side.locator('input[name="shards"]').fill('2x2x2');
+    await expect(side.locator('.jp-SvPipeline-fieldIssue')).toContainText('is not N or NxP', { timeout: 15000 });
+    await side.locator('input[name="shards"]').fill('2x3');
+    await expect(side.locator('.jp-SvPipeline-fieldIssue', { hasText: 'NxP' })).toHaveCount(0, { timeout: 15000 });
+    const text = await page.evaluate(async () => {
+      const app = (window as any).jupyterapp;
+      const widget = app.shell.currentWidget;
+      return widget.context.model.toString() as string;
+    });
+    const params = JSON.parse(text).nodes.find((n: { id: string }) => n.id === 'dedup').params;
+    expect(params).toMatchObject({ step: 'dedup', backend: 'kubernetes', shards: '2x3' });
+    // score runs on one rank: no shards to give
+    await side.locator('select[name="step"]').selectOption('score');
+    await expect(side.locator('input[name="shards"]')).toBeDisabled();
+  });
 });
