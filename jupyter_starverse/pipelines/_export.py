@@ -21,6 +21,7 @@ from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.experiments import ExperimentPaths
 from jupyter_starverse.jobmodel import JobSpec
 
+from ._evalstep import eval_job_spec
 from ._model import Pipeline
 from ._plan import StepPlan, plan
 from ._prep import prep_job_spec, prep_target
@@ -96,7 +97,7 @@ def export(pipeline: Pipeline, facade: Facade, *, fmt: str, base_dir: Path) -> P
         return PipelineExport(pipeline.name, fmt, (_python(pipeline, base_dir),))
     backend = "slurm" if fmt == "sbatch" else "kubernetes"
     tag = _PLACEHOLDER_RUN if fmt == "sbatch" else time.strftime("%y%m%d-%H%M%S", time.gmtime())
-    specs = _specs(pipeline, steps, backend, tag)
+    specs = _specs(pipeline, steps, backend, tag, facade)
     if fmt == "yaml":
         return PipelineExport(pipeline.name, fmt, (_yaml(pipeline, steps, specs, facade),))
     scripts = [ExportFile(f"{s.node}.sbatch", facade.preview(specs[s.node], backend="slurm", output="sbatch").rendered)
@@ -104,7 +105,7 @@ def export(pipeline: Pipeline, facade: Facade, *, fmt: str, base_dir: Path) -> P
     return PipelineExport(pipeline.name, fmt, (_submit(pipeline, steps, specs, facade), *scripts))
 
 
-def _specs(pipeline: Pipeline, steps: list[StepPlan], backend: str, tag: str) -> dict[str, JobSpec]:
+def _specs(pipeline: Pipeline, steps: list[StepPlan], backend: str, tag: str, facade: Facade) -> dict[str, JobSpec]:
     """Every step's job; a prep step is a job of its shards (pipelines/_prep.py) reading store references.
 
     The version a prep step writes is named by ``tag`` (sbatch: the submission's stamp, filled in
@@ -125,6 +126,9 @@ def _specs(pipeline: Pipeline, steps: list[StepPlan], backend: str, tag: str) ->
                     hint=f"run it (`starverse pipeline run FILE --backend {backend}` mounts the version "
                     f"{fed[0]} wrote), or export the preparation steps alone",
                 )
+            if step.evaluation is not None:  # an eval step is a job in every export, after the one it scores
+                out[step.node] = eval_job_spec(pipeline, node, step.evaluation, facade)
+                continue
             assert step.spec is not None
             out[step.node] = step.spec
             continue

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from jupyter_starverse._settings import Settings
@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from jupyter_starverse.jobmodel import Job, JobSpec, LaunchBackend
     from jupyter_starverse.recipes import RecipeService
 
-__all__ = ["Facade", "Rendered"]
+__all__ = ["Evaluator", "Facade", "Rendered"]
 
 
 class Rendered(Protocol):
@@ -20,6 +20,17 @@ class Rendered(Protocol):
 
     @property
     def rendered(self) -> str: ...
+
+
+class Evaluator(Protocol):
+    """What an ``eval`` step needs of ``client.evals`` (evals is a sibling floor: no import of it)."""
+
+    def evaluate(self, model: str, data: str, *, task: str = ..., input_field: str = ..., target_field: str = ...,
+                 limit: int | None = ...) -> Any: ...  # fmt: skip
+
+    def job_spec(self, model: str, data: str, *, task: str = ..., input_field: str = ..., target_field: str = ...,
+                 limit: int | None = ..., experiment: str | None = ...,
+                 accelerator: str = ...) -> JobSpec: ...  # fmt: skip
 
 
 class Facade(Protocol):
@@ -38,6 +49,9 @@ class Facade(Protocol):
 
     @property
     def data(self) -> DataPrep: ...
+
+    @property
+    def evals(self) -> Evaluator: ...
 
     def default_accelerator(self) -> str: ...
 

@@ -25,16 +25,20 @@ from typing import Any
 from jupyter_starverse._inputs import PATH_MAX, encodable
 from jupyter_starverse.errors import BadInputError
 
-__all__ = ["ENTRY_KINDS", "FORMAT_VERSION", "JOB_KINDS", "PREP_STEPS", "STEP_KINDS", "Edge", "Node", "Pipeline"]
+__all__ = ["ENTRY_KINDS", "EVAL_KINDS", "FORMAT_VERSION", "JOB_KINDS", "PREP_STEPS", "STEP_KINDS", "Edge", "Node",
+           "Pipeline"]  # fmt: skip
 
 FORMAT_VERSION = 1
 #: Nodes that stand for a catalog entry (mounted by the steps they feed).
 ENTRY_KINDS = ("dataset", "model")
 #: Nodes that run as a job: a script with a parallelism template, or a recipe of ``client.recipes``.
 JOB_KINDS = ("train", "recipe")
-#: Steps: the jobs, and data preparation (``client.data``), which runs in the workspace and writes
-#: a new dataset version that the steps after it mount.
-STEP_KINDS = (*JOB_KINDS, "prep")
+#: Steps that make a model (an ``eval`` step after one scores its output).
+EVAL_KINDS = JOB_KINDS
+#: Steps: the jobs, data preparation (``client.data``), which runs in the workspace and writes
+#: a new dataset version that the steps after it mount, and evaluation (``client.evals``), which
+#: scores a model (a model entry, or the output of the training step before it) on a dataset.
+STEP_KINDS = (*JOB_KINDS, "prep", "eval")
 #: The data preparation steps that write a new version.
 PREP_STEPS = ("clean", "dedup", "score")
 
@@ -80,6 +84,11 @@ RECIPE_PARAMS: dict[str, tuple[type, ...]] = {
 # the driver's process; anywhere else as a job (pipelines/_prep.py).
 PREP_PARAMS: dict[str, tuple[type, ...]] = {"step": (str,), "options": (dict,), "backend": (str,),
                                             "shards": (int, str)}  # fmt: skip
+# An evaluation step: the task and fields of ``starverse eval``, and where it runs (``backend``: the
+# pipeline's unless set; on local it runs in the driver's process, anywhere else as a job).
+EVAL_PARAMS: dict[str, tuple[type, ...]] = {"task": (str,), "input_field": (str,), "target_field": (str,),
+                                            "limit": (int,), "backend": (str,), "gpu": (str,),
+                                            "experiment": (str,)}  # fmt: skip
 
 
 def _bad(where: str, why: str, hint: str | None = None, *, field_name: str = "pipeline") -> BadInputError:
@@ -131,7 +140,8 @@ class Node:
         params = data.get("params", {})
         if not isinstance(params, Mapping):
             raise _bad(f"node {node_id}", "params must be an object", 'e.g. {"nodes": 2}')
-        allowed = {"train": TRAIN_PARAMS, "recipe": RECIPE_PARAMS, "prep": PREP_PARAMS}.get(kind, ENTRY_PARAMS)
+        allowed = {"train": TRAIN_PARAMS, "recipe": RECIPE_PARAMS, "prep": PREP_PARAMS,
+                   "eval": EVAL_PARAMS}.get(kind, ENTRY_PARAMS)  # fmt: skip
         for key, value in params.items():
             if key not in allowed:
                 raise _bad(f"node {node_id}", f"unknown parameter {key!r}", f"known: {', '.join(sorted(allowed))}")

@@ -23,14 +23,15 @@ from jupyter_starverse.errors import BadInputError, StarverseError
 from jupyter_starverse.jobmodel import JobSpec, secret_env_warnings
 from jupyter_starverse.jobmodel._spec import job_name_of
 
-from ._model import PREP_STEPS, Node, Pipeline
+from ._model import EVAL_KINDS, PREP_STEPS, Node, Pipeline
 
 if TYPE_CHECKING:
     from jupyter_starverse.costs import Preview
 
     from ._facade import Facade
 
-__all__ = ["Issue", "PipelineCheck", "PrepPlan", "StepCost", "StepPlan", "check", "plan", "step_plan"]
+__all__ = ["EvalPlan", "Issue", "PipelineCheck", "PrepPlan", "StepCost", "StepPlan", "check", "experiment_of", "plan",
+           "step_plan"]  # fmt: skip
 
 # JobSpec / backend error fields -> the node form's field.
 _FIELD = {
@@ -54,6 +55,11 @@ _FIELD = {
     "data": "data",
     "recipe": "recipe",
     "hours": "hours",
+    "task": "task",
+    "input_field": "input_field",
+    "target_field": "target_field",
+    "limit": "limit",
+    "labels": "task",
 }
 DEFAULT_HOURS = 1.0
 #: Longest a step may be estimated to run: what the price table prices (a year).
@@ -91,11 +97,13 @@ class StepPlan:
     after: tuple[str, ...]
     hours: float
     prep: PrepPlan | None = None
+    evaluation: EvalPlan | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"node": self.node, "spec": self.spec.to_json() if self.spec else None, "backend": self.backend,
                 "after": list(self.after), "hours": self.hours,
-                "prep": self.prep.to_json() if self.prep else None}  # fmt: skip
+                "prep": self.prep.to_json() if self.prep else None,
+                "evaluation": self.evaluation.to_json() if self.evaluation else None}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -109,6 +117,34 @@ class PrepPlan:
 
     def to_json(self) -> dict[str, Any]:
         return {"step": self.step, "source": self.source, "options": self.options, "from_node": self.from_node}
+
+
+@dataclass(frozen=True)
+class EvalPlan:
+    """An evaluation step (``client.evals``): ``model`` scored on ``data``, as ``starverse eval`` does.
+
+    ``model`` is a store model fed to the step, or ``exp:EXPERIMENT`` of the training step before it
+    (its newest run's output, which is the one that step wrote: the eval waits for it).
+    """
+
+    model: str
+    data: str
+    task: str = "classification"
+    input_field: str = "input"
+    target_field: str = "target"
+    limit: int | None = None
+    from_node: str | None = None  # the training step whose output it scores
+    data_from: str | None = None  # the prep step whose output it reads
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": self.model, "data": self.data, "task": self.task, "input_field": self.input_field,
+                "target_field": self.target_field, "limit": self.limit, "from_node": self.from_node,
+                "data_from": self.data_from}  # fmt: skip
+
+    def options(self) -> dict[str, Any]:
+        """The keyword arguments of ``client.evals.evaluate`` / ``job_spec``."""
+        return {"task": self.task, "input_field": self.input_field, "target_field": self.target_field,
+                "limit": self.limit}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -233,6 +269,36 @@ def _prep_plan(pipeline: Pipeline, node: Node, produced: dict[str, str]) -> Step
     return StepPlan(node.id, None, "workspace", after, 0.0, PrepPlan(str(step), source, options, from_node))
 
 
+def experiment_of(pipeline: Pipeline, node: Node) -> str:
+    """The experiment a training step's job runs in (``JobSpec.experiment_name``: its name unless set)."""
+    return str(node.params.get("experiment") or job_name_of(f"{pipeline.name}-{node.id}"))
+
+
+def _eval_plan(pipeline: Pipeline, node: Node, produced: dict[str, str]) -> StepPlan:
+    """An eval step: one dataset (an entry or a prep step's output) and one model (an entry, or the
+    training step before it)."""
+    inputs = _data_inputs(pipeline, node, produced)
+    datasets = [i for i in inputs if i[0] == "dataset"]
+    models = [ref for kind, ref, _ in inputs if kind == "model"]
+    trainers = [n for n in pipeline.inputs(node.id) if n.kind in EVAL_KINDS]
+    if len(datasets) != 1:
+        raise BadInputError(f"an eval step scores on one dataset, it is fed {len(datasets)}", field="data",
+                            hint="drop exactly one labelled dataset onto the step")  # fmt: skip
+    if len(models) + len(trainers) != 1:
+        raise BadInputError(f"an eval step scores one model, it is fed {len(models) + len(trainers)}", field="model",
+                            hint="draw one training step (its output is scored) or one model into it")  # fmt: skip
+    model = f"exp:{experiment_of(pipeline, trainers[0])}" if trainers else models[0]
+    limit = node.params.get("limit")
+    evaluation = EvalPlan(
+        model, datasets[0][1], str(node.params.get("task") or "classification"),
+        str(node.params.get("input_field") or "input"), str(node.params.get("target_field") or "target"),
+        limit if isinstance(limit, int) else None, trainers[0].id if trainers else None, datasets[0][2],
+    )  # fmt: skip
+    after = tuple(n.id for n in pipeline.inputs(node.id) if n.is_step)
+    backend = str(node.params.get("backend") or pipeline.backend)
+    return StepPlan(node.id, None, backend, after, 0.0, evaluation=evaluation)
+
+
 def step_plan(pipeline: Pipeline, node: Node, *, base_dir: Path, facade: Facade,
               paths: dict[str, str | None] | None = None,
               produced: dict[str, str] | None = None) -> StepPlan:  # fmt: skip
@@ -245,6 +311,8 @@ def step_plan(pipeline: Pipeline, node: Node, *, base_dir: Path, facade: Facade,
     p = node.params
     if node.kind == "prep":
         return _prep_plan(pipeline, node, produced or {})
+    if node.kind == "eval":
+        return _eval_plan(pipeline, node, produced or {})
     env = {str(k): str(v) for k, v in dict(p.get("env") or {}).items()}
     secrets = {str(k): str(v) for k, v in dict(p.get("secrets") or {}).items()}  # references only
     mounts: list[str] = []
@@ -417,6 +485,9 @@ def check(pipeline: Pipeline, facade: Facade, *, base_dir: Path) -> PipelineChec
         if step.prep is not None:
             _check_prep(node, step.prep, facade, issues, info, costs, waits)
             continue
+        if step.evaluation is not None:
+            _check_eval(node, step, facade, issues, info, costs, waits)
+            continue
         spec = step.spec
         assert spec is not None
         for warning in secret_env_warnings(dict(node.params.get("env") or {}), source="env", flag="secrets"):
@@ -483,6 +554,26 @@ def _check_prep(node: Node, prep: PrepPlan, facade: Facade, issues: list[Issue],
         issues.append(Issue(node.id, e.message, field=field, hint=e.hint))
         return
     info[node.id]["seconds"] = est.seconds
+
+
+def _check_eval(node: Node, step: StepPlan, facade: Facade, issues: list[Issue], info: dict[str, dict[str, Any]],
+                costs: list[StepCost], waits: list[str]) -> None:  # fmt: skip
+    """An evaluation step: its task and fields are known, its dataset holds them (read once now)."""
+    ev = step.evaluation
+    assert ev is not None
+    where = "in the workspace" if step.backend == "local" else f"as a {step.backend} job"
+    info[node.id] = {**ev.to_json(), "backend": step.backend}
+    costs.append(StepCost(node.id, None, f"scores {where}" + ("" if node.params.get("gpu") else ": no GPU rented")))
+    if waits:
+        issues.append(Issue(node.id, f"its input {', '.join(waits)} is not ready", field="data"))
+        return
+    if ev.data_from is not None:  # the dataset is written by a prep step of this run: read when it ran
+        return
+    try:  # the same checks as `starverse eval --job`: the task's options, the dataset and its fields
+        facade.evals.job_spec(ev.model, ev.data, **ev.options())
+    except StarverseError as e:
+        field = _FIELD.get(getattr(e, "field", None) or "", "data")
+        issues.append(Issue(node.id, e.message, field=field, hint=e.hint))
 
 
 def _output(backend: str) -> str:

@@ -28,6 +28,7 @@ from jupyter_starverse._procs import ProcessRecord, alive, process_record
 from jupyter_starverse.errors import BadInputError, NotFoundError, StarverseError
 from jupyter_starverse.jobmodel import Job, JobState
 
+from ._evalstep import eval_job_spec, evaluate_here
 from ._model import Pipeline
 from ._plan import StepPlan, plan, step_plan
 from ._prep import prep_backend, prep_job_spec, prep_target, runs_as_job
@@ -222,6 +223,31 @@ def drive(facade: Facade, store: RunStore, run_id: str, *, poll: float = 0.5,
                     failed[step.node] = f"after {bad[0]}, which did not succeed"
                     record(StepRun(step.node, step.backend, SKIPPED, reason=failed[step.node]))
                     continue
+            if step.evaluation is not None:  # after the step it scores: here (local) or as a job
+                ev = step.evaluation
+                data_ref = (prep_out.get(ev.data_from) or produced.get(ev.data_from)) if ev.data_from else None
+                if step.backend == "local":
+                    record(StepRun(step.node, step.backend, "running", reason=f"eval {ev.model} on {ev.data}"))
+                    try:
+                        line = evaluate_here(facade, ev, data=data_ref)
+                    except StarverseError as e:
+                        failed[step.node] = e.message
+                        record(StepRun(step.node, step.backend, "failed", reason=f"{e.message} ({e.hint})"))
+                        continue
+                    record(StepRun(step.node, step.backend, "succeeded", reason=line))
+                    continue
+                try:
+                    spec = eval_job_spec(pipeline, node, ev, facade, data=data_ref)
+                    if chain:
+                        spec = spec.replace(after=[jobs[a].id for a in job_deps])
+                    job = facade.launch(spec, backend=step.backend)
+                except StarverseError as e:
+                    failed[step.node] = e.message
+                    record(StepRun(step.node, step.backend, NOT_SUBMITTED, reason=f"{e.message} ({e.hint})"))
+                    continue
+                jobs[step.node] = job
+                record(_step_of(step.node, job))
+                continue
             if step.prep is not None and not as_job:
                 _prepare(facade, run_id, pipeline, step, produced, failed, record)
                 continue
