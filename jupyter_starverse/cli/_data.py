@@ -34,6 +34,7 @@ from jupyter_starverse.data import (
     ReportList,
     StepEstimate,
     StepProgress,
+    parse_shards,
 )
 from jupyter_starverse.errors import BadInputError
 
@@ -191,14 +192,11 @@ def _report(client: Starverse, args: argparse.Namespace) -> object:
 
 
 def _shards(text: str) -> tuple[int, int]:
-    nodes, sep, procs = text.lower().partition("x")
+    """``N`` or ``NxP``, read by the core's parser (the REST routes and pipeline nodes use it too)."""
     try:
-        out = (int(nodes), int(procs) if sep else 1)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not NODESxPROCS, e.g. 2x2") from None
-    if min(out) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: nodes and processes must be at least 1")
-    return out
+        return parse_shards(text)
+    except BadInputError as e:
+        raise argparse.ArgumentTypeError(f"{e.message} ({e.hint})" if e.hint else e.message) from None
 
 
 def _unit(text: str) -> float:

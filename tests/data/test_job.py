@@ -143,3 +143,11 @@ def test_rest_shards_are_parsed_by_the_core_as_the_cli_takes_them() -> None:
     assert e.value.field == "shards" and e.value.hint
     with pytest.raises(BadInputError, match="score has no option 'shards'"):
         _options("score", {"shards": "2"})
+    # the CLI's --shards reads them with the same parser
+    import argparse
+
+    from jupyter_starverse.cli._data import _shards
+
+    assert _shards("2x2") == (2, 2)
+    with pytest.raises(argparse.ArgumentTypeError, match="is not N or NxP"):
+        _shards("2x2x2")
