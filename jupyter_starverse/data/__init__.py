@@ -8,7 +8,7 @@ dataset and writes a new version with provenance and a report. The pieces are us
 from __future__ import annotations
 
 from ._job import parse_shards
-from ._minhash import LshIndex, MinHasher, normalize
+from ._minhash import MinHasher, normalize
 from ._models import StaticEncoder, distill_static
 from ._pii import ACTIONS, PII_TYPES, SUGGESTED, Deidentifier, Finding, find_pii, id_card_valid, luhn_valid
 from ._progress import Progress, StepProgress
@@ -42,7 +42,6 @@ __all__ = [
     "Example",
     "Finding",
     "Histogram",
-    "LshIndex",
     "Malformed",
     "MinHasher",
     "PiiType",
