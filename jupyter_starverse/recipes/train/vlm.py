@@ -140,7 +140,7 @@ def run_stage(
     ctx = sv.init()
     train = [t.strip() for t in str(p.get("train", "multi_modal_projector")).split(",") if t.strip()]
     torch.manual_seed(int(p.get("seed", 0)))
-    model = AutoModelForImageTextToText.from_pretrained(base)
+    model: Any = AutoModelForImageTextToText.from_pretrained(base)
     n_trained, n_frozen = freeze_for_stage(model, train)
     vision: Any = model.config.vision_config
     size = int(vision.image_size)
@@ -163,17 +163,6 @@ def run_stage(
             )
         examples.append((torch.from_numpy(image.astype("float32")), encode(caption)))
     sampler: Any = Sampler(examples, seed=int(p.get("seed", 0)))  # image-text pairs, not token examples
-    wrapped = sv.wrap(model)
-    params = [q for q in wrapped.parameters() if q.requires_grad]
-    lr0 = float(p.get("lr", 1e-4))
-    opt = torch.optim.AdamW(params, lr=lr0, weight_decay=float(p.get("weight_decay", 0.0)))
-    lr_at = schedule(opt, total)
-    if ctx.is_main:
-        print(
-            f"stage {args.recipe}: training {'/'.join(train)} ({n_trained} parameters), {n_frozen} frozen; "
-            f"{len(examples)} image-text pairs, {tokens} image tokens each; steps to {until} of {total}, {plan}",
-            flush=True,
-        )
 
     def batch_of(items: list[Any]) -> tuple[dict[str, torch.Tensor], int]:
         width = max(len(c) for _, c in items)
@@ -184,6 +173,29 @@ def run_stage(
             "labels": torch.tensor(labels, device=ctx.device),
             "pixel_values": torch.stack([img for img, _ in items]).to(ctx.device),
         }, sum(len(c) for _, c in items)
+
+    # a trained module's parameter that the forward never reaches (CLIP's post_layernorm when the features
+    # come from the last hidden state) would stop DDP ("did not receive grad"): one probe pass finds them
+    model.to(ctx.device)
+    inputs, _ = batch_of(examples[:1])
+    model(**inputs).loss.backward()
+    unused = [name for name, q in model.named_parameters() if q.requires_grad and q.grad is None]
+    for name, q in model.named_parameters():
+        q.grad = None
+        if name in unused:
+            q.requires_grad_(False)
+    wrapped = sv.wrap(model)
+    params = [q for q in wrapped.parameters() if q.requires_grad]
+    lr0 = float(p.get("lr", 1e-4))
+    opt = torch.optim.AdamW(params, lr=lr0, weight_decay=float(p.get("weight_decay", 0.0)))
+    lr_at = schedule(opt, total)
+    if ctx.is_main:
+        print(
+            f"stage {args.recipe}: training {'/'.join(train)} ({n_trained} parameters), {n_frozen} frozen; "
+            f"{len(examples)} image-text pairs, {tokens} image tokens each; steps to {until} of {total}, {plan}"
+            + (f"; not reached by the forward, so not trained: {', '.join(unused)}" if unused else ""),
+            flush=True,
+        )
 
     last: int | None = None
     for step in sv.steps(until, model=wrapped, optimizer=opt):
