@@ -30,7 +30,7 @@ from ._checkpoint import find_resume_checkpoint, load_latest, save_checkpoint
 from ._dist import Context, agree_stop_why, barrier, handle_sigterm, init, signalled_at, stop_requested, wrap
 from ._env import JobEnv, job_env
 from ._metrics import close_metrics, log_metrics
-from ._reference import CURVES, CurveCheck, Departure, ReferenceCurve, ReferenceWatch
+from ._reference import CURVES, CurveCheck, Departure, ReferenceCurve, ReferenceWatch, reference_series
 
 __all__ = [
     "CURVES",
@@ -39,6 +39,7 @@ __all__ = [
     "Departure",
     "ReferenceCurve",
     "ReferenceWatch",
+    "reference_series",
     "BatchPlan",
     "JobEnv",
     "barrier",

@@ -125,10 +125,12 @@ def _rank_record(run_dir: Path, rank: int, step: int, values: dict[str, Any], *,
     _sinks[key].write(json.dumps({"step": int(step), "time": time.time(), "rank": rank, **numbers}) + "\n")
 
 
-def _check_reference(env: Any, step: int, numbers: dict[str, float]) -> None:
-    """A reproduction's loss against its reference curve: a warning when it leaves the band."""
+def _check_reference(env: Any, step: int, numbers: dict[str, float]) -> tuple[str, float] | None:
+    """A reproduction's loss against its reference curve: a warning when it leaves the band.
+
+    Returns ``(metric, reference value at this step)`` for TensorBoard, or None."""
     if not env.reference_curve or env.rank != 0:
-        return
+        return None
     watch = _sinks.get("reference")
     if watch is None:
         from ._reference import ReferenceCurve, ReferenceWatch
@@ -138,13 +140,28 @@ def _check_reference(env: Any, step: int, numbers: dict[str, float]) -> None:
         except StarverseError as e:  # a missing curve never stops training
             print(f"warning: reference curve {env.reference_curve!r} not loaded: {e}", file=sys.stderr, flush=True)
             _sinks["reference"] = False
-            return
+            return None
         watch = _sinks["reference"] = ReferenceWatch(curve, total_steps=env.steps)
     if watch is False or watch.curve.metric not in numbers:
-        return
+        return None
     line = watch.see(int(step), numbers[watch.curve.metric], numbers.get("tokens"))
     if line:
         print(line, file=sys.stderr, flush=True)
+    x = watch.curve.x_of(int(step), total_steps=watch.total_steps, tokens=numbers.get("tokens"))
+    ref = watch.curve.at(x) if x is not None else None
+    return None if ref is None else (watch.curve.metric, ref)
+
+
+def _reference_board() -> Any:
+    """A second TensorBoard run (``TB/reference``) with the reference under the live metric's tag,
+    so TensorBoard draws the two lines in one chart."""
+    if "tb-reference" not in _sinks:
+        folder = job_env().tensorboard_dir
+        assert folder is not None  # called only once the live board was opened there
+        from torch.utils.tensorboard import SummaryWriter
+
+        _sinks["tb-reference"] = SummaryWriter(log_dir=str(folder / "reference"), flush_secs=10)
+    return _sinks["tb-reference"]
 
 
 def log_metrics(step: int, *, all_ranks: bool = False, **values: Any) -> None:
@@ -167,7 +184,7 @@ def log_metrics(step: int, *, all_ranks: bool = False, **values: Any) -> None:
         return
     numbers = {k: _number(v) for k, v in values.items()}
     check_loss(step, numbers)  # NaN/inf for STARVERSE_NAN_STEPS steps in a row: stop (see _guards)
-    _check_reference(env, step, numbers)
+    reference = _check_reference(env, step, numbers)
     record = {"step": int(step), "time": time.time(), "rank": env.rank, **numbers}
     if env.run_dir is None:
         print(" ".join([f"step {step}", *(f"{k}={v:.6g}" for k, v in numbers.items())]), flush=True)
@@ -181,6 +198,8 @@ def log_metrics(step: int, *, all_ranks: bool = False, **values: Any) -> None:
         if tb is not None:
             for k, v in numbers.items():
                 tb.add_scalar(k, v, step)
+            if reference is not None:
+                _reference_board().add_scalar(reference[0], reference[1], step)
         run = _wandb()
         if run is not None:
             run.log(numbers, step=step)
@@ -198,7 +217,7 @@ def close_metrics() -> None:
     for key, sink in list(_sinks.items()):
         if sink is None:
             continue
-        if key == "jsonl" or key == "tb" or key.startswith("rank"):
+        if key == "jsonl" or key.startswith(("tb", "rank")):
             sink.close()
         elif key == "wandb":
             sink.finish()

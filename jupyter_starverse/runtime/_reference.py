@@ -13,6 +13,7 @@ and a line when it comes back (not one line per step).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 from collections.abc import Sequence
@@ -22,7 +23,7 @@ from typing import Any
 
 from jupyter_starverse.errors import BadInputError, NotFoundError
 
-__all__ = ["CURVES", "CurveCheck", "Departure", "ReferenceCurve", "ReferenceWatch"]
+__all__ = ["CURVES", "CurveCheck", "Departure", "ReferenceCurve", "ReferenceWatch", "reference_series"]
 
 CURVES = Path(__file__).resolve().parent.parent / "recipes" / "curves"
 KINDS = ("published", "published-endpoints", "own-reference-run")
@@ -87,6 +88,26 @@ class ReferenceCurve:
                 return y0 if x1 == x0 else y0 + (y1 - y0) * (x - x0) / (x1 - x0)
         return None
 
+    def x_of(self, step: int, *, total_steps: int | None = None, tokens: float | None = None) -> float | None:
+        """Where ``step`` sits on the curve's axis (None when that axis is unknown for it)."""
+        if self.x == "step":
+            return float(step)
+        if self.x == "tokens":
+            return tokens
+        return step / total_steps if total_steps else None
+
+    def series(self, steps: Sequence[int], *, total_steps: int | None = None,
+               tokens: Sequence[float | None] | None = None) -> list[tuple[int, float]]:  # fmt: skip
+        """The reference value at each of ``steps`` (those the curve covers): the line a chart draws
+        beside the live loss, at the same steps."""
+        out = []
+        for i, step in enumerate(steps):
+            x = self.x_of(step, total_steps=total_steps, tokens=tokens[i] if tokens is not None else None)
+            ref = self.at(x) if x is not None else None
+            if ref is not None:
+                out.append((int(step), ref))
+        return out
+
     def check(
         self, live: Sequence[tuple[int, float, float | None]], *, total_steps: int | None = None,
         tolerance: float | None = None,
@@ -95,7 +116,7 @@ class ReferenceCurve:
         tol = self.tolerance if tolerance is None else tolerance
         compared, out = 0, []
         for step, loss, tokens in live:
-            x = {"step": float(step), "tokens": tokens, "fraction": step / total_steps if total_steps else None}[self.x]
+            x = self.x_of(step, total_steps=total_steps, tokens=tokens)
             ref = self.at(x) if x is not None else None
             if ref is None:
                 continue
@@ -154,3 +175,22 @@ class ReferenceWatch:
             ref = self.curve.at(step / self.total_steps if self.curve.x == "fraction" and self.total_steps else step)
             return f"reference curve: step {step}: loss {loss:.3f} is back within {check.tolerance:.0%} of {ref:.3f}"
         return None
+
+
+def reference_series(
+    curve: str | None, steps: Sequence[int], *, total_steps: int | None = None
+) -> tuple[ReferenceCurve, list[tuple[int, float]]] | None:
+    """A job's reference curve (its ``STARVERSE_REFERENCE_CURVE``) at ``steps``, or None when it has
+    none or the curve does not load (a chart then draws the live loss alone)."""
+    if not curve:
+        return None
+    try:
+        loaded = _load_cached(curve)
+    except (BadInputError, NotFoundError):
+        return None
+    return loaded, loaded.series(steps, total_steps=total_steps)
+
+
+@functools.lru_cache(maxsize=32)
+def _load_cached(curve: str) -> ReferenceCurve:
+    return ReferenceCurve.load(curve)

@@ -36,6 +36,8 @@ def loss_svg(
     width: int = 360,
     height: int = 150,
     label: str = "loss",
+    reference: Sequence[tuple[int, float]] = (),
+    reference_label: str = "reference",
 ) -> str:
     """Render ``(step, value)`` pairs as an SVG line chart with its axis ranges.
 
@@ -47,6 +49,11 @@ def loss_svg(
         Size in pixels.
     label
         Name of the metric, shown in the corner.
+    reference
+        A reproduction's reference curve at the same steps (``runtime.reference_series``), drawn
+        dashed beside the live line; the value range covers both.
+    reference_label
+        What the dashed line is (its kind and source), in its tooltip.
     """
     data = downsample(points)
     pad_l, pad_r, pad_t, pad_b = 46, 8, 16, 20
@@ -64,8 +71,9 @@ def loss_svg(
         )
         parts.append("</svg>")
         return "".join(parts)
+    ref = [(s, v) for s, v in downsample(reference) if data[0][0] <= s <= data[-1][0]]
     steps = [s for s, _ in data]
-    values = [v for _, v in data]
+    values = [v for _, v in data] + [v for _, v in ref]
     s0, s1 = min(steps), max(steps)
     v0, v1 = min(values), max(values)
     if v1 == v0:
@@ -87,6 +95,13 @@ def loss_svg(
     path = " ".join(xy(s, v) for s, v in data)
     low_y = pad_t + plot_h - 1  # the minimum's baseline inside the plot, above the step labels
     last_step, last_value = data[-1]
+    if len(ref) >= 2:
+        parts.append(
+            f'<polyline class="starverse-reference" fill="none" stroke="#ff7f0e" stroke-width="1.2" '
+            f'stroke-dasharray="4 3" points="{" ".join(xy(s, v) for s, v in ref)}">'
+            f"<title>{escape(reference_label)}</title></polyline>"
+        )
+        parts.append(f'<text x="{pad_l + 4}" y="{pad_t + 11}" font-size="10" fill="#ff7f0e">- - reference</text>')
     parts += [
         f'<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="{path}"/>',
         f'<circle cx="{xy(last_step, last_value).split(",")[0]}" cy="{xy(last_step, last_value).split(",")[1]}" '

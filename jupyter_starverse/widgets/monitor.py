@@ -19,6 +19,7 @@ import ipywidgets as widgets
 
 from jupyter_starverse._format import format_count, format_metric, format_rate, format_step
 from jupyter_starverse.jobmodel import Job, JobState, LogLine
+from jupyter_starverse.runtime import reference_series
 from jupyter_starverse.watch import JobProgress, format_duration
 
 from ._chart import loss_svg
@@ -78,6 +79,17 @@ def _ranks_table(job: Job, progress: JobProgress) -> str:
         + "".join(rows)
         + "</table>"
     )
+
+
+def _chart(curve: str | None, progress: JobProgress) -> str:
+    """The live metric, with a reproduction's reference curve at the same steps when it has one."""
+    label = progress.metric or "loss"
+    found = reference_series(curve, [s for s, _ in progress.points], total_steps=progress.total_steps)
+    if found is None or found[0].metric != label:
+        return loss_svg(progress.points, width=320, label=label)
+    ref, points = found
+    return loss_svg(progress.points, width=320, label=label, reference=points,
+                    reference_label=f"reference: {ref.kind}, {ref.source}")  # fmt: skip
 
 
 def _log_html(lines: Sequence[LogLine]) -> str:
@@ -170,7 +182,7 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
             self.bar.value = 1.0
         self.bar.bar_style = _BAR_STYLE[state]
         self.stats.value = self._stats_html(progress)
-        self.chart.value = loss_svg(progress.points, width=320, label=progress.metric or "loss")
+        self.chart.value = _chart(spec.env.get("STARVERSE_REFERENCE_CURVE"), progress)
         self.ranks.value = _ranks_table(job, progress)
         self.logs.value = _log_html(tail)
         if state.finished:

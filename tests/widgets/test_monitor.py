@@ -1,14 +1,16 @@
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from pathlib import Path
 
+from jupyter_starverse._api import launch
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.jobmodel import JobState
 from jupyter_starverse.widgets.monitor import JobMonitor
 
-from ._jobs import quick_job, slow_job
+from ._jobs import QUICK, quick_job, slow_job
 
 
 def _until(condition, timeout: float = 120.0) -> None:  # type: ignore[no-untyped-def]
@@ -29,7 +31,7 @@ def test_monitor_of_a_finished_job_then_its_folder_vanishes(settings: Settings) 
     assert progress.steps_per_s is not None and progress.steps_per_s > 0
     assert monitor.bar.value == 1.0 and monitor.bar.bar_style == "success"
     assert handle.id in monitor.title.value and "succeeded" in monitor.title.value
-    assert "<polyline" in monitor.chart.value
+    assert "<polyline" in monitor.chart.value and "starverse-reference" not in monitor.chart.value  # no reference
     assert "[0] step 4 loss 0.400" in monitor.logs.value
     assert "<b>step 5/5</b>" in monitor.stats.value
     assert "cost " in monitor.stats.value
@@ -102,4 +104,32 @@ def test_monitor_shows_which_rank_crashed(settings: Settings) -> None:
     assert monitor.bar.bar_style == "danger"
     assert "AssertionError: rank 1 is broken" in monitor.ranks.value
     assert "[1] AssertionError: rank 1 is broken" in monitor.logs.value
+    monitor.close()
+
+
+def test_monitor_draws_a_reproductions_reference_curve_beside_the_live_loss(settings: Settings) -> None:
+    # the reproduction's env as recipes set it: the CogVLM stage-1 curve (3.81 -> 2.05 over the run)
+    handle = launch(code=QUICK, name="repro", steps=5, settings=settings,
+                    env={"STARVERSE_REFERENCE_CURVE": "cogvlm-stage1"})  # fmt: skip
+    job = handle.wait(timeout=300)
+    assert job.state is JobState.SUCCEEDED, job.reason
+    monitor = handle.monitor(start=False)
+    progress = monitor.refresh()
+    chart = monitor.chart.value
+    ref = re.search(r'<polyline class="starverse-reference"[^>]* points="([^"]+)">', chart)
+    assert ref is not None, chart
+    drawn = [tuple(map(float, p.split(","))) for p in ref.group(1).split()]
+    assert len(drawn) == len(progress.points) == 5  # the reference at each logged step
+    # the reference falls 3.81 -> 3.458 over steps 0..4 of 5 (fraction axis), above the live loss
+    # 2.0 -> 0.4: its y (pixels down) is smaller than the live line's at every step
+    live = re.search(r'<polyline fill="none" stroke="#1f77b4"[^>]* points="([^"]+)"', chart)
+    assert live is not None
+    ys = [float(p.split(",")[1]) for p in live.group(1).split()]
+    assert all(r[1] < y for r, y in zip(drawn, ys, strict=True))
+    assert "published-endpoints" in chart  # its tooltip names what the line is
+    # the job warned that it departed (2.0 vs 3.81 at the start: beyond the 15% tolerance)
+    assert any("reference curve" in ln.render() for ln in handle.tail(50))
+    # TensorBoard: the reference is a second run under the live tag, so both lines share a chart
+    events = list((Path(handle.experiment_dir) / "tensorboard" / "reference").glob("events.out.tfevents.*"))
+    assert events, "no reference run written for TensorBoard"
     monitor.close()
