@@ -5,6 +5,7 @@
     starverse recipes ls                                   # every recipe, its defaults and cost
     starverse recipes show cpt
     starverse launch --recipe cpt --model hf:ORG/NAME --data corpus --param lr=3e-4 --procs 8 --gpu a100-80g
+    starverse launch --recipe cogvlm-stage1 --small         # a reproduction: tiny LLaVA + image-text data, on CPU
     starverse recipes publish JOB_ID --repo ORG/NAME-cpt@v1   # the job's model folder into the store
     starverse recipes lineage hf:ORG/NAME-cpt@v1
     starverse recipes pretokenize corpus --model hf:ORG/NAME --name corpus-megatron   # Megatron .bin/.idx

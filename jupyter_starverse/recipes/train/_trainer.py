@@ -353,6 +353,7 @@ def save_model(
         shutil.rmtree(final, ignore_errors=True)
         tmp.replace(final)
         out = final
-        print(f"saved the model (save_pretrained, tokenizer, lineage) to {final}", flush=True)
+        what = "save_pretrained, tokenizer, lineage" if tokenizer is not None else "save_pretrained, lineage"
+        print(f"saved the model ({what}) to {final}", flush=True)
     sv.barrier()
     return out
