@@ -51,6 +51,7 @@ from jupyter_starverse.experiments import (
     tensorboard_installed,
 )
 from jupyter_starverse.jobmodel import Job, JobSpec, JobState, LaunchBackend, LogLine
+from jupyter_starverse.runtime import reference_series
 from jupyter_starverse.watch import JobProgress
 
 from ._base import StarverseHandler, parse_int
@@ -81,6 +82,13 @@ class JobView:
     def to_json(self) -> dict[str, Any]:
         data = self.job.to_json()
         data["progress"] = self.progress.to_json(points=self.points)
+        if self.points:  # a reproduction's reference curve at the same steps (the chart draws it dashed)
+            steps = [s for s, _ in self.progress.points]
+            curve = self.job.spec.env.get("STARVERSE_REFERENCE_CURVE")
+            found = reference_series(curve, steps, total_steps=self.progress.total_steps)
+            ok = found is not None and found[0].metric == (self.progress.metric or "loss")
+            data["progress"]["reference"] = [list(p) for p in found[1]] if found and ok else []
+            data["progress"]["reference_label"] = f"{found[0].kind}: {found[0].source}" if found and ok else None
         return data
 
 

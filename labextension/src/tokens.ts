@@ -113,6 +113,10 @@ export interface IJobProgress {
   metric: string | null;
   value: number | null;
   points: Array<[number, number]>;
+  /** `GET jobs/ID` only: a reproduction's reference curve at the same steps (empty when it has none). */
+  reference?: Array<[number, number]>;
+  /** What the reference is (its kind and source), or null. */
+  reference_label?: string | null;
   steps_per_s: number | null;
   eta_s: number | null;
   elapsed_s: number;

@@ -132,4 +132,10 @@ def test_monitor_draws_a_reproductions_reference_curve_beside_the_live_loss(sett
     # TensorBoard: the reference is a second run under the live tag, so both lines share a chart
     events = list((Path(handle.experiment_dir) / "tensorboard" / "reference").glob("events.out.tfevents.*"))
     assert events, "no reference run written for TensorBoard"
+    # the panel's chart reads the same series from GET jobs/ID
+    from jupyter_starverse.server._jobs import JobView
+
+    served = JobView(handle.job, progress, points=True).to_json()["progress"]
+    assert [s for s, _ in served["reference"]] == [0, 1, 2, 3, 4] and served["reference"][0][1] == 3.81
+    assert served["reference_label"].startswith("published-endpoints: ")
     monitor.close()

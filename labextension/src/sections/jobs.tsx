@@ -9,6 +9,7 @@ import {
   FINISHED_STATES,
   IJob,
   IJobList,
+  IJobProgress,
   ILogTail,
   ITensorBoardInfo,
   JobState
@@ -43,6 +44,66 @@ function JobLogs(props: { job: IJob }): JSX.Element {
     .map(l => `${l.rank === null ? `[node${l.node}]` : `[${l.rank}]`} ${l.text}`)
     .join('\n');
   return <pre className="jp-Starverse-jobLogs">{text || '(no output yet)'}</pre>;
+}
+
+/** `x1,y1 x2,y2 ...` of `(step, value)` pairs in a `w` x `h` box over the given ranges. */
+function polyline(
+  pts: Array<[number, number]>,
+  [s0, s1]: [number, number],
+  [v0, v1]: [number, number],
+  w: number,
+  h: number
+): string {
+  return pts
+    .map(([s, v]) => `${(((s - s0) / (s1 - s0 || 1)) * w).toFixed(1)},${(((v1 - v) / (v1 - v0 || 1)) * h).toFixed(1)}`)
+    .join(' ');
+}
+
+/** The live metric by step (`GET jobs/ID`), with a reproduction's reference curve dashed beside it. */
+function JobChart(props: { job: IJob }): JSX.Element {
+  const { job } = props;
+  const [p, setP] = React.useState<IJobProgress | null>(null);
+  const [error, setError] = React.useState<string | null>(null);
+  const load = async (): Promise<void> => {
+    try {
+      setP((await requestAPI<IJob>(['jobs', job.id], {}, { backend: job.backend })).progress);
+      setError(null);
+    } catch (reason) {
+      setError(errorText(reason));
+      throw reason;
+    }
+  };
+  usePoll(`jupyter-starverse:chart:${job.id}`, isFinished(job.state) ? 60 * 1000 : 2000, load);
+  if (error !== null) {
+    return <div className="jp-Starverse-error">{error}</div>;
+  }
+  if (p === null || p.points.length === 0) {
+    return <div className="jp-Starverse-note">{p === null ? 'Loading…' : 'waiting for metrics'}</div>;
+  }
+  const ref = p.reference ?? [];
+  const steps = p.points.map(q => q[0]);
+  const values = [...p.points, ...ref].map(q => q[1]);
+  const sr: [number, number] = [Math.min(...steps), Math.max(...steps)];
+  const vr: [number, number] = [Math.min(...values), Math.max(...values)];
+  const w = 200;
+  const h = 60;
+  return (
+    <div className="jp-Starverse-jobChart" title={p.reference_label ?? undefined}>
+      <svg viewBox={`0 0 ${w} ${h}`} width="100%" height={h} preserveAspectRatio="none" role="img"
+        aria-label={`${p.metric ?? 'loss'} by step`}>
+        {ref.length >= 2 && (
+          <polyline className="jp-Starverse-chartReference" fill="none" stroke="#ff7f0e" strokeWidth={1.2}
+            strokeDasharray="4 3" vectorEffect="non-scaling-stroke" points={polyline(ref, sr, vr, w, h)} />
+        )}
+        <polyline className="jp-Starverse-chartLive" fill="none" stroke="var(--jp-brand-color1)" strokeWidth={1.5}
+          vectorEffect="non-scaling-stroke" points={polyline(p.points, sr, vr, w, h)} />
+      </svg>
+      <div className="jp-Starverse-entryDetail">
+        {p.metric ?? 'loss'} {vr[0].toPrecision(3)}–{vr[1].toPrecision(3)} · steps {sr[0]}–{sr[1]}
+        {ref.length >= 2 ? ' · dashed: reference' : ''}
+      </div>
+    </div>
+  );
 }
 
 /** Where the job's TensorBoard events are; opens the TensorBoard this server runs for it. */
@@ -132,7 +193,7 @@ function TensorBoardLink(props: { job: IJob }): JSX.Element {
 /** One job row: state, progress bar, the server's progress line; actions. */
 function JobRow(props: { job: IJob; onChanged: () => void }): JSX.Element {
   const { job, onChanged } = props;
-  const [open, setOpen] = React.useState<'logs' | 'tensorboard' | null>(null);
+  const [open, setOpen] = React.useState<'logs' | 'tensorboard' | 'chart' | null>(null);
   const [busy, setBusy] = React.useState(false);
   const [error, setError] = React.useState<string | null>(null);
   const p = job.progress;
@@ -170,7 +231,7 @@ function JobRow(props: { job: IJob; onChanged: () => void }): JSX.Element {
       onChanged();
     }
   };
-  const toggle = (what: 'logs' | 'tensorboard'): void => setOpen(open === what ? null : what);
+  const toggle = (what: 'logs' | 'tensorboard' | 'chart'): void => setOpen(open === what ? null : what);
   // The server's progress line, field by field; the state badge above already says the state.
   const stats = p.line_fields.filter(f => f.key !== 'state');
   return (
@@ -220,6 +281,9 @@ function JobRow(props: { job: IJob; onChanged: () => void }): JSX.Element {
         <button className="jp-Button jp-mod-minimal jp-Starverse-logsButton" onClick={() => toggle('logs')}>
           {open === 'logs' ? 'Hide logs' : 'Logs'}
         </button>
+        <button className="jp-Button jp-mod-minimal jp-Starverse-chartButton" onClick={() => toggle('chart')}>
+          {open === 'chart' ? 'Hide chart' : 'Chart'}
+        </button>
         <button
           className="jp-Button jp-mod-minimal jp-Starverse-tbButton"
           onClick={() => toggle('tensorboard')}
@@ -249,6 +313,7 @@ function JobRow(props: { job: IJob; onChanged: () => void }): JSX.Element {
       {error !== null && <div className="jp-Starverse-error">{error}</div>}
       {open === 'logs' && <JobLogs job={job} />}
       {open === 'tensorboard' && <TensorBoardLink job={job} />}
+      {open === 'chart' && <JobChart job={job} />}
     </li>
   );
 }
