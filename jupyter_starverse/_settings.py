@@ -371,6 +371,9 @@ class Settings:
     #: idle guards (issue 13): a job whose GPUs idle this long is stopped, the workspace switches to CPU
     job_idle_minutes: float = 30.0
     workspace_idle_minutes: float = 60.0
+    #: a chat worker (a model in memory) that answers nothing for this long exits; the next question
+    #: starts it again (0: kept for as long as its session)
+    chat_idle_minutes: float = 15.0
     #: a job whose loss is NaN/inf for this many logged steps in a row stops (0: off)
     nan_steps: int = 3
     hub_profiles: str | None = None
@@ -440,6 +443,7 @@ class Settings:
             cpu_image=_optional(env, "STARVERSE_CPU_IMAGE"),
             job_idle_minutes=_minutes(env, "STARVERSE_JOB_IDLE_MINUTES", 30.0),
             workspace_idle_minutes=_minutes(env, "STARVERSE_WORKSPACE_IDLE_MINUTES", 60.0),
+            chat_idle_minutes=_minutes(env, "STARVERSE_CHAT_IDLE_MINUTES", 15.0),
             nan_steps=int(_minutes(env, "STARVERSE_NAN_STEPS", 3)),
             hub_profiles=_optional(env, "STARVERSE_HUB_PROFILES"),
             workspace_container=_optional(env, "STARVERSE_WORKSPACE_CONTAINER"),
@@ -504,6 +508,7 @@ class Settings:
             "STARVERSE_LOCK_TTL": str(self.lock_ttl),
             "STARVERSE_JOB_IDLE_MINUTES": f"{self.job_idle_minutes:g}",
             "STARVERSE_WORKSPACE_IDLE_MINUTES": f"{self.workspace_idle_minutes:g}",
+            "STARVERSE_CHAT_IDLE_MINUTES": f"{self.chat_idle_minutes:g}",
             "STARVERSE_LOCAL_GPU": self.local_gpu,
             "STARVERSE_READONLY_MOUNTS": self.readonly_mounts,
             "STARVERSE_NAN_STEPS": str(self.nan_steps),

@@ -159,19 +159,36 @@ class ChatSession:
         The model folder the worker loads.
     """
 
-    def __init__(self, model: str, folder: Path, *, log_dir: Path, start_timeout: float = 120.0) -> None:
+    def __init__(
+        self,
+        model: str,
+        folder: Path,
+        *,
+        log_dir: Path,
+        start_timeout: float = 120.0,
+        idle_seconds: float = 0.0,
+    ) -> None:
         self.id = uuid.uuid4().hex[:12]
         self.model = model
         self.folder = folder
         self.started_at = time.time()
+        self.idle_seconds = idle_seconds
+        self.restarts = 0  # how often a question woke the worker after it exited idle
+        self._asleep = False  # the worker exited idle: the next question starts another
+        self._start_timeout = start_timeout
         self._turns: dict[str, ChatTurn] = {}
         self._lock = threading.Lock()
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / f"chat-{self.id}.log"
+        self._spawn()
+
+    def _spawn(self) -> None:
+        """Start the worker with the model and wait for its ``ready`` line."""
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        argv = [sys.executable, "-m", "jupyter_starverse.feedback._worker", str(self.folder), f"{self.idle_seconds:g}"]
         with open(self.log_path, "ab") as err:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "jupyter_starverse.feedback._worker", str(folder)],
+                argv,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=err,
@@ -181,14 +198,15 @@ class ChatSession:
                 start_new_session=True,  # a kernel interrupt (SIGINT to its group) leaves it alone
             )
         assert self._proc.stdout is not None
-        ready = self._first_line(self._proc.stdout, start_timeout)
+        ready = self._first_line(self._proc.stdout, self._start_timeout)
         if not ready.get("ready"):
             self.close()
             raise BackendUnavailableError(
-                f"the chat worker could not load {model}: {ready.get('error') or 'it exited'}",
+                f"the chat worker could not load {self.model or self.folder}: {ready.get('error') or 'it exited'}",
                 hint=f"see {self.log_path}",
             )
-        self._reader = threading.Thread(target=self._read, name=f"chat-{self.id}", daemon=True)
+        self._asleep = False
+        self._reader = threading.Thread(target=self._read, args=(self._proc,), name=f"chat-{self.id}", daemon=True)
         self._reader.start()
 
     def _first_line(self, out: IO[str], timeout: float) -> dict[str, Any]:
@@ -204,12 +222,18 @@ class ChatSession:
             return {"ready": False, "error": box[0][:200]}
         return data if isinstance(data, dict) else {"ready": False}
 
-    def _read(self) -> None:
-        assert self._proc.stdout is not None
-        for line in self._proc.stdout:
+    def _read(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
             try:
                 msg = json.loads(line)
             except ValueError:
+                continue
+            if msg.get("idle"):  # it offers to go: let it, unless a question was sent meanwhile
+                with self._lock:
+                    if not any(not t.done.is_set() for t in self._turns.values()):
+                        self._asleep = True
+                        self._close_stdin(proc)
                 continue
             turn = self._turns.get(str(msg.get("id")))
             if turn is None:
@@ -226,6 +250,8 @@ class ChatSession:
                 turn.tokens = int(msg.get("tokens") or 0)
                 turn.seconds = float(msg.get("seconds") or 0.0)
                 turn.done.set()
+        if proc is not self._proc:  # a worker that went idle, already replaced: the turns are the new one's
+            return
         for turn in self._turns.values():  # the worker is gone: nothing more will come
             if not turn.done.is_set():
                 turn.error = turn.error or f"the chat worker exited (see {self.log_path})"
@@ -233,7 +259,13 @@ class ChatSession:
 
     @property
     def alive(self) -> bool:
-        return self._proc.poll() is None
+        """Whether the session answers: its worker runs, or exited idle and starts at the next question."""
+        return self._proc.poll() is None or self._asleep
+
+    @property
+    def asleep(self) -> bool:
+        """The worker exited after ``idle_seconds`` without a question; the model is not in memory."""
+        return self._asleep and self._proc.poll() is not None
 
     def ask(
         self,
@@ -246,8 +278,6 @@ class ChatSession:
     ) -> ChatTurn:
         """Start an answer to ``messages`` (or one prompt string); returns at once with the turn."""
         msgs = _ask_input(messages, max_new_tokens)
-        if not self.alive:
-            raise BackendUnavailableError("the chat worker has stopped", hint=f"start a new chat; see {self.log_path}")
         turn = ChatTurn(uuid.uuid4().hex[:12], msgs, on_piece=on_piece)
         request = {
             "id": turn.id,
@@ -256,13 +286,26 @@ class ChatSession:
             "temperature": float(temperature),
             "seed": int(seed),
         }
+        # one lock from the wake-up to the write: the reader lets an idle worker go only when no
+        # question is pending, so a question never lands in a worker on its way out
         with self._lock:
+            if self._asleep:
+                try:
+                    self._proc.wait(30)  # it said idle and its stdin is closed: it is on its way out
+                except subprocess.TimeoutExpired:
+                    self._proc.kill()
+                self._spawn()  # loads the model again: the first answer after a pause waits for it
+                self.restarts += 1
+            if self._proc.poll() is not None:
+                raise BackendUnavailableError(
+                    "the chat worker has stopped", hint=f"start a new chat; see {self.log_path}"
+                )
             self._turns[turn.id] = turn
             assert self._proc.stdin is not None
             try:
                 self._proc.stdin.write(json.dumps(request, ensure_ascii=False) + "\n")
                 self._proc.stdin.flush()
-            except OSError as e:
+            except (OSError, ValueError) as e:  # ValueError: its stdin was closed
                 raise BackendUnavailableError(f"the chat worker has stopped: {e}", hint="start a new chat") from e
         return turn
 
@@ -272,13 +315,18 @@ class ChatSession:
         except KeyError:
             raise NotFoundError(f"no answer {turn_id!r} in chat {self.id}", hint="ask again") from None
 
-    def close(self) -> None:
-        """Stop the worker (closing stdin ends it; SIGTERM if it lingers)."""
-        if self._proc.stdin is not None:
+    @staticmethod
+    def _close_stdin(proc: subprocess.Popen[str]) -> None:
+        if proc.stdin is not None:
             try:
-                self._proc.stdin.close()
+                proc.stdin.close()
             except OSError:
                 pass
+
+    def close(self) -> None:
+        """Stop the worker (closing stdin ends it; SIGTERM if it lingers)."""
+        self._asleep = False
+        self._close_stdin(self._proc)
         try:
             self._proc.wait(5)
         except subprocess.TimeoutExpired:
@@ -289,7 +337,13 @@ class ChatSession:
                 self._proc.kill()
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "model": self.model, "alive": self.alive, "started_at": self.started_at}
+        return {
+            "id": self.id,
+            "model": self.model,
+            "alive": self.alive,
+            "asleep": self.asleep,
+            "started_at": self.started_at,
+        }
 
     def __enter__(self) -> ChatSession:
         return self
@@ -530,7 +584,12 @@ class ChatSessions:
             if token is not None:
                 raise BadInputError("a token goes with an endpoint", field="token", hint="give --endpoint ID|URL")
             folder = resolve_model(self.settings, self.catalog, model or "")
-            session = ChatSession(model or "", folder, log_dir=self.settings.home / "chat")
+            session = ChatSession(
+                model or "",
+                folder,
+                log_dir=self.settings.home / "chat",
+                idle_seconds=self.settings.chat_idle_minutes * 60,
+            )
         with self._lock:
             self._sessions[session.id] = session
         return session

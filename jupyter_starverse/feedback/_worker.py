@@ -1,8 +1,10 @@
 """The chat worker process: loads one model and streams answers, one JSON line per piece.
 
-Run as ``python -m jupyter_starverse.feedback._worker MODEL_FOLDER``; it outlives no one: it
-stops when its stdin closes (the kernel or server that started it is gone). Protocol, JSON
-lines:
+Run as ``python -m jupyter_starverse.feedback._worker MODEL_FOLDER [IDLE_SECONDS]``; it outlives
+no one: it stops when its stdin closes (the kernel or server that started it is gone). After
+IDLE_SECONDS without a request it says ``{"idle": true}``; the session then closes its stdin
+unless a question is on its way (the session's lock decides, so none is lost), and starts a new
+worker at the next question. Protocol, JSON lines:
 
 - in: ``{"id", "messages": [{"role", "content"}], "max_new_tokens", "temperature", "seed"}``
 - out: ``{"ready": true, "model"}`` once; per request ``{"id", "piece"}`` ... then
@@ -13,8 +15,11 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -82,6 +87,31 @@ def generate(model: Any, tok: Any, request: dict[str, Any]) -> None:
     _emit({"id": rid, "done": True, "text": text, "tokens": len(out), "seconds": time.monotonic() - started})
 
 
+def _requests(idle: float) -> Iterator[str | None]:
+    """The request lines on stdin until it closes; ``None`` each time none came for ``idle`` seconds (0: never).
+
+    A reader thread feeds a queue, so a wait with a timeout never loses a line that stdin's buffer
+    already holds (as ``select`` on the descriptor would).
+    """
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        for line in sys.stdin:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=read, name="chat-requests", daemon=True).start()
+    while True:
+        try:
+            line = lines.get(timeout=idle if idle > 0 else None)
+        except queue.Empty:
+            yield None
+            continue
+        if line is None:  # stdin closed: the session ended
+            return
+        yield line
+
+
 def main(argv: list[str]) -> int:
     folder = argv[0]
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -97,7 +127,11 @@ def main(argv: list[str]) -> int:
         _emit({"ready": False, "error": f"{type(e).__name__}: {e}"})
         return 1
     _emit({"ready": True, "model": folder})
-    for line in sys.stdin:
+    idle = float(argv[1]) if len(argv) > 1 else 0.0
+    for line in _requests(idle):
+        if line is None:  # nobody asked for `idle` seconds: offer to go (the session closes stdin if so)
+            _emit({"idle": True, "seconds": idle})
+            continue
         if not line.strip():
             continue
         request: dict[str, Any] = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -73,3 +74,24 @@ def test_chat_refuses_bad_models(client: Starverse) -> None:
         client.chats.start("exp:nothing-here")
     with pytest.raises(NotFoundError):
         client.chats.get("nope")
+
+
+def test_an_idle_worker_gives_its_memory_back_and_the_next_question_starts_it_again(
+    tiny_folder: Path, tmp_path: Path
+) -> None:
+    from jupyter_starverse.feedback import ChatSession
+
+    session = ChatSession("tiny", tiny_folder, log_dir=tmp_path, idle_seconds=1.0)
+    try:
+        first = session.ask("How many cards do I need?", max_new_tokens=6).wait(60)
+        assert first.error is None and first.text
+        pid = session._proc.pid
+        session._proc.wait(60)  # no question for a second: the worker exits by itself
+        assert session.asleep and session.alive  # the process is gone, the session still answers
+        assert session.to_json()["asleep"] is True
+        again = session.ask("How many cards do I need?", max_new_tokens=6).wait(60)
+        assert again.error is None and again.text == first.text  # same model, greedy: same answer
+        assert session._proc.pid != pid and session.restarts == 1 and not session.asleep
+    finally:
+        session.close()
+    assert not session.alive
