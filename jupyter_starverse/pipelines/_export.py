@@ -33,7 +33,9 @@ __all__ = ["EXPORT_FORMATS", "ExportFile", "PipelineExport", "export"]
 
 EXPORT_FORMATS = ("sbatch", "yaml", "python")
 _PLACEHOLDER = "<job-id>"  # what the renderers write where a submitted job has its id
-_PLACEHOLDER_RUN = "run<stamp>"  # submit.sh: the submission's stamp, in the versions prep steps write
+# submit.sh: the submission's stamp, in the versions prep steps write (itself a valid version
+# name, so the rendered JobSpec passes its own checks before sed fills it in)
+_PLACEHOLDER_RUN = "runSUBMITSTAMP"
 
 
 @dataclass(frozen=True)

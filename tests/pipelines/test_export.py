@@ -71,9 +71,9 @@ def test_sbatch_export_of_prep_steps_is_a_chain_of_sharded_jobs(client: Starvers
     submit, clean, dedup = (f.text for f in out.files)
     assert "--dependency=afterok:${sid_0}" in submit and submit.count("sbatch --parsable --dependency") == 1
     assert "#SBATCH --nodes=2" in dedup and "--nnodes=2" in dedup  # two shard ranks
-    assert "-m jupyter_starverse.data._job dedup 'tiny@clean-run<stamp>-clean'" in dedup  # reads what clean writes
-    assert "--to 'tiny@clean-run<stamp>-clean'" in clean
-    assert '"s/run<stamp>/run$stamp/g"' in submit  # one stamp per submission names both versions
+    assert "-m jupyter_starverse.data._job dedup tiny@clean-runSUBMITSTAMP-clean" in dedup  # reads what clean writes
+    assert "--to tiny@clean-runSUBMITSTAMP-clean" in clean
+    assert '"s/runSUBMITSTAMP/run$stamp/g"' in submit  # one stamp per submission names both versions
     # a training step that mounts what a prep step writes cannot be rendered before it exists
     fed = {**PREP, "nodes": [*PREP["nodes"], {"id": "train", "kind": "train", "params": {"script": "steps/train.py"}}],
            "edges": [*PREP["edges"], {"source": "dedup", "target": "train"}]}  # fmt: skip
