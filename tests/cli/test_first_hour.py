@@ -288,11 +288,12 @@ def test_export_lets_no_third_party_warning_reach_the_user() -> None:
         warnings.warn_explicit("ours", UserWarning, "_service.py", 1, "jupyter_starverse.export._service")
         logging.getLogger("transformers.modeling_utils").warning("advice nobody asked for")
 
+    before = logging.getLogger("transformers").level  # WARNING once transformers is imported, else NOTSET
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         export_like()
     assert [str(w.message) for w in seen] == ["ours"]
-    assert logging.getLogger("transformers").level == logging.NOTSET  # restored after the export
+    assert logging.getLogger("transformers").level == before  # restored after the export
 
 
 def test_a_data_steps_took_is_the_time_the_user_waited(
