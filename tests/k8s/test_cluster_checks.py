@@ -51,7 +51,11 @@ def test_the_shipped_role_allows_every_backend_operation(rbac_kube: KubeServer, 
     posts = [c for c in rbac_kube.calls if c.method == "POST"]
     assert posts and all("fieldValidation=Strict" in c.query for c in posts)  # no field silently dropped
     assert [j.id for j in backend.list()] == [job.id]
-    assert any("step" in line.text for line in backend.logs(job.id))
+    # the test server's kubelet prints a pod's lines one per controller tick after it runs: poll
+    deadline = time.monotonic() + 20
+    while not any("step" in line.text for line in backend.logs(job.id)):
+        assert time.monotonic() < deadline, "the pod's log never reached the backend"
+        time.sleep(0.05)
     assert backend.preempt(running.id).state is JobState.PREEMPTED  # pods: delete
     assert backend.cancel(job.id).state is JobState.CANCELLED  # jobs: delete
     from kubernetes import client, config
