@@ -180,6 +180,8 @@ PATH_VALUES = {
     "state_id": "0123abcd-0000",
     "task_id": "abc",
     "report_id": "fuzz-report",
+    "board": "fuzz-board",  # the TensorBoard proxy: a board this server never started (404)
+    "path": "data/runs",
 }
 
 # What a leaf of a body becomes, by kind.
