@@ -20,13 +20,14 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jupyter_starverse._format import pretty_text
 from jupyter_starverse._procs import ProcessRecord, alive, process_record
 from jupyter_starverse.errors import BadInputError, NotFoundError, StarverseError
-from jupyter_starverse.jobmodel import Job, JobState
+from jupyter_starverse.jobmodel import Job, JobSpec, JobState
 
 from ._evalstep import eval_job_spec, evaluate_here
 from ._model import Pipeline
@@ -193,6 +194,21 @@ def drive(facade: Facade, store: RunStore, run_id: str, *, poll: float = 0.5,
         if on_change is not None:
             on_change(step.node, step)
 
+    def submit(node_id: str, make: Callable[[], JobSpec], on: str, deps: list[str], chain: bool) -> bool:
+        """Launch one step's job (after ``deps`` when the backend chains them); a refusal is recorded."""
+        try:
+            spec = make()
+            if chain:
+                spec = spec.replace(after=[jobs[a].id for a in deps])
+            job = facade.launch(spec, backend=on)
+        except StarverseError as e:
+            failed[node_id] = e.message
+            record(StepRun(node_id, on, NOT_SUBMITTED, reason=f"{e.message} ({e.hint})"))
+            return False
+        jobs[node_id] = job
+        record(_step_of(node_id, job))
+        return True
+
     produced: dict[str, str] = {}  # prep node -> the dataset version it wrote
     prep_out: dict[str, str] = {}  # prep job -> the version it writes (once it succeeds)
     base_dir = Path(data["base_dir"])
@@ -236,17 +252,8 @@ def drive(facade: Facade, store: RunStore, run_id: str, *, poll: float = 0.5,
                         continue
                     record(StepRun(step.node, step.backend, "succeeded", reason=line))
                     continue
-                try:
-                    spec = eval_job_spec(pipeline, node, ev, facade, data=data_ref)
-                    if chain:
-                        spec = spec.replace(after=[jobs[a].id for a in job_deps])
-                    job = facade.launch(spec, backend=step.backend)
-                except StarverseError as e:
-                    failed[step.node] = e.message
-                    record(StepRun(step.node, step.backend, NOT_SUBMITTED, reason=f"{e.message} ({e.hint})"))
-                    continue
-                jobs[step.node] = job
-                record(_step_of(step.node, job))
+                submit(step.node, partial(eval_job_spec, pipeline, node, ev, facade, data=data_ref),
+                       step.backend, job_deps, chain)  # fmt: skip
                 continue
             if step.prep is not None and not as_job:
                 _prepare(facade, run_id, pipeline, step, produced, failed, record)
@@ -256,33 +263,16 @@ def drive(facade: Facade, store: RunStore, run_id: str, *, poll: float = 0.5,
                 source = prep_out.get(prep.from_node) or produced.get(prep.from_node) if prep.from_node else None
                 source = source or prep.source
                 target = prep_target(source, prep.step, "-".join(run_id.split("-")[-3:]), step.node)
-                try:
-                    spec = prep_job_spec(pipeline, node, prep, source=source, target=target, backend=backend)
-                    if chain:
-                        spec = spec.replace(after=[jobs[a].id for a in job_deps])
-                    job = facade.launch(spec, backend=backend)
-                except StarverseError as e:
-                    failed[step.node] = e.message
-                    record(StepRun(step.node, backend, NOT_SUBMITTED, reason=f"{e.message} ({e.hint})"))
-                    continue
-                jobs[step.node] = job
-                prep_out[step.node] = target
-                record(_step_of(step.node, job))
+                make = partial(prep_job_spec, pipeline, node, prep, source=source, target=target, backend=backend)
+                if submit(step.node, make, backend, job_deps, chain):
+                    prep_out[step.node] = target
                 continue
             if produced:  # mount what the prep steps before it wrote, not their stand-ins
                 paths = {ref: facade.catalog.status(ref).path for ref in produced.values()}
                 node = pipeline.by_id[step.node]
                 step = step_plan(pipeline, node, base_dir=base_dir, facade=facade, paths=paths, produced=produced)
             assert step.spec is not None
-            spec = step.spec.replace(after=[jobs[a].id for a in job_deps]) if chain else step.spec
-            try:
-                job = facade.launch(spec, backend=step.backend)
-            except StarverseError as e:
-                failed[step.node] = e.message
-                record(StepRun(step.node, step.backend, NOT_SUBMITTED, reason=f"{e.message} ({e.hint})"))
-                continue
-            jobs[step.node] = job
-            record(_step_of(step.node, job))
+            submit(step.node, step.spec.replace, step.backend, job_deps, chain)
         for node_id, job in jobs.items():
             record(_step_of(node_id, _wait(facade, job, poll)))
     except BaseException as e:  # recorded for every reader, then raised as usual
