@@ -1,7 +1,10 @@
 """TensorBoard over an experiment's runs: one process per experiment, on loopback, behind a prefix.
 
-One board shows every run of an experiment (``--logdir_spec RUN:FOLDER,...``, the runs' names
-as TensorBoard's run names), so runs are compared side by side. The process listens on
+One board shows every run of an experiment, so runs are compared side by side. TensorBoard names
+a run by its folder relative to ``--logdir`` (``--logdir_spec RUN:FOLDER`` names events in
+FOLDER itself ``RUN/.``), so the process reads a private folder of links, one per run, named by
+the run: its runs are ``RUN`` (and ``RUN/reference``, the reference curve a reproduction writes
+beside its events). The process listens on
 127.0.0.1 only and serves under ``path_prefix``: the Jupyter server proxies it at that path with
 its own authentication, so a browser on another host sees it through the Jupyter port. Who
 proxies (the server) holds no process: this service does.
@@ -13,9 +16,11 @@ import atexit
 import hashlib
 import importlib.util
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -42,6 +47,14 @@ class Board:
     def logdir_spec(self) -> str:
         return ",".join(f"{name}:{folder}" for name, folder in self.runs)
 
+    def link_folder(self) -> Path:
+        """A new private folder with one link per run (``RUN -> its event folder``): TensorBoard's
+        ``--logdir`` there names each run by the run's name, never ``RUN/.``."""
+        folder = Path(tempfile.mkdtemp(prefix=f"starverse-tb-{self.id[:40]}-"))
+        for name, events in self.runs:
+            (folder / name).symlink_to(events.resolve(), target_is_directory=True)
+        return folder
+
 
 def experiment_board(run_dir: Path) -> Board:
     """The board of the experiment ``run_dir`` belongs to (``EXP/runs/RUN``): every run of it with a
@@ -63,6 +76,7 @@ class TensorBoards:
 
     def __init__(self) -> None:
         self._procs: dict[str, tuple[subprocess.Popen[bytes], int, str]] = {}
+        self._links: dict[str, Path] = {}  # board -> its folder of run links (removed when it stops)
         self._lock = threading.Lock()
         atexit.register(self.stop_all)
 
@@ -89,7 +103,10 @@ class TensorBoards:
             with socket.socket() as sock:
                 sock.bind(("127.0.0.1", 0))
                 port = int(sock.getsockname()[1])
-            argv = [sys.executable, "-m", "tensorboard.main", "--logdir_spec", board.logdir_spec,
+            links = self._links[board.id] = board.link_folder()
+            # --load_fast=false: the Python loader, which follows the links (the Rust one is an
+            # optional package whose walk we do not control)
+            argv = [sys.executable, "-m", "tensorboard.main", "--logdir", str(links), "--load_fast", "false",
                     "--port", str(port), "--host", "127.0.0.1", "--path_prefix", path_prefix.rstrip("/"),
                     "--reload_interval", "5"]  # fmt: skip
             with log.open("ab") as out:
@@ -119,6 +136,9 @@ class TensorBoards:
         """Stop the TensorBoard of ``board_id``; False when none ran."""
         with self._lock:
             found = self._procs.pop(board_id, None)
+            links = self._links.pop(board_id, None)
+        if links is not None:
+            shutil.rmtree(links, ignore_errors=True)  # the links only, never what they point at
         if found is None:
             return False
         proc = found[0]
