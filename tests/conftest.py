@@ -31,6 +31,7 @@ def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[N
     monkeypatch.setenv("STARVERSE_USER", "tester")
     monkeypatch.setenv("STARVERSE_MODE", "cpu")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("STARVERSE_WARM_POOL", "off")  # no test leaves a warm pool behind, unless it asks for one
     yield
 
 
