@@ -19,7 +19,33 @@ from ..client import Starverse
 from ..errors import StarverseError, missing_dependency
 from ._presenter import NotebookPresenter
 
-__all__ = ["StarverseMagics"]
+__all__ = ["StarverseMagics", "strip_comment"]
+
+
+def strip_comment(line: str) -> str:
+    """``line`` without a shell comment: a ``#`` that starts a word outside quotes, and what follows.
+
+    The README's and the notebooks' cells end lines with ``# what it does``, as a shell would
+    read them; a ``#`` inside a word (``--env A=b#c``, a URL's fragment) or in quotes stays.
+    """
+    quote = ""
+    escaped = False
+    word_start = True  # at the line's start or after whitespace that is no part of a word
+    for i, ch in enumerate(line):
+        if escaped:  # the character after a backslash is part of a word, whatever it is
+            escaped, word_start = False, False
+            continue
+        if ch == "#" and word_start:
+            return line[:i]
+        if ch == "\\" and quote != "'":
+            escaped = True
+        elif quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        word_start = not quote and not escaped and ch.isspace()
+    return line
 
 
 @magics_class
@@ -43,7 +69,7 @@ class StarverseMagics(Magics):
         """Run a starverse command in this kernel (``%sv --help`` lists them)."""
         try:
             args = parse(
-                shlex.split(line),
+                shlex.split(strip_comment(line)),
                 prog="%sv" if cell is None else "%%sv",
                 cell=cell,
                 notebook=True,
