@@ -104,8 +104,10 @@ class JobList:
 
     def _rows(self) -> list[tuple[str, ...]]:
         return [
-            (j.id, j.title, j.backend, j.state, _row_topology(j), _ago(j.created), _row_runtime(j)) for j in self.jobs
-        ]
+            (j.id, j.title, j.backend, j.state, _row_topology(j), _ago(j.created), _row_runtime(j),
+             ", ".join(j.mounts) or "-")
+            for j in self.jobs
+        ]  # fmt: skip
 
     def _paging(self) -> list[str]:
         if self.total is None or (self.offset == 0 and self.total <= len(self.jobs)):
@@ -120,7 +122,8 @@ class JobList:
             if self.total is None or self.total or self.offset:
                 text = "no jobs match" if self.offset == 0 else "no more jobs"
         else:
-            text = _table([("ID", "NAME", "BACKEND", "STATE", "TOPOLOGY", "CREATED", "RUNTIME"), *self._rows()])
+            header = ("ID", "NAME", "BACKEND", "STATE", "TOPOLOGY", "CREATED", "RUNTIME", "MOUNTS")
+            text = _table([header, *self._rows()])
         footer = [self.footer] if self.footer else []
         return "\n".join([text, *self._paging(), *(f"note: {n}" for n in self.notes), *footer])
 
@@ -135,7 +138,7 @@ class JobList:
         if not self.jobs:
             return f"<div>{escape(str(self).splitlines()[0])}</div>{notes}"
         rows = [(*r[:3], state_badge(r[3]), *r[4:]) for r in self._rows()]
-        header = ("id", "name", "backend", "state", "topology", "created", "runtime")
+        header = ("id", "name", "backend", "state", "topology", "created", "runtime", "mounts")
         return html_table(header, rows, raw_columns=(3,)) + notes
 
 
@@ -183,8 +186,17 @@ class JobDetail:
         if p.step is not None:
             speed = f", {format_rate(p.steps_per_s)}" if p.steps_per_s else ""
             eta = f", ETA {format_duration(p.eta_s)}" if p.eta_s is not None and not j.state.finished else ""
-            values = " ".join(f"{k} {format_metric(v)}" for k, v in p.values.items())
+            rates = ("tokens_per_s", "tflops_per_card", "tflops")
+            values = " ".join(f"{k} {format_metric(v)}" for k, v in p.values.items() if k not in rates)
             out.append(("progress", f"{format_step(p.step + 1, p.total)}{speed}{eta}  {values}".rstrip()))
+            throughput = []  # what the monitor shows: the last step's tokens/s and model TFLOPS per card
+            if "tokens_per_s" in p.values:
+                throughput.append(f"{format_count(round(p.values['tokens_per_s']))} tokens/s")
+            tflops = p.values.get("tflops_per_card", p.values.get("tflops"))
+            if tflops is not None:
+                throughput.append(f"{format_metric(tflops)} TFLOPS/card")
+            if throughput:
+                out.append(("throughput", ", ".join(throughput)))
         if self.live is not None and self.live.cost_text:
             out.append(("cost", self.live.cost_text + ("" if j.state.finished else " so far")))
         if self.checkpoint_step is not None:

@@ -58,7 +58,7 @@ __all__ = [
     "summarize_run",
 ]
 
-_VERSION = 4
+_VERSION = 5  # 5: the rows carry the mounted versions
 _INCOMPLETE_S = 60.0  # a run folder without a spec this young is being created, not broken
 _NO_SPEC = "no spec.json"
 _RECORDS = {"kubernetes.json": "kubernetes", "slurm.json": "slurm"}
@@ -88,6 +88,8 @@ class JobSummary:
     steps: int | None = None
     restarts: int = 0
     cost: str | None = None
+    #: the exact ``NAME@VERSION`` each mount read (pinned at launch; a bare name in older specs)
+    mounts: tuple[str, ...] = ()
 
     @property
     def is_finished(self) -> bool:
@@ -113,6 +115,7 @@ class JobSummary:
             "steps": self.steps,
             "restarts": self.restarts,
             "cost": self.cost,
+            "mounts": list(self.mounts),
         }
 
     @classmethod
@@ -136,7 +139,16 @@ class JobSummary:
             steps=data.get("steps") if isinstance(data.get("steps"), int) else None,
             restarts=int(data.get("restarts") or 0),
             cost=data.get("cost"),
+            mounts=tuple(str(m) for m in data.get("mounts") or ()),
         )
+
+
+def _mounted(spec: dict[str, Any]) -> tuple[str, ...]:
+    """``JobSpec.mounted`` of a spec read as JSON: each mount as the exact version it was pinned to."""
+    mounts, versions = spec.get("mounts") or (), spec.get("mount_versions") or {}
+    if not isinstance(mounts, list) or not isinstance(versions, dict):
+        return ()
+    return tuple(str(versions.get(m, m)) for m in mounts if isinstance(m, str))
 
 
 def _num(value: Any) -> float | None:
@@ -364,6 +376,7 @@ def _inspect(run: Path, experiment: str, owner: int, check: SpecCheck | None) ->
         steps=spec.get("steps") if isinstance(spec.get("steps"), int) else None,
         restarts=restarts,
         cost=status.get("cost") if isinstance(status.get("cost"), str) else None,
+        mounts=_mounted(spec),
     )
     try:
         json.dumps(summary.to_json(), allow_nan=False)
@@ -707,7 +720,7 @@ class JobIndex:
 
 
 _ROW = ("id", "backend", "name", "title", "state", "created", "started", "finished", "reason", "nodes",
-        "procs_per_node", "template", "accelerator", "steps", "restarts", "cost")  # fmt: skip
+        "procs_per_node", "template", "accelerator", "steps", "restarts", "cost", "mounts")  # fmt: skip
 
 
 _ID, _BACKEND, _STATE, _CREATED, _STARTED, _FINISHED_AT = (_ROW.index(k) for k in

@@ -366,6 +366,11 @@ class JobSpec:
         return self.display_name or self.name
 
     @property
+    def mounted(self) -> tuple[str, ...]:
+        """What each mount read: its exact ``NAME@VERSION`` once pinned at launch, else the name."""
+        return tuple(self.mount_versions.get(name, name) for name in self.mounts)
+
+    @property
     def experiment_name(self) -> str:
         """The experiment this run belongs to."""
         return self.experiment or self.name

@@ -389,4 +389,5 @@ def job_summary(job: Job, cached: JobSummary | None = None) -> JobSummary:
         steps=spec.steps,
         restarts=job.restarts,
         cost=cached.cost if cached is not None else None,
+        mounts=spec.mounted,
     )

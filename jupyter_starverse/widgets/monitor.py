@@ -173,6 +173,11 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
             f"<b>{escape(job.id)}</b>{named} {_badge(state)} &middot; {spec.nodes} node(s) x {spec.procs_per_node} "
             f"proc(s) &middot; {escape(spec.template)} on {escape(spec.accelerator)}"
             f'<div style="font-size:11px;color:#666;word-break:break-all">{escape(job.experiment_dir)}</div>'
+            + (
+                f'<div class="starverse-mounts" style="font-size:11px">mounts {escape(", ".join(spec.mounted))}</div>'
+                if spec.mounts
+                else ""
+            )  # the exact versions the job reads (pinned at launch)
             + (f"<div><i>{escape(job.reason)}</i></div>" if job.reason else "")
         )
         fraction = progress.fraction
