@@ -21,7 +21,7 @@ from typing import Any
 from jupyter_starverse._settings import BACKENDS
 from jupyter_starverse.client import Starverse
 from jupyter_starverse.errors import BadInputError, StarverseError
-from jupyter_starverse.pipelines import EXPORT_FORMATS, PipelineCheck, PipelineRun, StepRun
+from jupyter_starverse.pipelines import EXPORT_FORMATS, Pipeline, PipelineCheck, PipelineRun, StepRun
 
 from ._common import add_json_flag
 
@@ -87,8 +87,26 @@ def _export(client: Starverse, args: argparse.Namespace) -> object:
     return written if args.json else None
 
 
+def _keep_pins(client: Starverse, pipeline: Pipeline, file: str) -> Pipeline:
+    """The first run pins each bare dataset / model name to its exact version in the file itself,
+    so that the next run (and a colleague's) reads the same data."""
+    pinned, made = client.pipelines.pin(pipeline)
+    if not made:
+        return pipeline
+    pins = ", ".join(f"{node} -> {ref}" for node, ref in made.items())
+    try:
+        Path(file).expanduser().write_text(pinned.dumps(), encoding="utf-8")
+    except OSError as e:
+        print(f"note: pinned {pins} for this run; {file} is not writable ({e.strerror}): the next run resolves "
+              "the names again", file=sys.stderr)  # fmt: skip
+        return pinned
+    print(f"pinned {pins} in {file} (pick another version in the file to move on)", file=sys.stderr)
+    return pinned
+
+
 def _run(client: Starverse, args: argparse.Namespace) -> object:
     pipeline, base = client.pipelines.load(args.file)
+    pipeline = _keep_pins(client, pipeline, args.file)
     if args.detach:
         return client.pipelines.run(pipeline, base_dir=base, wait=False, backend=args.backend)
 

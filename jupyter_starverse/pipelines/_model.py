@@ -26,7 +26,7 @@ from jupyter_starverse._inputs import PATH_MAX, encodable
 from jupyter_starverse.errors import BadInputError
 
 __all__ = ["ENTRY_KINDS", "EVAL_KINDS", "FORMAT_VERSION", "JOB_KINDS", "PREP_STEPS", "STEP_KINDS", "Edge", "Node",
-           "Pipeline"]  # fmt: skip
+           "Pipeline", "pinned_ref"]  # fmt: skip
 
 FORMAT_VERSION = 1
 #: Nodes that stand for a catalog entry (mounted by the steps they feed).
@@ -72,7 +72,10 @@ TRAIN_PARAMS: dict[str, tuple[type, ...]] = {
     "secrets": (dict,),  # NAME -> env:VAR | file:/PATH | secret-name/key, resolved where the step's job starts
     "experiment": (str,),
 }
-ENTRY_PARAMS: dict[str, tuple[type, ...]] = {"ref": (str,)}
+# An entry: the name the user picked (``corpus`` or ``corpus@1``) and, for a bare name, the exact
+# version it was pinned to at the first check or run (``corpus@1``): the steps read that version
+# until the user picks another, whatever a data step or a new original adds later.
+ENTRY_PARAMS: dict[str, tuple[type, ...]] = {"ref": (str,), "pinned": (str,)}
 # A recipe step: the recipe, its parameters, and the job fields of a train step but the script.
 RECIPE_PARAMS: dict[str, tuple[type, ...]] = {
     **{k: v for k, v in TRAIN_PARAMS.items() if k not in ("script", "args")},
@@ -89,6 +92,14 @@ PREP_PARAMS: dict[str, tuple[type, ...]] = {"step": (str,), "options": (dict,), 
 EVAL_PARAMS: dict[str, tuple[type, ...]] = {"task": (str,), "input_field": (str,), "target_field": (str,),
                                             "limit": (int,), "backend": (str,), "gpu": (str,),
                                             "experiment": (str,)}  # fmt: skip
+
+
+def pinned_ref(ref: str, pinned: object) -> str | None:
+    """``pinned`` when it is a version of the bare name ``ref`` (``corpus`` -> ``corpus@1``), else None:
+    a pin of another name (the user picked a different entry since) or of an explicit version is stale."""
+    if not isinstance(pinned, str) or not ref or "@" in ref or not pinned.startswith(ref + "@"):
+        return None
+    return pinned if len(pinned) > len(ref) + 1 else None
 
 
 def _bad(where: str, why: str, hint: str | None = None, *, field_name: str = "pipeline") -> BadInputError:
@@ -108,6 +119,12 @@ class Node:
     def is_step(self) -> bool:
         """True when the node runs (a job, or data preparation)."""
         return self.kind in STEP_KINDS
+
+    @property
+    def entry_ref(self) -> str:
+        """What an entry node mounts: its pinned ``NAME@VERSION`` when ``ref`` is a bare name it pins, else ``ref``."""
+        ref = str(self.params.get("ref") or "")
+        return pinned_ref(ref, self.params.get("pinned")) or ref
 
     @property
     def is_job(self) -> bool:

@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 
     from ._facade import Facade
 
-__all__ = ["EvalPlan", "Issue", "PipelineCheck", "PrepPlan", "StepCost", "StepPlan", "check", "experiment_of", "plan",
-           "step_plan"]  # fmt: skip
+__all__ = ["EvalPlan", "Issue", "PipelineCheck", "PrepPlan", "StepCost", "StepPlan", "check", "experiment_of",
+           "pin_entries", "plan", "step_plan"]  # fmt: skip
 
 # JobSpec / backend error fields -> the node form's field.
 _FIELD = {
@@ -249,7 +249,7 @@ def _data_inputs(pipeline: Pipeline, node: Node, produced: dict[str, str],
             stand_in = next((ref for kind, ref, _ in before if kind == "dataset"), "")
             out.append(("dataset", produced.get(entry.id, stand_in), entry.id))
         elif not entry.is_step:
-            out.append((entry.kind, str(entry.params.get("ref", "")), None))
+            out.append((entry.kind, entry.entry_ref, None))
     memo[node.id] = out
     return out
 
@@ -389,19 +389,65 @@ def _recipe_spec(pipeline: Pipeline, node: Node, facade: Facade, refs: dict[str,
     return spec.replace(display_name=f"{pipeline.name}: {node.id}")
 
 
-def _entry_paths(pipeline: Pipeline, facade: Facade, issues: list[Issue]) -> dict[str, str | None]:
-    """Each entry node's store folder; a missing or unpulled entry is an issue on its node."""
+def pin_entries(pipeline: Pipeline, facade: Facade) -> tuple[Pipeline, dict[str, str]]:
+    """``pipeline`` with every bare entry name pinned to the exact version it means now, and the pins
+    made (node -> ``NAME@VERSION``): a pipeline's steps read one version until the user picks
+    another, however many versions data steps or pulls add later. An unknown name stays as it is
+    (the check names it)."""
+    made: dict[str, str] = {}
+    nodes = []
+    for node in pipeline.nodes:
+        ref = str(node.params.get("ref") or "")
+        if node.is_step or not ref or "@" in ref or node.entry_ref != ref:
+            nodes.append(node)
+            continue
+        try:
+            exact = facade.catalog.entry(ref).ref
+        except StarverseError:
+            nodes.append(node)
+            continue
+        made[node.id] = exact
+        nodes.append(Node(node.id, node.kind, {**node.params, "pinned": exact}, node.position))
+    if not made:
+        return pipeline, made
+    return Pipeline(pipeline.name, tuple(nodes), pipeline.edges, pipeline.backend), made
+
+
+def _entry_versions(node: Node, facade: Facade, issues: list[Issue]) -> dict[str, Any]:
+    """What the canvas shows of an entry's version: the pin, and a newer original than the pin."""
+    ref = str(node.params.get("ref") or "")
+    if "@" in ref or not ref:
+        return {"ref": ref, "pinned": None, "latest": None}
+    try:
+        latest = facade.catalog.entry(ref).ref
+    except StarverseError:
+        latest = None
+    pinned = node.entry_ref if node.entry_ref != ref else None
+    if pinned and latest and latest != pinned:
+        issues.append(Issue(node.id, f"{ref} now means {latest} (newer than {pinned}); this pipeline keeps reading "
+                            f"{pinned}", "warning", "ref",
+                            f"pick {latest} to train on it, or keep {pinned} for the same data"))  # fmt: skip
+    return {"ref": pinned or ref, "pinned": pinned, "latest": latest}
+
+
+def _entry_paths(pipeline: Pipeline, facade: Facade, issues: list[Issue],
+                 versions: dict[str, dict[str, Any]] | None = None) -> dict[str, str | None]:  # fmt: skip
+    """Each entry node's store folder; a missing or unpulled entry is an issue on its node.
+
+    ``versions`` collects each entry node's pin (see :func:`_entry_versions`)."""
     paths: dict[str, str | None] = {}
     feeds = {e.source for e in pipeline.edges}
     for node in pipeline.nodes:
         if node.is_step:
             continue
-        ref = str(node.params.get("ref") or "")
+        ref = node.entry_ref
         if not ref:
             issues.append(Issue(node.id, f"pick a {node.kind} from the catalog", field="ref"))
             continue
         if node.id not in feeds:
             issues.append(Issue(node.id, "feeds no step", "warning", "ref", "drop it onto a training step"))
+        if versions is not None:
+            versions[node.id] = _entry_versions(node, facade, issues)
         try:
             status = facade.catalog.status(ref)
         except StarverseError as e:
@@ -461,10 +507,10 @@ def plan(pipeline: Pipeline, facade: Facade, *, base_dir: Path,
 def check(pipeline: Pipeline, facade: Facade, *, base_dir: Path) -> PipelineCheck:
     """Every issue of ``pipeline`` (pinned to nodes) and its cost; starts nothing."""
     issues: list[Issue] = []
-    paths = _entry_paths(pipeline, facade, issues)
+    info: dict[str, dict[str, Any]] = {}
+    paths = _entry_paths(pipeline, facade, issues, info)  # an entry's info: its pin and the newest original
     bad_entries = {i.node for i in issues if i.level == "error"}
     costs: list[StepCost] = []
-    info: dict[str, dict[str, Any]] = {}
     currency = facade.costs.prices.currency
     low = high = Decimal(0)
     unpriced: list[str] = []

@@ -12,7 +12,7 @@ from jupyter_starverse.errors import BadInputError, NotFoundError
 
 from ._export import PipelineExport, export
 from ._model import Pipeline
-from ._plan import PipelineCheck, check, plan
+from ._plan import PipelineCheck, check, pin_entries, plan
 from ._run import PipelineRun, RunStore, StepRun, check_base_dir, drive, status
 
 if TYPE_CHECKING:
@@ -55,6 +55,11 @@ class PipelineService:
         """The pipeline in file ``path`` and its folder."""
         return load(path)
 
+    def pin(self, pipeline: Pipeline) -> tuple[Pipeline, dict[str, str]]:
+        """``pipeline`` with each bare dataset / model name pinned to its exact version now (``params.pinned``),
+        and the pins made (node -> ``NAME@VERSION``): what a first run keeps in the pipeline file."""
+        return pin_entries(pipeline, self.facade)
+
     def check(self, pipeline: Pipeline, *, base_dir: Path) -> PipelineCheck:
         """Issues pinned to nodes (data x tensor x pipeline = cards, GPU pool, dataset) and the cost."""
         return check(pipeline, self.facade, base_dir=check_base_dir(base_dir))
@@ -73,6 +78,7 @@ class PipelineService:
         """
         if backend is not None:
             pipeline = Pipeline(pipeline.name, pipeline.nodes, pipeline.edges, backend)
+        pipeline, _ = self.pin(pipeline)  # the run (and its record) reads exact versions
         base_dir = check_base_dir(base_dir)
         found = check(pipeline, self.facade, base_dir=base_dir)
         errors = [i for i in found.issues if i.level == "error"]
