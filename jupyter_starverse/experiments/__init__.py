@@ -32,7 +32,15 @@ from ._layout import (
     trusted_record,
     write_json,
 )
-from ._metrics import MetricPoint, Progress, metric_point, parse_log_metrics, progress, read_metrics
+from ._metrics import (
+    MetricPoint,
+    Progress,
+    metric_point,
+    parse_log_metrics,
+    parse_megatron_line,
+    progress,
+    read_metrics,
+)
 from ._status import NodeInterval, NodeRecord, RunEvent, RunStatus, node_intervals, read_status, write_status
 from ._tensorboard import TENSORBOARDS, Board, TensorBoards, experiment_board, tensorboard_installed
 
@@ -71,6 +79,7 @@ __all__ = [
     "open_trusted_checkpoint",
     "page_etag",
     "parse_log_metrics",
+    "parse_megatron_line",
     "plan_resume",
     "progress",
     "read_json",

@@ -12,7 +12,7 @@ from typing import Any
 
 from ._layout import RunPaths
 
-__all__ = ["MetricPoint", "Progress", "parse_log_metrics", "progress", "read_metrics"]
+__all__ = ["MetricPoint", "Progress", "parse_log_metrics", "parse_megatron_line", "progress", "read_metrics"]
 
 _LOSS_RE = re.compile(r"\bloss\b\s*[:=]?\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)", re.IGNORECASE)
 _STEP_RE = re.compile(r"\b(?:step|iter(?:ation)?)\b\s*[:=]?\s*(\d+)", re.IGNORECASE | re.ASCII)
@@ -71,10 +71,64 @@ def metric_point(data: Any) -> MetricPoint | None:
     return MetricPoint(step, values, _finite(data.get("time")), rank)
 
 
+#: Megatron-LM's ``training_log`` line: `` iteration   10/  100 | consumed samples: 640 | ... | lm loss: 7.1E+00 |``
+_MEGATRON_ITER_RE = re.compile(r"\biteration\s+(\d{1,15})/\s*\d+\s*\|(.*)$")
+_MEGATRON_FIELD_RE = re.compile(r"^\s*([A-Za-z][^:|]*?)\s*:\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)")
+#: Megatron's argument dump at start-up: ``  seq_length ............ 1024``
+_MEGATRON_ARG_RE = re.compile(r"^\s*(seq_length|global_batch_size)\s\.+\s(\d+)\s*$")
+#: Megatron's field names -> ours (what the monitor reads: loss, lr, tokens_per_s, tflops_per_card)
+_MEGATRON_NAMES = {
+    "lm loss": "loss",
+    "learning rate": "lr",
+    "grad norm": "grad_norm",
+    "loss scale": "loss_scale",
+    "consumed samples": "samples",
+    "global batch size": "global_batch",
+    "throughput per GPU (TFLOP/s/GPU)": "tflops_per_card",
+    "tokens per GPU (tokens/s/GPU)": "tokens_per_s_per_card",
+    "elapsed time per iteration (ms)": "step_ms",
+}
+
+
+def parse_megatron_line(line: str, *, seq_len: int | None = None) -> MetricPoint | None:
+    """One Megatron-LM iteration line as a point (step = iteration - 1), or None.
+
+    Megatron prints TFLOP/s per GPU but no tokens/s: with ``seq_len`` (its argument dump says it),
+    tokens/s is the global batch x sequence length / the iteration time.
+    """
+    m = _MEGATRON_ITER_RE.search(line)
+    if m is None:
+        return None
+    values: dict[str, float] = {}
+    for part in m.group(2).split("|"):
+        f = _MEGATRON_FIELD_RE.match(part)
+        if f is None or f.group(1) not in _MEGATRON_NAMES:
+            continue
+        number = _finite(float(f.group(2)))
+        if number is not None:
+            values[_MEGATRON_NAMES[f.group(1)]] = number
+    if "loss" not in values:
+        return None  # a validation line or a skipped iteration: no training loss
+    batch, ms = values.get("global_batch"), values.get("step_ms")
+    if seq_len and batch and ms:
+        values["tokens_per_s"] = batch * seq_len / (ms / 1000.0)
+    return MetricPoint(int(m.group(1)) - 1, values)
+
+
 def parse_log_metrics(text: str) -> list[MetricPoint]:
-    """Loss values in free-form log lines (``step 10 loss 2.31``, ``loss=2.31``)."""
+    """Loss values in free-form log lines (``step 10 loss 2.31``, ``loss=2.31``), and Megatron-LM's
+    iteration lines with every field it prints (see :func:`parse_megatron_line`)."""
     out: list[MetricPoint] = []
+    seq_len: int | None = None
     for line in text.splitlines():
+        arg = _MEGATRON_ARG_RE.match(line)
+        if arg is not None and arg.group(1) == "seq_length":
+            seq_len = int(arg.group(2))
+            continue
+        megatron = parse_megatron_line(line, seq_len=seq_len) if "iteration" in line else None
+        if megatron is not None:
+            out.append(megatron)
+            continue
         loss = _LOSS_RE.search(line)
         if not loss:
             continue
@@ -117,10 +171,24 @@ def read_metrics(run_dir: Path | RunPaths, *, from_logs: bool = True) -> list[Me
         pass
     if points or not from_logs:
         return points
-    try:
-        return parse_log_metrics(paths.rank_log(0).read_text(errors="replace"))
-    except FileNotFoundError:
-        return []
+    for log in _logs_with_the_loss(paths):  # Megatron prints on the last rank (its last pipeline stage)
+        try:
+            points = parse_log_metrics(log.read_text(errors="replace"))
+        except FileNotFoundError:
+            continue
+        if points:
+            return points
+    return []
+
+
+def _logs_with_the_loss(paths: RunPaths) -> list[Path]:
+    """Rank 0's log, then the last rank's (where Megatron-LM logs its iterations)."""
+    ranks = []
+    for log in paths.logs.glob("rank*.log") if paths.logs.is_dir() else ():
+        number = log.name[4:-4]
+        if number.isdigit() and number != "0":
+            ranks.append((int(number), log))
+    return [paths.rank_log(0), *([max(ranks)[1]] if ranks else [])]
 
 
 @dataclass(frozen=True)

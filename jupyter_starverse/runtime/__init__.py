@@ -31,6 +31,7 @@ from ._dist import Context, agree_stop_why, barrier, handle_sigterm, init, signa
 from ._env import JobEnv, job_env
 from ._metrics import close_metrics, log_metrics
 from ._reference import CURVES, CurveCheck, Departure, ReferenceCurve, ReferenceWatch, reference_series
+from ._throughput import Throughput, train_flops_per_token
 
 __all__ = [
     "CURVES",
@@ -52,6 +53,8 @@ __all__ = [
     "mount_path",
     "rank",
     "save_checkpoint",
+    "Throughput",
+    "train_flops_per_token",
     "steps",
     "stop_requested",
     "world_size",

@@ -85,6 +85,9 @@ def test_tp_then_pp_on_cpu_match_the_unsplit_model_across_a_layout_change(settin
     assert [p.step for p in read_metrics(Path(pp.experiment_dir))] == [3, 4]
     assert got[-1] < got[0] - 0.3  # it learns, through the layout change
     assert got == pytest.approx(ref, abs=2e-3)  # close to the unsplit model (not bit-equal: other sums)
+    # the monitor's throughput: tokens/s and model TFLOPS per card on every step of both layouts
+    points = read_metrics(Path(tp.experiment_dir)) + read_metrics(Path(pp.experiment_dir))
+    assert all(p.values["tokens_per_s"] > 0 and p.values["tflops_per_card"] > 0 for p in points)
     ckpt = latest_checkpoint(Path(pp.experiment_dir))
     assert ckpt is not None and ckpt.step == 4
     assert read_json(ckpt.path / "meta.json")["batch"]["global_batch"] == 8

@@ -40,3 +40,25 @@ def test_show_of_a_running_job_says_the_cost_so_far(settings: Settings, capsys: 
         assert "rank 0  node0  running" in text
     finally:
         handle.cancel()
+
+
+def test_show_says_the_tokens_per_second_and_tflops_the_job_logged(tmp_path: object) -> None:
+    """The rates ``runtime.Throughput`` measures, named as the monitor names them (not raw keys)."""
+    from jupyter_starverse import runtime as sv
+    from jupyter_starverse.cli._jobs import JobDetail
+    from jupyter_starverse.experiments import MetricPoint, progress
+    from jupyter_starverse.jobmodel import Job, JobSpec, JobState
+
+    meter = sv.Throughput(flops_per_token=6e9, cards=2)
+    rates = meter.step(4096)
+    assert rates["tflops_per_card"] == pytest.approx(6e9 * rates["tokens_per_s"] / 2 / 1e12)
+    assert "tflops_per_card" not in sv.Throughput().step(10)  # no FLOPs given: no TFLOPS claimed
+    points = [
+        MetricPoint(0, {"loss": 2.0}),
+        MetricPoint(1, {"loss": 1.5, "tokens_per_s": 5120.0, "tflops_per_card": 1.2}),
+    ]
+    job = Job("j1", "local", JobSpec(name="rates", command=("true",), steps=2), JobState.SUCCEEDED, str(tmp_path), 0.0)
+    text = str(JobDetail(job, progress(points, total=2), None, None))
+    line = next(ln for ln in text.splitlines() if ln.startswith("throughput"))
+    assert line.split(None, 1)[1] == "5,120 tokens/s, 1.2 TFLOPS/card"
+    assert "tokens_per_s" not in text and "loss 1.5" in text

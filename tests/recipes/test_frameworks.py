@@ -183,3 +183,34 @@ def test_megatron_pretokenize_and_arguments(store: Starverse, capsys: pytest.Cap
     assert "--tensor-model-parallel-size" in rendered and "pretrain_gpt.py" in rendered
     assert cli_main([*launch, *gpus, "--framework", "deepspeed", "--dry-run"]) == 2
     assert "leave --framework out" in capsys.readouterr().err
+
+
+# Megatron-LM's own lines (megatron/training: _print_args and training_log, `--log-throughput`), as rank N prints them
+MEGATRON_LOG = """\
+------------------------ arguments ------------------------
+  global_batch_size ............................... 64
+  seq_length ...................................... 1024
+-------------------- end of arguments ---------------------
+ [2026-11-28 18:48:17] iteration        1/     100 | consumed samples:           64 | elapsed time per iteration (ms): 2048.0 | throughput per GPU (TFLOP/s/GPU): 68.2 | learning rate: 1.000000E-05 | global batch size:    64 | lm loss: 1.082345E+01 | loss scale: 1.0 | grad norm: 9.876 | number of skipped iterations:   0 | number of nan iterations:   0 |
+ [2026-11-28 18:48:19] iteration        2/     100 | consumed samples:          128 | elapsed time per iteration (ms): 1024.0 | throughput per GPU (TFLOP/s/GPU): 136.4 | learning rate: 2.000000E-05 | global batch size:    64 | lm loss: 1.051200E+01 | loss scale: 1.0 | grad norm: 7.500 | number of skipped iterations:   0 | number of nan iterations:   0 |
+ [2026-11-28 18:48:21] iteration       50/    5000 | consumed samples:        51200 | elapsed time per iteration (ms): 61674.3 | throughput per GPU (TFLOP/s/GPU): 68.2
+"""  # noqa: E501
+
+
+def test_megatron_log_lines_give_the_monitor_step_loss_tokens_per_second_and_tflops(tmp_path: Path) -> None:
+    from jupyter_starverse.experiments import parse_log_metrics, progress, read_metrics
+
+    points = parse_log_metrics(MEGATRON_LOG)
+    assert [p.step for p in points] == [0, 1]  # iteration 1 is our step 0; a line without a loss is no step
+    first, second = (p.values for p in points)
+    assert (first["loss"], first["lr"], first["grad_norm"], first["tflops_per_card"]) == (10.82345, 1e-5, 9.876, 68.2)
+    assert second["tokens_per_s"] == pytest.approx(64 * 1024 / 1.024)  # global batch x seq_length / iteration time
+    # Megatron prints on the last rank (its last pipeline stage): the monitor reads that log when rank 0 has none
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "rank0.log").write_text("building GPT model ...\n")
+    (logs / "rank1.log").write_text("")
+    (logs / "rank3.log").write_text(MEGATRON_LOG)
+    assert [p.values["loss"] for p in read_metrics(tmp_path)] == [10.82345, 10.512]
+    shown = progress(read_metrics(tmp_path), total=100)
+    assert shown.step == 1 and shown.values["tflops_per_card"] == 136.4

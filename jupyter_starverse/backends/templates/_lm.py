@@ -103,6 +103,15 @@ class TinyLM(nn.Module):
         self.ln = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab, bias=False)
         nn.init.normal_(self.pos, std=1 / math.sqrt(dim))
+        self.dim, self.layers, self.seq_len = dim, layers, seq_len
+
+    def flops_per_token(self) -> float:
+        """Training FLOPs per token of the full model (``runtime.train_flops_per_token``): counted
+        before any split, so ddp, fsdp, tp and pp report the same model FLOPs."""
+        from jupyter_starverse.runtime import train_flops_per_token
+
+        params = sum(p.numel() for n, p in self.named_parameters() if not n.startswith(("embed", "pos")))
+        return train_flops_per_token(params, layers=self.layers, hidden=self.dim, seq_len=self.seq_len)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         t = x.shape[1]

@@ -25,13 +25,16 @@ def main() -> None:
     text = load_text(sv.mount_path(name) if name else None)
     torch.manual_seed(0)  # same initial weights on every rank
     data = CharData(text, seq_len=args.seq_len, seed=1000 + ctx.rank)
-    model = sv.wrap(TinyLM(data.vocab, seq_len=args.seq_len, layers=args.layers))
+    lm = TinyLM(data.vocab, seq_len=args.seq_len, layers=args.layers)
+    flops = lm.flops_per_token()  # of the full model, before FSDP shards it
+    model = sv.wrap(lm)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
     plan = sv.keep_global_batch(micro_batch=args.batch, world_size=ctx.world_size, global_batch=args.global_batch)
     if ctx.is_main:
         params = sum(p.numel() for p in model.parameters())
         print(f"training {params} parameters on {ctx.world_size} ranks ({ctx.device}, {sv.job_env().template})")
     t0 = time.time()
+    meter = sv.Throughput(flops_per_token=flops, cards=ctx.world_size)
     for step in sv.steps(model=model, optimizer=opt, batch=plan):
         opt.zero_grad(set_to_none=True)
         total = torch.zeros((), device=ctx.device)
@@ -43,7 +46,8 @@ def main() -> None:
             total += loss.detach() * size
         opt.step()
         loss = total / plan.share(ctx.rank)
-        sv.log_metrics(step, loss=loss, tokens=(step + 1) * plan.global_batch * args.seq_len)
+        rates = meter.step(plan.global_batch * args.seq_len)  # tokens/s and TFLOPS/card for the monitor
+        sv.log_metrics(step, loss=loss, tokens=(step + 1) * plan.global_batch * args.seq_len, **rates)
         if ctx.is_main and step % 10 == 0:
             print(f"step {step} loss {loss.item():.4f} ({time.time() - t0:.1f}s)", flush=True)
         if args.step_sleep:

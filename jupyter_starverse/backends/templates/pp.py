@@ -80,6 +80,7 @@ def main() -> None:
     data = CharData(text, seq_len=args.seq_len, seed=1000 + dp_rank)  # every stage of a pipeline draws the same
     layers = max(args.layers, stages)
     lm = TinyLM(data.vocab, seq_len=args.seq_len, layers=layers)
+    flops = lm.flops_per_token()  # of the full model, before the cut
     lo, hi = stage_bounds(layers, stages, me)
     module = Stage(lm, lo, hi, first=me == 0, last=me == stages - 1).to(ctx.device)
     pp_group = mesh["pp"].get_group()
@@ -98,6 +99,7 @@ def main() -> None:
             flush=True,
         )
     t0 = time.time()
+    meter = sv.Throughput(flops_per_token=flops, cards=ctx.world_size)
     for step in sv.steps(model=module, optimizer=opt, batch=plan):
         share = plan.share(dp_rank)
         x, y = data.batch(share)
@@ -117,7 +119,8 @@ def main() -> None:
         opt.step()
         loss = torch.stack(losses).mean().detach() if losses else torch.zeros((), device=ctx.device)
         dist.broadcast(loss, src=last_rank, group=pp_group)  # the first stage (rank 0) reports it
-        sv.log_metrics(step, loss=loss, tokens=(step + 1) * plan.global_batch * args.seq_len)
+        rates = meter.step(plan.global_batch * args.seq_len)  # tokens/s and TFLOPS/card for the monitor
+        sv.log_metrics(step, loss=loss, tokens=(step + 1) * plan.global_batch * args.seq_len, **rates)
         if ctx.is_main and step % 10 == 0:
             print(f"step {step} loss {loss.item():.4f} ({time.time() - t0:.1f}s)", flush=True)
         if args.step_sleep:

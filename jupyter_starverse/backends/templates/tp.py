@@ -42,6 +42,7 @@ def main() -> None:
     torch.manual_seed(0)  # the same full model as ddp's on every rank, then split
     data = CharData(text, seq_len=args.seq_len, seed=1000 + dp_rank)  # one stream per tensor-parallel group
     model = TinyLM(data.vocab, seq_len=args.seq_len, layers=args.layers).to(ctx.device)
+    flops = model.flops_per_token()  # of the full model, before the split
     for block in model.blocks:
         parallelize_module(block.get_submodule("mlp"), mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
     if dp > 1:  # 2-D: FSDP2 over the data-parallel dimension
@@ -53,6 +54,7 @@ def main() -> None:
     if ctx.is_main:
         print(f"tensor parallel {tp} x data parallel {dp} on {ctx.device} ({ctx.backend})", flush=True)
     t0 = time.time()
+    meter = sv.Throughput(flops_per_token=flops, cards=ctx.world_size)
     for step in sv.steps(model=model, optimizer=opt, batch=plan):
         opt.zero_grad(set_to_none=True)
         total = torch.zeros((), device=ctx.device)
@@ -63,7 +65,8 @@ def main() -> None:
             total += loss.detach() * size
         opt.step()
         loss = total / plan.share(dp_rank)
-        sv.log_metrics(step, loss=loss, tokens=(step + 1) * plan.global_batch * args.seq_len)
+        rates = meter.step(plan.global_batch * args.seq_len)  # tokens/s and TFLOPS/card for the monitor
+        sv.log_metrics(step, loss=loss, tokens=(step + 1) * plan.global_batch * args.seq_len, **rates)
         if ctx.is_main and step % 10 == 0:
             print(f"step {step} loss {loss.item():.4f} ({time.time() - t0:.1f}s)", flush=True)
         if args.step_sleep:

@@ -89,7 +89,7 @@ def _flops_per_token(model: Any, seq_len: int, *, with_reference: bool) -> float
     params = sum(p.numel() for n, p in model.named_parameters() if "embed" not in n)
     layers = int(getattr(cfg, "num_hidden_layers", 0) or 0)
     hidden = int(getattr(cfg, "hidden_size", 0) or 0)
-    train = 6.0 * params + 12.0 * layers * hidden * seq_len
+    train = sv.train_flops_per_token(params, layers=layers, hidden=hidden, seq_len=seq_len)
     return float(train * (4 / 3 if with_reference else 1.0))
 
 
