@@ -28,7 +28,9 @@ def _export(client: Starverse, args: argparse.Namespace) -> object:
             return client.preview(spec, backend=backend)
         return client.launch(spec, backend=backend)
     gate = None
-    if args.eval:  # the accuracy gate: fp32 and the export scored on the same examples
+    scored: tuple[str, ...] = ()
+    if args.eval:  # the accuracy gate: fp32, the export and --eval-formats scored on the same examples
+        scored = tuple(f.strip() for f in args.eval_formats.split(",") if f.strip() and f.strip() != args.format)
         gate = client.evals.gate(
             args.eval, limit_points=args.eval_limit, task=args.eval_task, input_field=args.input_field,
             target_field=args.target_field, max_examples=args.eval_examples,
@@ -37,7 +39,7 @@ def _export(client: Starverse, args: argparse.Namespace) -> object:
     try:
         result = client.export.export(
             args.model, args.format, target=args.target, feedback=args.feedback, force=args.force,
-            new_tokens=args.new_tokens, progress=status.update, compute=args.compute, gate=gate,
+            new_tokens=args.new_tokens, progress=status.update, compute=args.compute, gate=gate, gate_formats=scored,
         )  # fmt: skip
     finally:
         status.close()
@@ -61,12 +63,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="how quantized MatMuls compute: int8 (fast CPU kernels, default) or fp32")  # fmt: skip
     p.add_argument("--new-tokens", type=int, default=16, metavar="N", help="greedy tokens per prompt (default 16)")
     e = p.add_argument_group("accuracy gate")
-    e.add_argument("--eval", default=None, metavar="DATASET[@V]", help="score fp32 and the export on this labelled set")
+    e.add_argument(
+        "--eval",
+        default=None,
+        metavar="DATASET[@V]",
+        help="score fp32, INT8 and INT4 on the same examples of this labelled set",
+    )
     e.add_argument("--eval-limit", type=float, default=1.0, metavar="POINTS",
                    help="refuse a drop of the metric larger than this (default 1 point)")  # fmt: skip
     e.add_argument(
         "--eval-task", choices=("classification", "extraction", "qa", "generation"), default="classification"
     )
+    e.add_argument("--eval-formats", default="onnx-int8,onnx-int4", metavar="F1,F2",
+                   help="also score these formats (quantized from the same fp32 graph; only --format is stored "
+                   "and judged); default: fp32, INT8 and INT4 in one call; '' for --format alone")  # fmt: skip
     e.add_argument("--eval-examples", type=int, default=200, metavar="N", help="examples scored (default 200)")
     e.add_argument("--input-field", default="input", help="input field of --eval (default: input)")
     e.add_argument("--target-field", default="target", help="expected field of --eval (default: target)")

@@ -32,7 +32,7 @@ from jupyter_starverse.jobmodel import JobSpec
 
 from ._curve import CurveCheck, ReferenceCurve
 from ._predict import load_predictor
-from ._report import HEADLINE, EvalChain, EvalReport, EvalRun, ScoreCard, points, read_predictions
+from ._report import HEADLINE, EvalChain, EvalReport, EvalRun, ScoreCard, metric_text, points, read_predictions
 from ._run import EvalProgress, Example, TaskOptions, predict_all, score
 
 __all__ = ["AccuracyGate", "EvalService", "GateFigure"]
@@ -57,6 +57,12 @@ class GateFigure:
     value: float
     drop_points: float
     ms_per_example: float
+    over_limit: bool = False
+
+    @property
+    def label(self) -> str:
+        """``INT4`` for ``onnx-int4``, ``ONNX fp32`` for the fp32 graph, ``fp32`` for the source."""
+        return _graph_label(self.graph)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -65,6 +71,7 @@ class GateFigure:
             "value": self.value,
             "drop_points": self.drop_points,
             "ms_per_example": self.ms_per_example,
+            "over_limit": self.over_limit,
         }
 
 
@@ -76,30 +83,47 @@ class AccuracyGate:
     limit_points: float
     figures: tuple[GateFigure, ...]
     failures: tuple[str, ...]
+    examples: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
             "dataset": self.dataset,
             "limit_points": self.limit_points,
+            "examples": self.examples,
             "figures": [f.to_json() for f in self.figures],
             "failures": list(self.failures),
         }
 
+    def failures_of(self, graph: str) -> tuple[str, ...]:
+        """The failures of one graph (the export refuses only the format it stores)."""
+        return tuple(f for f in self.failures if f.startswith(f"{graph}: "))
+
     def lines(self) -> list[str]:
-        """``INT4: F1 -0.8 points, latency x0.25`` for each exported graph."""
+        """A head line (the dataset, the limit, the reference's score), then the seed's figure for
+        each graph after the first: ``INT4: F1 -0.8 points, latency x0.25``."""
+        if not self.figures:
+            return []
         base = self.figures[0]
-        out = []
+        n = f", {self.examples} examples" if self.examples else ""
+        out = [
+            f"accuracy on {self.dataset}{n} (limit {self.limit_points:g} points): "
+            f"{base.label} {_metric_name(base.metric)} {metric_text(base.metric, base.value)}"
+        ]
         for f in self.figures[1:]:
             ratio = f.ms_per_example / base.ms_per_example if base.ms_per_example else float("nan")
-            name = f.graph.replace("onnx-", "").upper()
-            out.append(
-                f"{name}: {_metric_name(f.metric)} {0.0 - f.drop_points:+.1f} points, latency x{ratio:.2f} "
-                f"(on {self.dataset}, limit {self.limit_points:g} points)"
-            )
+            unit = " points" if points(f.metric) else ""
+            line = f"{f.label}: {_metric_name(f.metric)} {0.0 - f.drop_points:+.1f}{unit}, latency x{ratio:.2f}"
+            out.append(line + ("  <- over the limit" if f.over_limit else ""))
         return out
 
     def __str__(self) -> str:
         return "\n".join(self.lines())
+
+
+def _graph_label(graph: str) -> str:
+    if graph == "onnx":
+        return "ONNX fp32"
+    return graph.removeprefix("onnx-").upper() if graph.startswith("onnx-") else graph
 
 
 def _metric_name(metric: str) -> str:
@@ -347,7 +371,8 @@ class EvalService:
         max_examples: int | None = 200,
     ) -> Callable[[Sequence[tuple[str, Path]]], AccuracyGate]:
         """A check for the export: scores each ``(graph name, folder)`` on the same examples of
-        ``data`` and fails a graph whose metric is more than ``limit_points`` below the first's."""
+        ``data`` (``fp32`` first: the source; then e.g. ``onnx-int8``, ``onnx-int4``) and fails a
+        graph whose metric is more than ``limit_points`` below the first's."""
         if limit_points < 0:
             raise BadInputError("the accuracy limit must be >= 0 points", field="eval_limit", hint="e.g. 1")
         # one example at a time for both: the latency ratio compares like with like (the graph runs unbatched)
@@ -370,15 +395,16 @@ class EvalService:
                     value = metrics[name]
                     base = figures[0].value if figures else value
                     drop = (base - value) * 100 if points(name) else (value - base)
-                    figures.append(GateFigure(graph, name, value, drop, ms))
-                    if len(figures) > 1 and drop > limit_points:
+                    over = bool(figures) and drop > limit_points
+                    figures.append(GateFigure(graph, name, value, drop, ms, over))
+                    if over:
                         failures.append(
                             f"{graph}: {_metric_name(name)} -{drop:.1f} points on {ds.ref} "
                             f"> limit {limit_points:g} points"
                         )
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
-            return AccuracyGate(ds.ref, limit_points, tuple(figures), tuple(failures))
+            return AccuracyGate(ds.ref, limit_points, tuple(figures), tuple(failures), len(ds.examples))
 
         return check
 

@@ -16,7 +16,7 @@ import json
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -203,13 +203,21 @@ class ExportService:
         progress: Callable[[str], None] | None = None,
         compute: str = "int8",
         gate: Callable[[list[tuple[str, Path]]], Any] | None = None,
+        gate_formats: Sequence[str] = (),
     ) -> ExportResult:
         """Export ``model`` (``hf:ORG/REPO@REV``, ``exp:NAME``, a folder) to ``fmt`` with a parity report.
 
         ``gate`` (``client.evals.gate(DATASET)``) scores ``[("fp32", source), (fmt, exported folder)]``
-        on the same examples before anything is stored; its ``failures`` fail the export like a
-        parity check does (``force`` stores it anyway)."""
+        on the same examples before anything is stored; its failures for ``fmt`` fail the export
+        like a parity check does (``force`` stores it anyway). ``gate_formats`` are scored beside
+        it in the same call, quantized from the same fp32 graph (``("onnx-int8", "onnx-int4")``:
+        fp32, INT8 and INT4 on the same examples); only ``fmt`` is stored and judged."""
         ref = self.check(model, fmt, target=target, new_tokens=new_tokens)
+        for other in gate_formats:
+            if other not in FORMATS:
+                raise BadInputError(
+                    f"unknown format {other!r} to score", field="eval_formats", hint=f"some of {', '.join(FORMATS)}"
+                )
         if compute not in COMPUTE:
             raise BadInputError(f"unknown compute {compute!r}", field="compute", hint=f"one of {', '.join(COMPUTE)}")
         say = progress or (lambda text: None)
@@ -219,8 +227,9 @@ class ExportService:
         source = resolve_model(self.settings, self.catalog, model)
         export_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
         return self._run(
-            model, fmt, ref, source, export_id, feedback, force, thresholds, new_tokens, say, started, compute, gate
-        )
+            model, fmt, ref, source, export_id, feedback, force, thresholds, new_tokens, say, started, compute, gate,
+            tuple(gate_formats),
+        )  # fmt: skip
 
     def check(self, model: str, fmt: str, *, target: str | None = None, new_tokens: int = 16) -> ModelRef:
         """Refuse a request that cannot work (format, target taken) before any work; the target ref."""
@@ -253,6 +262,7 @@ class ExportService:
         started: float,
         compute: str,
         gate: Callable[[list[tuple[str, Path]]], Any] | None = None,
+        gate_formats: tuple[str, ...] = (),
     ) -> ExportResult:
         work = self.settings.home / "exports" / export_id
         say(f"loading {model}")
@@ -294,9 +304,10 @@ class ExportService:
         _package(source, graph, out)
         accuracy = None
         if gate is not None:
-            say("scoring the PyTorch model and the exported graph on the same examples")
-            accuracy = gate([("fp32", source), (fmt, out)])
-        failures = tuple(f for fig in figures for f in fig.failures) + tuple(accuracy.failures if accuracy else ())
+            accuracy = self._gate(gate, fmt, gate_formats, source, fp32, out, work, compute, say)
+        failures = tuple(f for fig in figures for f in fig.failures) + tuple(
+            accuracy.failures_of(fmt) if accuracy else ()
+        )
         state = "ok" if not failures else ("overridden" if force else "failed")
         lineage = {
             "kind": "export",
@@ -331,6 +342,40 @@ class ExportService:
         result = replace(result, seconds=time.monotonic() - started)
         _write_report(work, result)
         return result
+
+    def _gate(
+        self,
+        gate: Callable[[list[tuple[str, Path]]], Any],
+        fmt: str,
+        others: tuple[str, ...],
+        source: Path,
+        fp32: Path,
+        out: Path,
+        work: Path,
+        compute: str,
+        say: Callable[[str], None],
+    ) -> Any:
+        """The PyTorch model, the exported graph and ``others`` (from the same fp32 graph), in the
+        order fp32, INT8, INT4, scored by ``gate`` on the same examples."""
+        graphs: list[tuple[str, Path]] = [("fp32", source)]
+        extra: list[Path] = []
+        try:
+            for name in [f for f in FORMATS if f == fmt or f in others]:
+                if name == fmt:
+                    graphs.append((fmt, out))
+                    continue
+                bits = FORMATS[name]
+                say(f"quantizing a {name} graph to score beside {fmt}" if bits else "scoring the fp32 graph too")
+                graph = quantize_graph(fp32, work / f"scored-{name}", bits, compute=compute) if bits else fp32
+                folder = work / f"scored-{name}-package"
+                _package(source, graph, folder)
+                extra += [folder, graph.parent] if bits else [folder]
+                graphs.append((name, folder))
+            say("scoring " + ", ".join(g for g, _ in graphs) + " on the same examples")
+            return gate(graphs)
+        finally:
+            for folder in extra:  # copies scored for the table: only fmt's graph is kept
+                shutil.rmtree(folder, ignore_errors=True)
 
     # -- TensorRT-LLM: a GPU job ---------------------------------------------------------------
     def tensorrt_spec(self, model: str, *, gpu: str | None, experiment: str | None = None) -> JobSpec:

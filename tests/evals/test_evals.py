@@ -137,8 +137,10 @@ def test_accuracy_gate_refuses_a_model_made_to_drop(
     verdict = client.evals.gate(data, limit_points=1.0)([("fp32", good), ("onnx-int4", dropped)])
     fp32, int4 = verdict.figures
     assert fp32.value == 1.0 and int4.drop_points == pytest.approx((1.0 - int4.value) * 100) and int4.drop_points > 1
-    assert verdict.failures and "limit 1 points" in verdict.failures[0]
-    line = str(verdict)
-    assert line.startswith(f"INT4: F1 {-int4.drop_points:+.1f} points, latency x") and "limit 1 points" in line
+    assert verdict.failures and "limit 1 points" in verdict.failures[0] and int4.over_limit and not fp32.over_limit
+    assert verdict.failures_of("onnx-int4") == verdict.failures and verdict.failures_of("onnx-int8") == ()
+    head, line = verdict.lines()
+    assert head.startswith(f"accuracy on {data}, 12 examples (limit 1 points): fp32 F1 100.0")
+    assert line.startswith(f"INT4: F1 {-int4.drop_points:+.1f} points, latency x") and "over the limit" in line
     with pytest.raises(BadInputError):
         client.evals.gate(data, limit_points=-1)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from jupyter_starverse.client import Starverse
 from jupyter_starverse.errors import BackendUnavailableError, BadInputError, ConflictError, NotFoundError
+from jupyter_starverse.evals import AccuracyGate, GateFigure
 from jupyter_starverse.export import GRAPH, OrtCausalLM, Thresholds
 
 
@@ -31,11 +33,13 @@ def test_int4_export_passes_parity_and_becomes_a_store_version(client: Starverse
     (labelled / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     gold = client.catalog.add_dataset("gold", str(labelled)).ref
     gate = client.evals.gate(gold, limit_points=100.0)  # a random tiny model: only the figures are checked here
-    result = client.export.export(tiny_ref, "onnx-int4", feedback=version, gate=gate)
+    result = client.export.export(tiny_ref, "onnx-int4", feedback=version, gate=gate, gate_formats=("onnx-int8",))
     assert result.state == "ok" and result.target == "hf:team/tiny@main-onnx-int4"
-    base, quant = result.accuracy.figures
-    assert (base.graph, quant.graph) == ("fp32", "onnx-int4") and quant.ms_per_example > 0
+    base, int8, quant = result.accuracy.figures  # fp32, INT8 and INT4 on the same examples in one call
+    assert (base.graph, int8.graph, quant.graph) == ("fp32", "onnx-int8", "onnx-int4") and quant.ms_per_example > 0
+    assert f"INT8: F1 {0.0 - int8.drop_points:+.1f} points, latency x" in str(result)
     assert f"INT4: F1 {0.0 - quant.drop_points:+.1f} points, latency x" in str(result)
+    assert not list(Path(result.folder).glob("scored-*"))  # the INT8 graph was scored, not kept
     scored = client.evals.evaluate(result.target, gold)  # the stored INT4 version, run by onnxruntime
     assert scored.report.engine == "onnxruntime" and scored.report.examples == 4
     fp32, int4 = result.figures
@@ -83,7 +87,23 @@ def test_a_failed_parity_check_is_not_stored_unless_forced(client: Starverse, ti
     assert "not stored" in str(failed)
     with pytest.raises(NotFoundError):
         client.catalog.entry("hf:team/tiny@main-onnx")
-    forced = client.export.export(tiny_ref, "onnx", thresholds=strict, force=True, new_tokens=4)
+    scored: list[list[str]] = []
+
+    def dropping(graphs: list[tuple[str, Path]]) -> AccuracyGate:  # the exported graph "lost" 5 points
+        scored.append([g for g, _ in graphs])
+        figures = tuple(
+            GateFigure(g, "f1_macro", 0.9 - 0.05 * i, 5.0 * i, 1.0, i > 0) for i, (g, _) in enumerate(graphs)
+        )
+        return AccuracyGate(
+            "gold@1", 1.0, figures, tuple(f"{f.graph}: F1 -{f.drop_points:.1f} points" for f in figures[1:])
+        )
+
+    forced = client.export.export(tiny_ref, "onnx", thresholds=strict, force=True, new_tokens=4, gate=dropping,
+                                  gate_formats=("onnx-int8",))  # fmt: skip
+    assert scored == [["fp32", "onnx", "onnx-int8"]]  # fp32 first, then the formats in their order
+    assert "onnx: F1 -5.0 points" in forced.failures  # the exported format's drop refuses it (forced here) ...
+    assert not any(f.startswith("onnx-int8") for f in forced.failures)  # ... a format only scored does not
+    assert "ONNX fp32: F1 -5.0 points, latency x1.00  <- over the limit" in str(forced)
     assert forced.state == "overridden" and forced.target == "hf:team/tiny@main-onnx"
     assert client.catalog.status(forced.target).state == "cached"
     report = json.loads((client.catalog.mount(forced.target) / "export_report.json").read_text())
