@@ -18,6 +18,7 @@ the remaining pods of a failed Job.
 from __future__ import annotations
 
 import copy
+import re
 import threading
 import time
 import uuid
@@ -43,6 +44,7 @@ class PodPlan:
     until: threading.Event | None = None  # when given, the pod also runs until the test sets it
     on_sigterm: int | None = 143  # exit code after SIGTERM (None: ignores it, SIGKILLed: 137)
     term_seconds: float = 0.05  # time from SIGTERM to that exit (the checkpoint)
+    message: str = ""  # what the container wrote to /dev/termination-log (copied into its status)
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,7 @@ class Controllers:
         #: pod admission (the server's): a pod the Job controller creates passes it as a client's does
         self.admit: Callable[[str, Obj], None] | None = None
         self.create_retry = 0.2  # seconds before a refused pod creation is tried again
+        self._ips = 0  # pods get 10.0.<n>: a recreated pod gets a new address, as on a cluster
         self._judged: dict[str, dict[str, str]] = {}  # job uid -> failed pod uid -> the policy's action
         self._retry_at: dict[str, float] = {}
         self._stop = threading.Event()
@@ -414,7 +417,8 @@ class Controllers:
                 }
             ]
             return
-        status.update(phase="Running", startTime=_now(), podIP="10.0.0.1")
+        self._ips += 1
+        status.update(phase="Running", startTime=_now(), podIP=f"10.0.{self._ips // 250}.{self._ips % 250 + 1}")
         status["containerStatuses"] = [
             {
                 "name": cname,
@@ -454,7 +458,7 @@ class Controllers:
             if time.monotonic() - run.sigterm_at >= run.plan.term_seconds:
                 code = run.plan.on_sigterm if run.plan.on_sigterm is not None else 137
                 self.logs.setdefault((ns, name), []).append(f"SIGTERM: stopped (exit {code})")
-                self.store.mutate(POD, ns, name, lambda o: _terminate_container(o, code))
+                self.store.mutate(POD, ns, name, lambda o: _terminate_container(o, code, run.plan.message))
             return
         out = self.logs.setdefault((ns, name), [])
         with self.store.lock:
@@ -471,13 +475,10 @@ class Controllers:
 
         def finish(o: Obj) -> None:
             o["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
-            o["status"]["containerStatuses"][0]["state"] = {
-                "terminated": {
-                    "exitCode": code,
-                    "reason": "Completed" if code == 0 else "Error",
-                    "finishedAt": _now(),
-                }
-            }
+            term = {"exitCode": code, "reason": "Completed" if code == 0 else "Error", "finishedAt": _now()}
+            if run.plan.message:
+                term["message"] = run.plan.message
+            o["status"]["containerStatuses"][0]["state"] = {"terminated": term}
             o["status"]["containerStatuses"][0]["ready"] = False
 
         self.store.mutate(POD, ns, name, finish)
@@ -637,8 +638,67 @@ def _policy_match(spec: Obj, pod: Obj) -> tuple[str, str | None]:
     return "", None
 
 
-def _terminate_container(pod: Obj, code: int) -> None:
+def _terminate_container(pod: Obj, code: int, message: str = "") -> None:
     pod["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
-    state = {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error", "finishedAt": _now()}}
+    term = {"exitCode": code, "reason": "Completed" if code == 0 else "Error", "finishedAt": _now()}
+    if message:
+        term["message"] = message
+    state = {"terminated": term}
     for cs in pod["status"].get("containerStatuses", []):
         cs["state"], cs["ready"] = state, False
+
+
+_FIELD = re.compile(r"metadata\.(labels|annotations)\['([^']+)'\]")
+
+
+def container_env(pod: Obj, container: int = 0) -> dict[str, str]:
+    """The environment the kubelet gives a container: ``value``s and downward-API ``fieldRef``s
+    (https://kubernetes.io/docs/concepts/workloads/pods/downward-api/#downwardapi-fieldRef:
+    ``metadata.name``, ``metadata.namespace``, ``metadata.uid``, ``metadata.labels['KEY']``,
+    ``metadata.annotations['KEY']``; a key the pod lacks gives an empty value)."""
+    meta = pod["metadata"]
+    out: dict[str, str] = {}
+    for var in pod["spec"]["containers"][container].get("env") or []:
+        if "value" in var:
+            out[var["name"]] = str(var["value"])
+            continue
+        path = ((var.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+        if path in ("metadata.name", "metadata.namespace", "metadata.uid"):
+            out[var["name"]] = str(meta.get(path.split(".")[1], ""))
+        elif path and (m := _FIELD.fullmatch(path)):
+            out[var["name"]] = str((meta.get(m.group(1)) or {}).get(m.group(2), ""))
+    return out
+
+
+def resolve(store: Store, name: str, namespace: str = "default") -> list[str]:
+    """The cluster DNS A records of ``<hostname>.<subdomain>`` (or its FQDN): the IP of every pod
+    with that ``hostname`` and ``subdomain`` when a headless Service named as the subdomain
+    exists in the namespace (https://kubernetes.io/docs/concepts/services-networking/dns-pod-service/
+    #pod-s-hostname-and-subdomain-fields). The record follows the Service's endpoints: a pod that
+    ended (``Succeeded`` / ``Failed``) or has no IP is not one, and one not ready only with
+    ``publishNotReadyAddresses`` (https://kubernetes.io/docs/concepts/services-networking/
+    endpoint-slices/#conditions)."""
+    hostname, _, rest = name.partition(".")
+    subdomain = rest.split(".")[0]
+    try:
+        service = store.get(SERVICE, namespace, subdomain)
+    except ApiError:
+        return []
+    spec = service.get("spec") or {}
+    if spec.get("clusterIP") != "None":
+        return []
+    selector = spec.get("selector") or {}
+    out = []
+    for pod in store.list(POD, namespace)[0]:
+        pspec, status = pod["spec"], pod.get("status") or {}
+        labels = pod["metadata"].get("labels") or {}
+        if pspec.get("hostname") != hostname or pspec.get("subdomain") != subdomain:
+            continue
+        if any(labels.get(k) != v for k, v in selector.items()):
+            continue
+        if status.get("phase") in ("Succeeded", "Failed") or not status.get("podIP"):
+            continue
+        ready = any(c.get("ready") for c in status.get("containerStatuses") or [])
+        if ready or spec.get("publishNotReadyAddresses"):
+            out.append(str(status["podIP"]))
+    return out

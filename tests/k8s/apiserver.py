@@ -32,7 +32,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from . import _admission
+from . import _admission, _controllers
 from ._admission import MASTERS
 from ._controllers import POD, Controllers, Node, PodPlan
 from ._store import BUILTIN, CRDS, ApiError, Obj, Resource, Store, json_patch, match_labels, merge_patch
@@ -150,6 +150,10 @@ class KubeServer:
     def evict(self, pod: str, *, reason: str = "PreemptionByScheduler", namespace: str = "default") -> None:
         """Disrupt a running pod as a spot reclaim, a node drain or a preemption does."""
         self.controllers.terminate(namespace, pod, disruption=(reason, f"{reason}: the node is being reclaimed"))
+
+    def resolve(self, name: str, namespace: str = "default") -> list[str]:
+        """What the cluster DNS answers for a pod's ``<hostname>.<subdomain>`` (``_controllers.resolve``)."""
+        return _controllers.resolve(self.store, name, namespace)
 
     def set_nodes(self, nodes: list[Node] | None) -> None:
         self.controllers.nodes = nodes

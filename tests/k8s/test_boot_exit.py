@@ -98,8 +98,19 @@ class ChildFailedError(Exception):
     def __init__(self, codes):
         self.failures = {i: Failure(c) for i, c in enumerate(codes)}
 
+class DistNetworkError(RuntimeError):
+    pass
+
+class RendezvousConnectionError(Exception):
+    pass
+
 import sys
 what = sys.argv[1]
+if what == "store-lost":  # torchrun's agent when node 0's pod (the c10d store's host) is gone
+    try:
+        raise DistNetworkError("Failed to recv, got 0 bytes. Connection was likely closed.")
+    except DistNetworkError as e:
+        raise RendezvousConnectionError("The connection to the C10d store has failed.") from e
 if what == "signal":
     raise SignalException(signal.Signals.SIGTERM)
 if what == "stopped":
@@ -111,7 +122,8 @@ raise SystemExit(int(what))
 
 
 @pytest.mark.parametrize(
-    ("what", "code"), [("signal", 143), ("stopped", 143), ("mixed", 1), ("0", 0), ("1", 1), ("3", 3)]
+    ("what", "code"),
+    [("signal", 143), ("stopped", 143), ("store-lost", 143), ("mixed", 1), ("0", 0), ("1", 1), ("3", 3)],
 )
 def test_boot_maps_what_torchrun_raised_to_the_pod_exit_code(tmp_path: Path, what: str, code: int) -> None:
     """torchrun's SignalException (it got SIGTERM) and a ChildFailedError whose ranks all stopped on
@@ -120,3 +132,13 @@ def test_boot_maps_what_torchrun_raised_to_the_pod_exit_code(tmp_path: Path, wha
     argv = [sys.executable, "-c", BOOT, "json", "fake_torchrun", what]
     done = subprocess.run(argv, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)}, capture_output=True)
     assert done.returncode == code, done.stderr.decode()[-500:]
+
+
+@pytest.mark.parametrize(("seen", "code"), [("", 0), ("0", 0), ("2", 0), ("3", 86)])
+def test_boot_refuses_a_node_preempted_past_the_budget(tmp_path: Path, seen: str, code: int) -> None:
+    """``STARVERSE_NODE_PREEMPTIONS`` (the index's ignored-failure count, by the downward API; empty
+    on a first pod) past ``STARVERSE_PREEMPT_RESTARTS``: exit 86 before anything starts."""
+    env = {**os.environ, "STARVERSE_NODE_PREEMPTIONS": seen, "STARVERSE_PREEMPT_RESTARTS": "2"}
+    done = subprocess.run([sys.executable, "-c", BOOT, "json", "platform"], env=env, capture_output=True, text=True)
+    assert done.returncode == code, done.stderr
+    assert ("no restarts left (preemption budget 2 used)" in done.stderr) == bool(code)

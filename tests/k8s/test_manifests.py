@@ -90,6 +90,8 @@ def test_indexed_job_wire_form_for_one_cpu_node() -> None:
                 {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
                 {"action": "Ignore", "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [143]}},
                 {"action": "FailJob", "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [2]}},
+                # a node preempted past the budget: the pod command's refusal ends the job
+                {"action": "FailJob", "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [86]}},
             ]
         },
         "ttlSecondsAfterFinished": 604800,
@@ -116,7 +118,8 @@ def test_indexed_job_wire_form_for_one_cpu_node() -> None:
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": 60,
     }
-    env = {e["name"]: e.get("value") for e in container.pop("env")}
+    env_list = container.pop("env")
+    env = {e["name"]: e.get("value") for e in env_list}
     assert container == {
         "name": "trainer",
         "image": DEFAULT_IMAGE,
@@ -156,6 +159,10 @@ def test_indexed_job_wire_form_for_one_cpu_node() -> None:
     assert env["STARVERSE_EXPERIMENT_DIR"] == "/exp/demo/runs/demo-1"
     # a SIGTERM ends the attempt with 143 after the checkpoint, before the pod's grace period ends
     assert (env["STARVERSE_PREEMPT_EXIT"], env["STARVERSE_STOP_GRACE"], env["STARVERSE_ATTEMPT"]) == ("143", "60", "0")
+    assert env["STARVERSE_PREEMPT_RESTARTS"] == "3" and env["STARVERSE_NODE_PREEMPTIONS"] is None  # a fieldRef:
+    (seen,) = [e for e in env_list if e["name"] == "STARVERSE_NODE_PREEMPTIONS"]
+    path = "metadata.annotations['batch.kubernetes.io/job-index-ignored-failure-count']"
+    assert seen["valueFrom"] == {"fieldRef": {"fieldPath": path}}
 
 
 def test_one_spec_two_translations() -> None:

@@ -10,6 +10,9 @@ and their lost work come from the pods.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,8 +25,10 @@ pytest.importorskip("kubernetes")
 
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.backends.kubernetes import KubernetesBackend
+from jupyter_starverse.backends.kubernetes._checks import BOOT
 from jupyter_starverse.experiments import read_json
 from jupyter_starverse.jobmodel import Job, JobSpec, JobState
+from tests.k8s._controllers import container_env
 from tests.k8s.apiserver import KubeServer, PodPlan, serve_kube
 
 
@@ -191,3 +196,111 @@ def test_jobset_restarts_its_gang_when_a_child_job_fails(kube: KubeServer, setti
     assert js["status"]["restarts"] == 1 and js["spec"]["failurePolicy"]["restartStrategy"] == "Recreate"
     _, done = _states_until_finished(backend, job.id)
     assert done.state is JobState.SUCCEEDED
+
+
+def _boot(pod: dict[str, Any]) -> tuple[int, str]:
+    """The pod command's own start (``_checks.BOOT``) in the environment the kubelet gives the pod
+    (downward API included): its exit code, and what it wrote for the termination message."""
+    env = {"PATH": os.environ.get("PATH", ""), **container_env(pod)}
+    done = subprocess.run([sys.executable, "-c", BOOT, "json", "platform"], env=env, capture_output=True, text=True)
+    said = [line.removeprefix("starverse: ") for line in done.stderr.splitlines() if line.startswith("starverse: ")]
+    return done.returncode, (said[-1] if said else "")
+
+
+class _UntilReleased:
+    """Every pod first runs the pod command's start (a refusal ends it with that code), then runs
+    until :attr:`release`; node 1's first pod ends as its agent does when node 0's rendezvous store
+    is gone (once :attr:`store_lost` is set: exit 143 with BOOT's message)."""
+
+    def __init__(self) -> None:
+        self.release, self.store_lost = threading.Event(), threading.Event()
+        self.started: dict[int, int] = {}
+        self.exits: list[tuple[int, int, str]] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, pod: dict[str, Any]) -> PodPlan:
+        node = _node(pod)
+        with self.lock:
+            n = self.started[node] = self.started.get(node, 0) + 1
+        code, said = _boot(pod)
+        if code:
+            with self.lock:
+                self.exits.append((node, code, said))
+            return PodPlan(lines=(f"[boot]:{said}",), exit_code=code, run_seconds=0, message=said)
+        if node == 1 and n == 1:
+            said = "the rendezvous store of node 0 is gone (its pod ended): this pod ends too (exit 143)"
+            return PodPlan(
+                lines=("[default0]:step",), exit_code=143, run_seconds=0, until=self.store_lost, message=said
+            )
+        return PodPlan(lines=("[default0]:step",), run_seconds=0, until=self.release)
+
+
+def _pod_of(kube: KubeServer, node: int, nth: int) -> dict[str, Any]:
+    pods = sorted(
+        (p for p in kube.objects("pods") if _node(p) == node), key=lambda p: p["metadata"]["creationTimestamp"]
+    )
+    return pods[nth - 1] if len(pods) >= nth else {}
+
+
+def _phase(kube: KubeServer, name: str) -> str:
+    return next((p["status"]["phase"] for p in kube.objects("pods") if p["metadata"]["name"] == name), "")
+
+
+def test_preemptions_past_the_budget_fail_the_job_with_no_client(kube: KubeServer, settings: Settings) -> None:
+    """``Ignore`` has no limit: each recreated pod compares its node's ignored-failure count (its own
+    annotation, through the downward API) with the budget and exits 86, which the policy fails the Job on."""
+    plan = _UntilReleased()
+    plan.store_lost.set()  # not this test's subject: node 1's first pod runs like the others
+    kube.set_plan(plan)
+    backend = KubernetesBackend(settings, preempt_restarts=1)
+    job = backend.submit(_spec(max_restarts=0))
+    _running(backend, job.id)
+    calls = kube.count()
+    for n in (1, 2):  # the second preemption of node 1 is one more than the budget of 1
+        pod = _until(
+            lambda n=n: _pod_of(kube, 1, n).get("status", {}).get("phase") == "Running" and _pod_of(kube, 1, n),
+            f"pod {n} of node 1 runs",
+        )
+        kube.evict(pod["metadata"]["name"])
+        _until(lambda n=n: plan.started.get(1) == n + 1, f"node 1 recreated ({n})")
+    assert _until(lambda: _job_done(kube, job.id), "the Job ended") == "Failed"
+    assert kube.count() == calls  # the cluster alone stopped it
+    (k8s_job,) = [j for j in kube.objects("jobs") if j["metadata"]["name"] == job.id]
+    (failed,) = [c for c in k8s_job["status"]["conditions"] if c["type"] == "Failed"]
+    assert failed["reason"] == "PodFailurePolicy" and "exit code 86" in failed["message"]
+    assert plan.exits == [(1, 86, plan.exits[0][2])] and "preempted 2 times" in plan.exits[0][2]
+    done = backend.get(job.id)
+    assert done.state is JobState.FAILED and done.restarts == 2
+    assert "preempted more often than the preemption budget allows" in (done.reason or "")
+    assert "preemption budget 1 per node used" in (done.reason or ""), done.reason
+
+
+def test_node_0_preempted_the_group_re_forms_at_its_dns_name(kube: KubeServer, settings: Settings) -> None:
+    """Node 0's agent hosts the c10d store: when its pod goes, node 1's agent loses the store and its
+    pod ends 143 (``test_boot_exit``); both are recreated uncounted, and the rendezvous endpoint
+    ``<job>-0.<job>`` resolves to the recreated node 0 (the headless Service's DNS record)."""
+    plan = _UntilReleased()
+    kube.set_plan(plan)
+    backend = KubernetesBackend(settings)
+    job = backend.submit(_spec(max_restarts=0))
+    _running(backend, job.id)
+    endpoint = f"{job.id}-0.{job.id}"
+    first0 = _pod_of(kube, 0, 1)
+    assert kube.resolve(endpoint) == [first0["status"]["podIP"]]
+    assert f"--rdzv-endpoint={endpoint}:29500" in _pod_of(kube, 1, 1)["spec"]["containers"][0]["command"]
+    kube.evict(first0["metadata"]["name"])
+    _until(lambda: _phase(kube, first0["metadata"]["name"]) == "Failed", "node 0's pod ended")
+    plan.store_lost.set()
+    _until(lambda: plan.started.get(0) == 2 and plan.started.get(1) == 2, "both nodes recreated")
+    again0 = _until(lambda: _pod_of(kube, 0, 2).get("status", {}).get("podIP") and _pod_of(kube, 0, 2), "node 0 back")
+    assert kube.resolve(endpoint) == [again0["status"]["podIP"]] != [first0["status"]["podIP"]]
+    assert again0["spec"]["hostname"] == f"{job.id}-0" and again0["spec"]["subdomain"] == job.id
+    plan.release.set()
+    assert _until(lambda: _job_done(kube, job.id), "the Job finished") == "Complete"
+    (k8s_job,) = [j for j in kube.objects("jobs") if j["metadata"]["name"] == job.id]
+    assert k8s_job["status"].get("failed", 0) == 0  # nothing counted against backoffLimitPerIndex
+    done = backend.get(job.id)
+    assert done.state is JobState.SUCCEEDED and done.restarts == 2
+    causes = sorted(e["cause"] for e in _record(done)["events"])
+    assert "node 0" in causes[0] and "disrupted" in causes[0]
+    assert "node 1" in causes[1] and "lost the rendezvous store of node 0" in causes[1], causes

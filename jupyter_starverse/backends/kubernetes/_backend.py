@@ -46,7 +46,16 @@ from ._inputs import (
 from ._logs import PodStream, fan_in, saved_logs
 from ._manifests import make_manifests, make_mode, pool_for, to_dict, warmup_image
 from ._names import is_dns_label, make_job_id
-from ._restart import AttemptEnd, attempt_end, budget_of, current_pods, pod_restarts, recovers_in_cluster, stopping_node
+from ._restart import (
+    AttemptEnd,
+    attempt_end,
+    budget_of,
+    current_pods,
+    index_restarts,
+    pod_restarts,
+    recovers_in_cluster,
+    stopping_node,
+)
 from ._status import job_state, latest_per_node, parse_time
 from ._watch import resuming, watch_job
 
@@ -392,7 +401,7 @@ class KubernetesBackend(LaunchBackend):
         run_dir = annotations.get("starverse.io/run-dir", "")
         in_cluster = recovers_in_cluster(obj)
         # in the cluster: every pod it replaced is a restart (read from the pods, not from memory)
-        restarts = len(pod_restarts(pods)) if in_cluster else budget_of(obj).restarts
+        restarts = max(len(pod_restarts(pods)), index_restarts(pods)) if in_cluster else budget_of(obj).restarts
         state = st.state
         reason = st.reason
         if restarts and resuming(state, nodes, spec.nodes):
@@ -515,7 +524,12 @@ class KubernetesBackend(LaunchBackend):
         end = attempt_end(jobs, current_pods(pods)) or AttemptEnd("failed", job.reason or "the job failed")
         if end.kind == "usage":
             return dataclasses.replace(job, reason=f"usage: {end.cause}")
-        limit = f"backoffLimitPerIndex={job.spec.max_restarts}" if kind == "job" else "the restart limit"
+        if end.kind == "preempted":  # a node past its budget (the pod command's BUDGET_EXIT)
+            limit = f"preemption budget {self.preempt_restarts} per node used"
+        elif kind == "job":
+            limit = f"backoffLimitPerIndex={job.spec.max_restarts}"
+        else:
+            limit = "the restart limit"
         return dataclasses.replace(
             job, reason=f"{end.kind}: {end.cause}; no restarts left ({limit}, {job.restarts} restarts made)"
         )

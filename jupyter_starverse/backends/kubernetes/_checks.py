@@ -6,7 +6,24 @@ from __future__ import annotations
 from jupyter_starverse._settings import DEFAULT_IMAGE
 from jupyter_starverse.errors import BadInputError
 
-__all__ = ["BOOT", "MIN_TORCH", "check_image", "check_warmup_source", "image_is_known_bad"]
+__all__ = [
+    "BOOT",
+    "BUDGET_EXIT",
+    "MIN_TORCH",
+    "RDZV_LOST",
+    "check_image",
+    "check_warmup_source",
+    "image_is_known_bad",
+]
+
+#: Exit code of a pod whose node was preempted more often than the budget allows: the pod failure
+#: policy fails the Job on it (``FailJob``), so ``Ignore``d preemptions are not endless.
+BUDGET_EXIT = 86
+#: What torchrun's agent raises when the rendezvous store (hosted by node 0's agent) went away
+#: with its pod: ``RendezvousConnectionError`` ("The connection to the C10d store has failed"),
+#: or the store's own network / store errors. The pod then ends as a preemption (143): the Job
+#: controller recreates it and the group re-forms at the recreated node 0 (same DNS name).
+RDZV_LOST = ("RendezvousConnectionError", "RendezvousClosedError", "DistNetworkError", "DistStoreError")
 
 #: The oldest torch the runtime and the templates run on: FSDP2's ``fully_shard`` is public in
 #: ``torch.distributed.fsdp`` from 2.6 (``runtime.wrap`` for fsdp, the tp template). The image
@@ -26,9 +43,28 @@ _IMAGE_FIX = (
 #: then runs MODULE as ``__main__`` with ARGS. No shell, and no user text in the program: user
 #: arguments stay separate argv entries. torchrun ends with 1 both when it got SIGTERM and when its
 #: ranks stopped after a preemption (they exit 143 once every rank checkpointed): either way the
-#: pod exits 143, which the pod failure policy takes for a preemption, not a failure.
+#: pod exits 143, which the pod failure policy takes for a preemption, not a failure; so does an
+#: agent that lost its rendezvous store (:data:`RDZV_LOST`: node 0 was preempted). Before anything,
+#: a pod whose node was preempted more than ``STARVERSE_PREEMPT_RESTARTS`` times (its
+#: ``STARVERSE_NODE_PREEMPTIONS``, the Job controller's ignored-failure count of the index, read
+#: through the downward API) exits :data:`BUDGET_EXIT`. Why a pod stopped goes to its termination
+#: message (``/dev/termination-log``: the kubelet copies it into the pod's status).
 BOOT = (
-    "import importlib.util, runpy, sys\n"
+    "import importlib.util, os, runpy, sys\n"
+    "def _say(text, code):\n"
+    "    sys.stderr.write('starverse: ' + text + '\\n')\n"
+    "    if os.path.isfile('/dev/termination-log'):  # the kubelet's file: only in a pod\n"
+    "        try:\n"
+    "            with open('/dev/termination-log', 'w') as f:\n"
+    "                f.write(text)\n"
+    "        except OSError:\n"
+    "            pass\n"
+    "    sys.exit(code)\n"
+    "seen = os.environ.get('STARVERSE_NODE_PREEMPTIONS', '')\n"
+    "budget = os.environ.get('STARVERSE_PREEMPT_RESTARTS', '')\n"
+    "if seen.isdigit() and budget.isdigit() and int(seen) > int(budget):\n"
+    "    _say('this node was preempted ' + seen + ' times: no restarts left (preemption budget '\n"
+    f"         + budget + ' used); the job stops (exit {BUDGET_EXIT})', {BUDGET_EXIT})\n"
     "missing = [m for m in sys.argv[1].split(',') if importlib.util.find_spec(m) is None]\n"
     "if missing:\n"
     "    sys.stderr.write('starverse: this image cannot run the job: no module ' + ', '.join(missing) + '.\\n'\n"
@@ -51,8 +87,14 @@ BOOT = (
     "except BaseException as e:\n"
     "    codes = [getattr(f, 'exitcode', None) for f in (getattr(e, 'failures', None) or {}).values()]\n"
     "    if getattr(e, 'sigval', None) == 15 or (codes and all(c in (143, -15) for c in codes)):\n"
-    "        sys.stderr.write('starverse: stopped on SIGTERM after the checkpoint (exit 143)\\n')\n"
-    "        sys.exit(143)\n"
+    "        _say('stopped on SIGTERM after the checkpoint (exit 143)', 143)\n"
+    "    chain, x = [], e\n"
+    "    while x is not None and len(chain) < 16:\n"
+    "        chain.append(type(x).__name__)\n"
+    "        x = x.__cause__ or x.__context__\n"
+    f"    if set(chain) & set({RDZV_LOST!r}):\n"
+    "        _say('the rendezvous store of node 0 is gone (its pod ended): this pod ends too, the group '\n"
+    "             're-forms when node 0 is back (exit 143)', 143)\n"
     "    raise\n"
 )
 

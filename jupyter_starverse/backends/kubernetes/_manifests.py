@@ -31,7 +31,7 @@ from jupyter_starverse.backends._secrets import kube_secret_refs
 from jupyter_starverse.backends._torchrun import WORKER_MODULE, job_env
 from jupyter_starverse.jobmodel import JobSpec
 
-from ._checks import BOOT
+from ._checks import BOOT, BUDGET_EXIT
 from ._crds import (
     JobSet,
     JobSetReplicatedJob,
@@ -263,8 +263,20 @@ def _annotations(launch: KubeLaunch) -> dict[str, str]:
     }
 
 
-def make_env(launch: KubeLaunch, cluster: ClusterConfig, mode: ModeTranslation) -> list[V1EnvVar]:
-    """Environment of the trainer container: the local backend's job env + mode + secrets."""
+#: the Job controller's count, on each pod, of its index's failures the pod failure policy ignored
+#: (https://kubernetes.io/docs/reference/labels-annotations-taints/ ; k8s.io/api batch/v1
+#: ``JobIndexIgnoredFailureCountAnnotation``): the preemptions of that node so far
+IGNORED_FAILURES = "batch.kubernetes.io/job-index-ignored-failure-count"
+
+
+def make_env(
+    launch: KubeLaunch, cluster: ClusterConfig, mode: ModeTranslation, *, indexed: bool = False
+) -> list[V1EnvVar]:
+    """Environment of the trainer container: the local backend's job env + mode + secrets.
+
+    ``indexed`` (a pod of an Indexed Job, as the default kind and JobSet make): the pod also reads
+    its node's preemptions so far from its own annotation (downward API) and the budget, which
+    the pod command (``_checks.BOOT``) compares before it starts anything."""
     from kubernetes import client as c
 
     spec = launch.spec
@@ -290,7 +302,12 @@ def make_env(launch: KubeLaunch, cluster: ClusterConfig, mode: ModeTranslation) 
     )
     if "STARVERSE_WORKDIR" in env:  # unpacked by the init step into the pod's own read-only folder
         env["STARVERSE_WORKDIR"] = WORKDIR_MOUNT
+    if indexed:
+        base["STARVERSE_PREEMPT_RESTARTS"] = str(launch.preempt_restarts)
     out = [c.V1EnvVar(name=k, value=v) for k, v in {**base, **env, **launch.cost_env}.items()]
+    if indexed:
+        field = c.V1ObjectFieldSelector(field_path=f"metadata.annotations['{IGNORED_FAILURES}']")
+        out.append(c.V1EnvVar(name="STARVERSE_NODE_PREEMPTIONS", value_from=c.V1EnvVarSource(field_ref=field)))
     for name, (secret, key) in kube_secret_refs(spec).items():  # env:/file: refused with a kubectl hint
         source = c.V1EnvVarSource(secret_key_ref=c.V1SecretKeySelector(name=secret, key=key))
         out.append(c.V1EnvVar(name=name, value_from=source))
@@ -444,7 +461,7 @@ def make_container(
         name=name,
         image=mode.image,
         command=make_command(launch, cluster, master=master),
-        env=make_env(launch, cluster, mode),
+        env=make_env(launch, cluster, mode, indexed=master is not None),
         resources=mode.resources,
         volume_mounts=mounts,
         ports=[c.V1ContainerPort(container_port=PORT, name="rendezvous")] if master else None,
@@ -518,7 +535,9 @@ def _indexed_job_spec(launch: KubeLaunch, template: Any, *, ttl: int | None) -> 
     """The Indexed Job that recovers in the cluster, with no client running.
 
     The Job controller recreates a pod whose end the rules ``Ignore`` (a preemption, eviction or
-    node drain: ``DisruptionTarget``; SIGTERM then checkpoint: exit 143) without counting it;
+    node drain: ``DisruptionTarget``; SIGTERM then checkpoint: exit 143) without counting it
+    towards the back-off, but on the pod's ``job-index-ignored-failure-count``: a recreated pod
+    past ``preempt_restarts`` of them exits ``BUDGET_EXIT`` at once, which fails the Job;
     a usage error (exit 2) fails the Job; any other failure counts against its index's
     ``backoffLimitPerIndex`` (``JobSpec.max_restarts``) and one index past it fails the Job
     (``maxFailedIndexes: 0``). The recreated pod joins the elastic rendezvous (:func:`make_command`).
@@ -547,6 +566,9 @@ def _indexed_job_spec(launch: KubeLaunch, template: Any, *, ttl: int | None) -> 
         on_exit(PREEMPT_EXIT, "Ignore"),
         # a usage error (bad arguments): recreating cannot help
         on_exit(USAGE_EXIT, "FailJob"),
+        # a node preempted more than the budget allows (the pod command checks its ignored-failure
+        # count at start): Ignore has no limit of its own, this rule is the limit
+        on_exit(BUDGET_EXIT, "FailJob"),
     ]
     return c.V1JobSpec(
         completion_mode="Indexed",

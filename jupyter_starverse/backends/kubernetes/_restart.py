@@ -8,6 +8,7 @@ matched first) and, where a kind hides its Jobs, from the pods:
 - ``DisruptionTarget`` (preemption, eviction, node drain) or exit 143 (SIGTERM, checkpoint):
   ``preempted``, relaunched under the preemption budget;
 - exit 2 (a usage error): ``usage``, never relaunched;
+- exit ``BUDGET_EXIT`` (a node preempted past the budget, refused by the pod command): ``preempted``;
 - any other exit code or failure: ``failed``, relaunched up to ``JobSpec.max_restarts``.
 
 The backend then deletes the object (foreground: the pods stop and checkpoint first) and,
@@ -24,6 +25,7 @@ from typing import Any
 
 from jupyter_starverse.backends._restarts import PREEMPT_EXIT, USAGE_EXIT, RestartBudget
 
+from ._checks import BUDGET_EXIT
 from ._inputs import ANNOTATION_ATTEMPT, ANNOTATION_PREEMPTIONS
 from ._status import node_index, parse_time
 
@@ -33,6 +35,7 @@ __all__ = [
     "attempt_end",
     "budget_of",
     "current_pods",
+    "index_restarts",
     "pod_restarts",
     "recovers_in_cluster",
     "stopping_node",
@@ -69,7 +72,7 @@ def budget_of(obj: Mapping[str, Any]) -> RestartBudget:
 
 
 def _kind_of_code(code: int | None) -> str:
-    if code == PREEMPT_EXIT:
+    if code in (PREEMPT_EXIT, BUDGET_EXIT):
         return "preempted"
     if code == USAGE_EXIT:
         return "usage"
@@ -83,7 +86,11 @@ def _node_of(pods: Iterable[Mapping[str, Any]], name: str | None) -> str:
     return f"pod {name}" if name else "a pod"
 
 
-def _cause(kind: str, where: str, code: int | None, detail: str) -> str:
+def _cause(kind: str, where: str, code: int | None, detail: str, message: str = "") -> str:
+    if code == BUDGET_EXIT:
+        return f"{where} was preempted more often than the preemption budget allows (exit {BUDGET_EXIT})"
+    if kind == "preempted" and code == PREEMPT_EXIT and "rendezvous" in message:
+        return f"{where} lost the rendezvous store of node 0 and stopped, to re-form with it (exit {PREEMPT_EXIT})"
     if kind == "preempted" and code == PREEMPT_EXIT:
         return f"{where} got SIGTERM and stopped after its checkpoint (exit {PREEMPT_EXIT})"
     if kind == "preempted":
@@ -106,6 +113,15 @@ def _terminated(pod: Mapping[str, Any]) -> tuple[int | None, float | None]:
         if term:
             return term.get("exitCode"), parse_time(term.get("finishedAt"))
     return None, None
+
+
+def _termination_message(pod: Mapping[str, Any]) -> str:
+    """What the pod command wrote to ``/dev/termination-log`` (the kubelet's copy in the status)."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated")
+        if term:
+            return str(term.get("message") or "")
+    return ""
 
 
 def attempt_end(jobs: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> AttemptEnd | None:
@@ -150,7 +166,7 @@ def attempt_end(jobs: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, A
             detail = f"{disrupted.get('reason') or 'DisruptionTarget'}: {disrupted.get('message') or ''}".rstrip(": ")
             return AttemptEnd("preempted", _cause("preempted", where, None, detail), when)
         kind = _kind_of_code(code)
-        return AttemptEnd(kind, _cause(kind, where, code, ""), when)
+        return AttemptEnd(kind, _cause(kind, where, code, "", _termination_message(pod)), when)
     if failed:
         cond = failed[0]
         detail = f"{cond.get('reason') or 'Failed'}: {cond.get('message') or ''}".rstrip(": ")
@@ -185,6 +201,21 @@ def current_pods(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     for pod in sorted(pods, key=_created):
         best[node_index(pod)] = pod
     return [best[i] for i in sorted(best)]
+
+
+#: the Job controller's per-index counts on every pod it creates (k8s.io/api batch/v1)
+_INDEX_COUNTS = ("batch.kubernetes.io/job-index-failure-count", "batch.kubernetes.io/job-index-ignored-failure-count")
+
+
+def index_restarts(pods: Iterable[Mapping[str, Any]]) -> int:
+    """Pods the Job controller replaced, from the counts it writes on each node's newest pod
+    (``job-index-failure-count`` + ``job-index-ignored-failure-count``): still right once the
+    replaced pods themselves are gone (an evicted pod is deleted)."""
+    total = 0
+    for pod in current_pods(pods):
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        total += sum(int(annotations.get(key) or 0) for key in _INDEX_COUNTS)
+    return total
 
 
 def pod_restarts(pods: Iterable[Mapping[str, Any]]) -> list[tuple[str, AttemptEnd]]:
