@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -147,6 +148,10 @@ class EvalService:
     def __init__(self, settings: Settings, catalog: Catalog) -> None:
         self.settings = settings
         self.catalog = catalog
+        # report.json -> (mtime_ns, size, report): the panel lists every report every few seconds,
+        # and a report never changes once written (tmp + rename), so only new files are parsed
+        self._parsed: dict[Path, tuple[int, int, EvalReport]] = {}
+        self._lock = threading.Lock()
 
     @property
     def root(self) -> Path:
@@ -308,17 +313,33 @@ class EvalService:
         out: list[EvalReport] = []
         if not self.root.is_dir():
             return out
-        for path in sorted(self.root.glob("*/report.json")):
-            try:
-                rep = EvalReport.from_json(json.loads(path.read_text(encoding="utf-8")))
-            except (OSError, ValueError, TypeError):
-                continue
+        for rep in self._read_all():
             if model is not None and rep.model != model:
                 continue
             if data is not None and rep.dataset != data and rep.dataset.split("@")[0] != data:
                 continue
             out.append(rep)
         return sorted(out, key=lambda r: (r.created_at, r.id))
+
+    def _read_all(self) -> list[EvalReport]:
+        """Every readable report; a file is parsed again only when its mtime or size changed."""
+        seen: dict[Path, tuple[int, int, EvalReport]] = {}
+        with self._lock:
+            known = dict(self._parsed)
+        for path in sorted(self.root.glob("*/report.json")):
+            try:
+                st = path.stat()
+                hit = known.get(path)
+                if hit is not None and hit[:2] == (st.st_mtime_ns, st.st_size):
+                    seen[path] = hit
+                    continue
+                rep = EvalReport.from_json(json.loads(path.read_text(encoding="utf-8")))
+            except (OSError, ValueError, TypeError):
+                continue
+            seen[path] = (st.st_mtime_ns, st.st_size, rep)
+        with self._lock:
+            self._parsed = seen  # a removed report leaves the cache with its file
+        return [rep for _, _, rep in seen.values()]
 
     def card(self, ref: str) -> ScoreCard:
         """A store entry's state and every score of it (``store show REF``)."""

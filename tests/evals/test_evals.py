@@ -144,3 +144,34 @@ def test_accuracy_gate_refuses_a_model_made_to_drop(
     assert line.startswith(f"INT4: F1 {-int4.drop_points:+.1f} points, latency x") and "over the limit" in line
     with pytest.raises(BadInputError):
         client.evals.gate(data, limit_points=-1)
+
+
+def test_report_list_parses_a_file_once_and_again_when_it_changes(client: Starverse) -> None:
+    from jupyter_starverse.evals import EvalReport
+
+    def put(rid: str, f1: float) -> Path:
+        folder = client.evals.root / rid
+        folder.mkdir(parents=True, exist_ok=True)
+        rep = EvalReport(rid, "hf:team/a@main", None, "d@1", "1", "classification", 3, {"f1_macro": f1})
+        (folder / "report.json").write_text(json.dumps(rep.to_json()) + " " * int(f1 * 10))  # another size
+        return folder / "report.json"
+
+    put("r1", 0.5)
+    put("r2", 0.7)
+    reads: list[str] = []
+    real = Path.read_text
+
+    def counting(self: Path, *a: object, **kw: object) -> str:
+        reads.append(self.parent.name)
+        return real(self, *a, **kw)  # type: ignore[arg-type]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Path, "read_text", counting)
+        assert [r.metrics["f1_macro"] for r in client.evals.reports()] == [0.5, 0.7]
+        assert [r.id for r in client.evals.reports(model="hf:team/a@main")] == ["r1", "r2"]
+        assert sorted(reads) == ["r1", "r2"]  # the second listing parsed nothing
+        put("r2", 0.9)  # rewritten (another size): read again
+        (client.evals.root / "r1" / "report.json").unlink()  # removed: gone from the list
+        reads.clear()
+        assert [(r.id, r.metrics["f1_macro"]) for r in client.evals.reports()] == [("r2", 0.9)]
+        assert reads == ["r2"]

@@ -172,22 +172,26 @@ export function CatalogSection(): JSX.Element {
 
   const refresh = async (): Promise<void> => {
     try {
-      const [list, active, reports] = await Promise.all([
+      const [list, active] = await Promise.all([
         requestAPI<IStoreEntry[]>(['store']),
-        requestAPI<IPullProgress[]>(['store', 'pulls']),
-        requestAPI<IEvalReport[]>(['evals'])
+        requestAPI<IPullProgress[]>(['store', 'pulls'])
       ]);
       setEntries(list);
       setPulls(active);
-      setScores(reports);
       setError(null);
     } catch (reason) {
       setError(errorText(reason));
       throw reason;
     }
   };
+  // The scores under a model's row change when an evaluation ends, not with a pull's
+  // progress: every report is read on its own slower poll, not each second.
+  const refreshScores = async (): Promise<void> => {
+    setScores(await requestAPI<IEvalReport[]>(['evals']));
+  };
 
   usePoll('jupyter-starverse:store', 1000, refresh, { max: 30 * 1000 });
+  usePoll('jupyter-starverse:store-scores', 10 * 1000, refreshScores, { max: 60 * 1000 });
   const reload = (): void => {
     refresh().catch(() => undefined); // shown through `error`
   };
