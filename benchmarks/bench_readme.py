@@ -12,7 +12,10 @@ README's "Run the main job" command there, each timed on its own:
   build is part of it);
 - ``demo first line``: from ``starverse demo``'s start to its first line of output;
 - ``demo``: the whole demo (creates a dataset, trains 2 x 2 local processes);
-- ``jupyter lab --version`` and ``python -c "import ipykernel"``: what "Use it" needs next.
+- ``jupyter lab --version`` and ``python -c "import ipykernel"``: what "Use it" needs next;
+- ``Use it cells``: README's "Use it" notebook cells, run as written in a kernel of that venv
+  (``python -m tests._readme``: a fresh store, ``./corpus`` made for them, the ``hf:`` pulls served
+  by the tests' loopback Hub), each cell's time printed; ``--skip-use-it`` leaves them out.
 
 Baseline measured in the same run: a bare ``python3 -m venv`` + ``pip install jupyterlab
 ipykernel`` into another fresh venv (the floor any JupyterLab workspace pays). Medians over
@@ -71,6 +74,28 @@ def _demo(cwd: Path, env: dict[str, str]) -> tuple[float, float]:
     return first or 0.0, time.perf_counter() - start
 
 
+def _use_it(clone: Path, tmp: Path, env: dict[str, str]) -> float:
+    """Seconds to run README's "Use it" cells in the clone's venv (they must pass)."""
+    env = {k: v for k, v in env.items() if not k.startswith(("STARVERSE_", "HF_", "HUGGINGFACE_"))}
+    env["STARVERSE_HOME"] = str(tmp / "use-it-home")
+    start = time.perf_counter()
+    done = subprocess.run(
+        [str(clone / ".venv" / "bin" / "python"), "-m", "tests._readme", str(tmp / "use-it")],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    took = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(
+            f"README's 'Use it' cells failed in the fresh venv:\n{done.stdout[-3000:]}{done.stderr[-5000:]}"
+        )
+    for line in done.stdout.splitlines():
+        print(f"    {line}")
+    return took
+
+
 def _once(args: argparse.Namespace, command: str, env: dict[str, str]) -> dict[str, float]:
     extra = re.search(r'pip install -e "\.\[(\w+)\]"', command)
     if not extra:
@@ -87,6 +112,8 @@ def _once(args: argparse.Namespace, command: str, env: dict[str, str]) -> dict[s
         bin_dir = clone / ".venv" / "bin"
         times["jupyter lab --version"] = _run([str(bin_dir / "jupyter"), "lab", "--version"], clone, env)
         times["import ipykernel"] = _run([str(bin_dir / "python"), "-c", "import ipykernel"], clone, env)
+        if not args.skip_use_it:
+            times["Use it cells (kernel start + cells + job)"] = _use_it(clone, Path(tmp), env)
         base = Path(tmp) / "baseline"
         start = time.perf_counter()
         _run([sys.executable, "-m", "venv", str(base)], Path(tmp), env)
@@ -103,7 +130,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--keep", action="store_true", help="keep the last clone (to try the 'Use it' section)")
-    parser.add_argument("--skip-demo", action="store_true", help="time the install only")
+    parser.add_argument("--skip-demo", action="store_true", help="leave out the demo")
+    parser.add_argument("--skip-use-it", action="store_true", help="leave out README's 'Use it' cells")
     args = parser.parse_args()
     command = _readme_command()
     print(f"README command 1: {command}")

@@ -7,7 +7,7 @@ Run from the repository root::
 Each row is a fresh interpreter (what a user waits for), timed wall-clock, median of
 ``--repeat``, measured interleaved so load affects every row alike:
 
-- ``starverse --help``, ``starverse launch --help``, ``starverse jobs --help``: help texts;
+- ``starverse --help`` and every command's ``starverse COMMAND --help``: help texts;
 - ``starverse jobs ls``: the anchor, a real command that reads the job index;
 - ``%load_ext jupyter_starverse`` in a fresh IPython shell, against ``%load_ext tensorboard``
   (the anchor of the notebook door, when tensorboard is installed) and a bare IPython start;
@@ -40,14 +40,20 @@ _IPY = (
 _LOAD = "ip.run_line_magic('load_ext', '{}')"
 
 
+def _commands() -> list[str]:
+    """Every top-level command of the CLI (its own table: a new group gets its row)."""
+    sys.path.insert(0, str(ROOT))
+    from jupyter_starverse.cli import _SUMMARIES
+
+    return sorted(_SUMMARIES)
+
+
 def _rows(has_tensorboard: bool) -> dict[str, list[str]]:
     cli = [sys.executable, "-m", "jupyter_starverse.cli"]
     rows = {
         "starverse jobs ls (anchor)": [*cli, "jobs", "ls"],
         "starverse --help": [*cli, "--help"],
-        "starverse launch --help": [*cli, "launch", "--help"],
-        "starverse jobs --help": [*cli, "jobs", "--help"],
-        "starverse store --help": [*cli, "store", "--help"],
+        **{f"starverse {name} --help": [*cli, name, "--help"] for name in _commands()},
         "IPython start (floor)": [sys.executable, "-c", _IPY.format(load="pass")],
         "%load_ext jupyter_starverse": [sys.executable, "-c", _IPY.format(load=_LOAD.format("jupyter_starverse"))],
         "import jupyter_starverse.server": [sys.executable, "-c", "import jupyter_starverse.server"],
