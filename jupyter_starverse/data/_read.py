@@ -18,7 +18,7 @@ from typing import Any
 
 from jupyter_starverse.errors import BadInputError, MissingDependencyError, NotFoundError
 
-__all__ = ["FORMATS", "Doc", "Malformed", "Source", "list_files", "read_docs"]
+__all__ = ["FORMATS", "ORIGINS", "Doc", "Malformed", "Source", "list_files", "origin_line", "read_docs"]
 
 FORMATS = {
     ".jsonl": "jsonl",
@@ -31,6 +31,11 @@ FORMATS = {
     ".md": "txt",
 }
 _COMPRESSED = (".gz", ".bz2", ".xz", ".zst")
+#: Beside a version a data step wrote (``data.jsonl``): line N holds ``[file, line]`` of the user's
+#: record that became line N of ``data.jsonl`` (``[]`` when the step did not know it), so every
+#: step after it, and its reports, name the user's original file and line, not the merged file.
+ORIGINS = "_starverse/origins.jsonl"
+_WRITTEN = "data.jsonl"
 _CHUNK = 1 << 20
 
 
@@ -308,10 +313,54 @@ def _read_parquet(
                 yield n, value, row
 
 
+def origin_line(doc: Doc) -> str:
+    """The line of :data:`ORIGINS` for ``doc`` written out: where the user's record is."""
+    return json.dumps([doc.file, doc.line] if doc.file else [], ensure_ascii=False) + "\n"
+
+
+def _origins(source: Source, rel: str) -> Iterator[tuple[str, int] | None] | None:
+    """The origins of a written version's ``data.jsonl`` in line order, or None when it has none."""
+    if rel != _WRITTEN:
+        return None
+    path = source._full(ORIGINS)
+    try:
+        if not source.fs.isfile(path):
+            return None
+    except OSError:
+        return None
+
+    def lines() -> Iterator[tuple[str, int] | None]:
+        with source.fs.open(path, "rb") as f:
+            for raw in f:
+                try:
+                    found = json.loads(raw)
+                except ValueError:
+                    found = None
+                ok = isinstance(found, list) and len(found) == 2 and isinstance(found[0], str)
+                yield (found[0], int(found[1])) if ok and isinstance(found[1], int) else None
+
+    return lines()
+
+
+def _traced(rows: Iterator[tuple[int, str, Any]], origins: Iterator[tuple[str, int] | None],
+            ) -> Iterator[tuple[str | None, int, str, Any]]:  # fmt: skip
+    """``rows`` of ``data.jsonl`` with the origin of each line (None where it has none)."""
+    at, origin = 0, None
+    for line, text, row in rows:
+        while at < line:  # blank or unreadable lines have an origin line too
+            origin = next(origins, None)
+            at += 1
+        yield (origin[0] if origin else None), (origin[1] if origin else line), text, row
+
+
 def read_docs(
     source: Source, *, text_field: str = "text", report: Report | None = None, start: int = 0
 ) -> Iterator[Doc]:
-    """Every readable record of ``source`` in a fixed order (files sorted, then line order)."""
+    """Every readable record of ``source`` in a fixed order (files sorted, then line order).
+
+    A version written by a data step names each record by the user's file and line it came from
+    (:data:`ORIGINS`), however many steps lie between; what cannot be read is still reported at
+    its line of ``data.jsonl``."""
     report = report or (lambda m: None)
     idx = start
     for rel in source.files:
@@ -328,6 +377,12 @@ def read_docs(
             rows = _read_csv(source.fs, path, name, text_field, report, "," if fmt == "csv" else "\t")
         else:
             rows = _read_txt(source.fs, path, name, text_field, report)
+        origins = _origins(source, rel)
+        if origins is not None:
+            for file, line, text, row in _traced(rows, origins):
+                yield Doc(idx, file or name, line, text, row)
+                idx += 1
+            continue
         for line, text, row in rows:
             yield Doc(idx, name, line, text, row)
             idx += 1

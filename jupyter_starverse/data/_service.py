@@ -30,7 +30,7 @@ from . import _steps
 from ._html import report_html
 from ._pii import PII_TYPES, SUGGESTED, Deidentifier, find_pii, resolve_salt
 from ._progress import Progress, ProgressMeter
-from ._read import Doc, Malformed, Source, list_files, read_docs
+from ._read import ORIGINS, Doc, Malformed, Source, list_files, origin_line, read_docs
 from ._shard import JOB_CODE, malformed_of, merge_rows, merge_rows_idx, merge_tallies, missing_ranks
 from ._types import DataReport, ReportList, StepEstimate, clip
 
@@ -548,12 +548,16 @@ class DataPrep:
         staging = work / "out"
         (staging / "_starverse").mkdir(parents=True, exist_ok=True)
         try:
-            with open(staging / "data.jsonl", "w", encoding="utf-8") as out:
+            with (
+                open(staging / "data.jsonl", "w", encoding="utf-8") as out,
+                open(staging / ORIGINS, "w", encoding="utf-8") as origins,
+            ):
 
                 def write(doc: Doc, text: str) -> None:
                     row = dict(doc.row)
                     row[text_field] = text
                     out.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+                    origins.write(origin_line(doc))  # the user's file and line, through every step
 
                 result = body(docs, write if writes else None, work, tick, estimate)
             meter.phase("publishing")

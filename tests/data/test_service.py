@@ -134,3 +134,24 @@ def test_a_folder_input_needs_a_target(client: Starverse, tmp_path: Path) -> Non
         "one line",
         "another line",
     ]
+
+
+def test_a_dedup_after_clean_names_the_users_files_and_lines(client: Starverse, tmp_path: Path) -> None:
+    folder = tmp_path / "two-src"
+    folder.mkdir()
+    others = [f"document {i} talks about topic {i * 7919 % 1000} in its own words" for i in range(6)]
+    (folder / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in others))
+    copies = ["a line the user pasted three times into the second file"] * 3
+    (folder / "b.jsonl").write_text("\n" + "".join(json.dumps({"text": t}) + "\n" for t in copies))  # line 1 blank
+    client.catalog.add_dataset("two", str(folder))
+    clean = client.data.clean("two", actions={"email": "placeholder", "person": "placeholder"})
+    assert clean.output == "two@1-clean"
+    rep = client.data.dedup("two@1-clean")  # reads the clean step's merged data.jsonl
+    cluster = rep.clusters[0]
+    assert cluster.kept.where == "b.jsonl:2" and cluster.count == 2  # not data.jsonl:7
+    assert sorted(m.doc.where for m in cluster.members) == ["b.jsonl:3", "b.jsonl:4"]
+    # and on through a third step: the dedup's own version still names the user's lines
+    again = client.data.dedup("two@1-clean-dedup")
+    assert again.removed == {}
+    origins = (client.catalog.mount("two@1-clean-dedup") / "_starverse" / "origins.jsonl").read_text().splitlines()
+    assert json.loads(origins[-1]) == ["b.jsonl", 2] and len(origins) == rep.docs_out
