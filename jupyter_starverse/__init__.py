@@ -7,9 +7,10 @@ IPython extension) and lazy access to the Python front door (``launch``, ``jobs`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ._version import __version__
+if TYPE_CHECKING:
+    from ._version import __version__
 
 __all__ = ["__version__", "attach", "jobs", "launch"]
 
@@ -17,6 +18,10 @@ _API = ("launch", "jobs", "attach")
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # lazy: package metadata costs a job's every process on every node
+        from ._version import __version__
+
+        return __version__
     if name in _API:
         from . import _api
 

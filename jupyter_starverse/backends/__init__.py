@@ -7,12 +7,28 @@ contract live one floor down, in :mod:`jupyter_starverse.jobmodel`.
 
 from __future__ import annotations
 
-from .._settings import Settings
+from typing import TYPE_CHECKING, Any
+
 from ..errors import BadInputError
-from ..jobmodel import LaunchBackend
-from .templates import example_script
+
+if TYPE_CHECKING:
+    from .._settings import Settings
+    from ..jobmodel import LaunchBackend
+    from .templates import example_script
 
 __all__ = ["BACKENDS", "example_script", "make_backend"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: what a job's own processes import from here (``_worker``, Slurm's ``_node``/``_rank``/
+    # ``_requeue``, started on every node before the first step) must not pay for the templates,
+    # the catalog and the settings (~1 s a process on a busy node).
+    if name == "example_script":
+        from .templates import example_script
+
+        return example_script
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: Backend names every front door accepts.
 BACKENDS = ("local", "kubernetes", "slurm")

@@ -46,7 +46,7 @@ def test_cpu_script_has_the_topology_requeue_and_no_gpus(settings: Settings) -> 
     assert "--nodes=2" in flags and "--ntasks-per-node=1" in flags
     assert "--requeue" in flags and "--signal=B:TERM@120" in flags and "--open-mode=append" in flags
     assert not any(f.startswith(("--gpus", "--gres", "--partition", "--account", "--qos", "--time")) for f in flags)
-    assert "--nnodes=2 --nproc-per-node=3" in text and "--rdzv-backend=c10d" in text
+    assert "--nnodes=2 --nproc-per-node=3" in text and "--rdzv-backend=static" in text
     assert '--rdzv-endpoint="$head:$port"' in text and "jupyter_starverse.backends.slurm._rank" in text
     assert "export A='it'\"'\"'s $HOME `x`\nnext'" in text  # quoted: no expansion, no command
     assert f"{settings.experiments}/cpu/runs/'\"$STARVERSE_JOB_ID\"'/logs/node%n.log" in text

@@ -19,7 +19,9 @@ def main(argv: list[str]) -> int:
     if not argv:
         print("usage: python -m jupyter_starverse.backends.slurm._node COMMAND [ARGS...]", file=sys.stderr)
         return 2
-    os.environ["STARVERSE_NODE_INDEX"] = os.environ.get("SLURM_NODEID", "0")
+    node = os.environ.get("SLURM_NODEID", "0")
+    os.environ["STARVERSE_NODE_INDEX"] = node
+    os.environ["PET_NODE_RANK"] = node  # torchrun's --node-rank of the static rendezvous
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     sys.stdout.flush()
     os.execvp(argv[0], argv)  # noqa: S606 - argv from the script we rendered, no shell

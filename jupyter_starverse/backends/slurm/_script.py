@@ -111,7 +111,7 @@ def render_script(launch: SlurmLaunch) -> str:
         f"# Slurm batch script of the starverse job {launch.job_id} (jupyter_starverse {__version__}).",
         f"# Job {spec.name!r}, experiment {spec.experiment_name!r}: {spec.nodes} node(s) x "
         f"{spec.procs_per_node} process(es) = world size {spec.world_size} ({device}), template {spec.template}.",
-        "# One torchrun agent per node (srun), c10d rendezvous on the first node; every rank runs the",
+        "# One torchrun agent per node (srun), static rendezvous on the first node; every rank runs the",
         "# script under jupyter_starverse's worker, which writes logs/rankN.log, pids/ and errors/.",
         f"# Run folder (must be on a file system every node sees): {_one_line(run)}",
         "# Preemption, a lost node, or the time limit: SIGTERM -> every rank checkpoints -> the job",
@@ -176,7 +176,9 @@ def render_script(launch: SlurmLaunch) -> str:
             "",
         ]
     lines += [
-        "# -- rendezvous: the first node (this one) hosts torchrun's c10d store on a free port --",
+        "# -- rendezvous: the first node (this one) hosts torchrun's store on a free port. Static (node",
+        "#    rank = SLURM_NODEID, set by `_node`): a try never changes its nodes, a requeue is a new try",
+        "#    with a new port, and the elastic c10d round would add ~1 s of polling before the first step --",
         f"PYTHON={_q(launch.python)}",
         "head=$(hostname)",
         'port=$("$PYTHON" -c \'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])\')',
@@ -185,8 +187,14 @@ def render_script(launch: SlurmLaunch) -> str:
         "started=$(date +%s)",
         "export STARVERSE_ATTEMPT=$attempt",
         'echo "starverse: Slurm job $SLURM_JOB_ID, try $try, nodes $SLURM_JOB_NODELIST, rendezvous $head:$port"',
-        "# a requeue slurmctld made on its own (a lost node) spends the preemption budget too",
-        f'"$PYTHON" -m {REQUEUE_MODULE} begin {_q(run)} "$attempt" {launch.preempt_restarts} || exit 1',
+        "# a requeue slurmctld made on its own (a lost node) spends the preemption budget too; a first",
+        "# try has none to count, so its record is written beside the start, not before it",
+        'began=""',
+        'if [ "$attempt" -eq 0 ]; then',
+        f'    "$PYTHON" -m {REQUEUE_MODULE} begin {_q(run)} 0 {launch.preempt_restarts} & began=$!',
+        "else",
+        f'    "$PYTHON" -m {REQUEUE_MODULE} begin {_q(run)} "$attempt" {launch.preempt_restarts} || exit 1',
+        "fi",
         "",
         "# -- one torchrun agent per node; its output goes to logs/node<N>.log. `_node` sets",
         "#    STARVERSE_NODE_INDEX and blocks SIGTERM in the agent, so that a Slurm signal reaches each",
@@ -196,7 +204,7 @@ def render_script(launch: SlurmLaunch) -> str:
         f'    "$PYTHON" -m {NODE_MODULE} \\',
         '    "$PYTHON" -m torch.distributed.run \\',
         f"    --nnodes={spec.nodes} --nproc-per-node={spec.procs_per_node} \\",
-        '    --rdzv-backend=c10d --rdzv-endpoint="$head:$port" --rdzv-id="$SLURM_JOB_ID-$try" \\',
+        '    --rdzv-backend=static --rdzv-endpoint="$head:$port" --rdzv-id="$SLURM_JOB_ID-$try" \\',
         "    --max-restarts=0 \\",
         "    " + " ".join(_q(a) for a in launch.entry) + " &",
         "agents=$!",
@@ -206,6 +214,7 @@ def render_script(launch: SlurmLaunch) -> str:
         "stopping=0",
         "trap 'stopping=1; scancel --signal=TERM \"$SLURM_JOB_ID\"' TERM",
         'while :; do wait "$agents"; rc=$?; kill -0 "$agents" 2>/dev/null || break; done',
+        '[ -z "$began" ] || wait "$began"',  # the first try's record is written before it is judged
         f'printf \'{{"slurm_job_id": "%s", "try": %d, "exit_code": %d, "time": %d}}\\n\' '
         f'"$SLURM_JOB_ID" "$try" "$rc" "$(date +%s)" > {_q(run + "/slurm-exit.json")}',
         "",
