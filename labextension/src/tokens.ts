@@ -50,6 +50,10 @@ export interface IJobSpec {
   experiment: string | null;
   billing: string;
   budget: string | null;
+  /** catalog entries the ranks read, as the user named them */
+  mounts?: string[];
+  /** the exact `NAME@VERSION` each mount resolved to at launch (what the job read) */
+  mount_versions?: Record<string, string>;
 }
 
 /** `NodeStatus.to_json()`. */
@@ -530,7 +534,8 @@ export interface ITrainParams {
 export interface IPipelineNode {
   id: string;
   kind: PipelineNodeKind;
-  params: ITrainParams & { ref?: string };
+  /** entries: `ref` as picked; `pinned`, the exact version a bare name was pinned to (what the steps read) */
+  params: ITrainParams & { ref?: string; pinned?: string };
   position: { x: number; y: number };
 }
 
@@ -583,6 +588,10 @@ export interface IPipelineCheck {
       step?: string;
       source?: string;
       seconds?: number | null;
+      /** entries: what the steps read (the pin, else the name), the pin, and what the bare name means now */
+      ref?: string;
+      pinned?: string | null;
+      latest?: string | null;
     }
   >;
 }

@@ -39,6 +39,7 @@ import {
   isStep,
   moveNodes,
   nodeFor,
+  pinEntries,
   removeEdges,
   removeNodes,
   setParams
@@ -219,6 +220,12 @@ function Editor(props: {
           if (current) {
             setCheck(result);
             setCheckError(null);
+            // a bare dataset / model name is pinned to its exact version at its first check
+            // (an edit like any other: the document is dirty, saving keeps the pin)
+            const pinned = pinEntries(doc, result);
+            if (pinned !== null) {
+              onDoc(pinned);
+            }
           }
         })
         .catch(reason => {

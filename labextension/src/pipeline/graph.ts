@@ -3,6 +3,7 @@
  * The document is the truth; the canvas is drawn from it after every edit.
  */
 import {
+  IPipelineCheck,
   IPipelineDoc,
   IPipelineNode,
   ITrainParams,
@@ -216,4 +217,23 @@ export function removeEdges(
 /** Cards of a train node: nodes x GPUs per node. */
 export function cardsOf(params: ITrainParams): number {
   return (params.nodes ?? 1) * (params.gpus_per_node ?? 1);
+}
+
+/**
+ * The document with every bare dataset / model name pinned to the version the check says it means
+ * now (`info.latest`), or null when nothing is left to pin: a pipeline reads one version until the
+ * user picks another (the pin is kept in the file when it is saved; the check warns, naming the
+ * newer version, when the name moves on).
+ */
+export function pinEntries(doc: IPipelineDoc, check: IPipelineCheck): IPipelineDoc | null {
+  let out: IPipelineDoc | null = null;
+  for (const node of doc.nodes) {
+    const info = check.info[node.id];
+    const ref = node.params.ref ?? '';
+    if (!info || !info.latest || info.pinned || !ref || ref.includes('@') || info.ref !== ref) {
+      continue;
+    }
+    out = setParams(out ?? doc, node.id, { pinned: info.latest });
+  }
+  return out;
 }

@@ -113,6 +113,11 @@ export function TrainNodeView(props: NodeProps<StepNode>): JSX.Element {
 /** A dataset or model from the catalog: what it is and where it lies on the store. */
 export function EntryNodeView(props: NodeProps<EntryNode>): JSX.Element {
   const { data } = props;
+  // the exact version a bare name was pinned to (what the steps read), and what the name means now
+  const ref = data.node.params.ref ?? '';
+  const pin = data.node.params.pinned;
+  const pinned = data.info?.pinned ?? (pin && !ref.includes('@') && pin.startsWith(`${ref}@`) ? pin : null);
+  const latest = data.info?.latest ?? null;
   return (
     <div
       className={`jp-SvPipeline-node jp-SvPipeline-entry jp-SvPipeline-${data.node.kind} ${stateClass(data)}`}
@@ -123,6 +128,15 @@ export function EntryNodeView(props: NodeProps<EntryNode>): JSX.Element {
         <span className="jp-SvPipeline-tag">{data.node.kind}</span>
       </div>
       <div className="jp-SvPipeline-nodeLine">{data.node.params.ref ?? '(pick an entry)'}</div>
+      {pinned && (
+        <div
+          className="jp-SvPipeline-nodeLine jp-SvPipeline-pinned"
+          title={`the steps read ${pinned}${latest && latest !== pinned ? `; ${ref} now means ${latest}` : ''}`}
+        >
+          pinned {pinned}
+          {latest && latest !== pinned ? ` · newer: ${latest}` : ''}
+        </div>
+      )}
       <Issues issues={data.issues} />
       <Handle type="source" position={Position.Right} />
     </div>

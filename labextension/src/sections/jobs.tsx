@@ -234,6 +234,8 @@ function JobRow(props: { job: IJob; onChanged: () => void }): JSX.Element {
   const toggle = (what: 'logs' | 'tensorboard' | 'chart'): void => setOpen(open === what ? null : what);
   // The server's progress line, field by field; the state badge above already says the state.
   const stats = p.line_fields.filter(f => f.key !== 'state');
+  // The exact version each mount read (pinned at launch), as `jobs show` and `jobs ls` name it.
+  const mounted = (job.spec.mounts ?? []).map(m => job.spec.mount_versions?.[m] ?? m);
   return (
     <li className="jp-Starverse-job" data-job-id={job.id} data-state={job.state}>
       <div className="jp-Starverse-jobHead">
@@ -255,6 +257,11 @@ function JobRow(props: { job: IJob; onChanged: () => void }): JSX.Element {
           </span>
         ))}
       </div>
+      {mounted.length > 0 && (
+        <div className="jp-Starverse-jobMounts jp-Starverse-entryDetail" title={`mounts ${mounted.join(', ')}`}>
+          mounts {mounted.join(', ')}
+        </div>
+      )}
       {p.fraction !== null && (
         <progress className="jp-Starverse-jobProgress" max={1} value={p.fraction} />
       )}

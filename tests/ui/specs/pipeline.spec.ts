@@ -107,6 +107,14 @@ test.describe('Starverse pipeline editor', () => {
     });
     await page.screenshot({ path: path.join(ARTIFACTS, 'starverse-pipeline-monitor.png') });
 
+    // The side panel's job list names the exact version the step's job mounted.
+    await page.sidebar.openTab('jupyter-starverse-panel');
+    const jobs = page.locator('#jupyter-starverse-panel details[data-section="jobs"]');
+    await expect(jobs.locator('.jp-Starverse-jobMounts', { hasText: 'mounts pipedata@1' }).first()).toBeVisible({
+      timeout: 30000
+    });
+    await page.sidebar.close('left');
+
     // The saved file is plain JSON with the step, the dataset and the edge between them.
     const saved = await page.evaluate(async () => {
       const app = (window as any).jupyterapp;
@@ -116,6 +124,54 @@ test.describe('Starverse pipeline editor', () => {
     const doc = JSON.parse(saved);
     expect(doc.edges).toEqual([{ source: 'pipedata', target: 'train' }]);
     expect(doc.nodes.find((n: { id: string }) => n.id === 'train').params.nodes).toBe(2);
+  });
+
+  test('a bare dataset name is pinned to its exact version on the canvas and in the saved file', async ({ page }) => {
+    await page.contents.uploadContent('{"text": "hello pin"}\n', 'text', 'pindata/part-0.jsonl');
+    await page.sidebar.openTab('jupyter-starverse-panel');
+    const catalog = page.locator('.jp-Starverse-section[data-section="catalog"]');
+    const form = catalog.locator('form.jp-Starverse-addDataset');
+    await form.locator('input[placeholder="name"]').fill('pindata');
+    await form.locator('input').nth(1).fill(path.join(ROOT, 'pindata'));
+    await form.locator('button[type="submit"]').click();
+    await expect(catalog.locator('.jp-Starverse-entry', { hasText: 'pindata' })).toBeVisible({ timeout: 30000 });
+    await page.sidebar.close('left');
+    // a file written by hand (or by a colleague) names the dataset without a version
+    const file = 'pin/bare.svpipeline';
+    const doc = {
+      version: 1,
+      name: 'bare',
+      backend: 'local',
+      nodes: [
+        { id: 'data', kind: 'dataset', params: { ref: 'pindata' }, position: { x: 0, y: 0 } },
+        { id: 'train', kind: 'train', params: { script: 'train.py' }, position: { x: 300, y: 0 } }
+      ],
+      edges: [{ source: 'data', target: 'train' }]
+    };
+    await page.contents.uploadContent(JSON.stringify(doc), 'text', file);
+    await page.evaluate(async (p: string) => {
+      await (window as any).jupyterapp.commands.execute('docmanager:open', { path: p });
+    }, file);
+    const editor = page.locator('.jp-SvPipeline-editor').filter({ visible: true });
+    const entry = editor.locator('.jp-SvPipeline-entry[data-node-id="data"]');
+    // the first check pins it: shown on the node, an edit of the document (dirty), kept by Ctrl+S
+    await expect(entry.locator('.jp-SvPipeline-pinned')).toHaveText('pinned pindata@1', { timeout: 15000 });
+    const tab = page.locator(`.lm-TabBar-tab[title*="${file}"]`);
+    await expect(tab).toHaveClass(/jp-mod-dirty/);
+    await editor.locator('.jp-SvPipeline-canvas').focus();
+    await page.keyboard.press('Control+s');
+    await expect(tab).not.toHaveClass(/jp-mod-dirty/);
+    const saved = JSON.parse(
+      await page.evaluate(async (p: string) => {
+        const app = (window as any).jupyterapp;
+        return (await app.serviceManager.contents.get(p, { content: true })).content as string;
+      }, file)
+    );
+    expect(saved.nodes.find((n: { id: string }) => n.id === 'data').params).toEqual({
+      ref: 'pindata',
+      pinned: 'pindata@1'
+    });
+    await page.screenshot({ path: path.join(ARTIFACTS, 'starverse-pipeline-pinned.png') });
   });
 
   test('a pipeline is a document: dirty after an edit, saved by Ctrl+S, undo/redo, asked about on close', async ({
