@@ -26,6 +26,8 @@ extension starts from the same object and overrides fields from its traitlets.
 | STARVERSE_WORKSPACE         | where the workspace runs: ``auto``/``local``/``kubernetes``/``jupyterhub`` | ``auto`` |
 | STARVERSE_LOCAL_GPU         | this machine has a GPU: ``auto``/``yes``/``no``   | ``auto`` (look for one)         |
 | STARVERSE_READONLY_MOUNTS   | local jobs' mounts read-only binds: ``auto``/``no`` | ``auto``                        |
+| STARVERSE_WARM_POOL         | local jobs start from a warm pool: ``auto``/``off`` | ``auto``                        |
+| STARVERSE_POOL_IDLE_MINUTES | a warm pool without a job exits after this long   | ``20``                          |
 | STARVERSE_CPU_IMAGE         | image of jobs in CPU mode (CPU variant)           | the job's image                 |
 | STARVERSE_HUB_PROFILES      | KubeSpawner profile per mode: ``cpu=slug,a100-80g=slug`` |                          |
 | STARVERSE_WORKSPACE_CONTAINER | container of the workspace pod to move           | the first one                   |
@@ -88,6 +90,7 @@ KUBE_KINDS = ("job", "jobset", "trainjob", "pytorchjob")
 WORKSPACES = ("auto", "local", "kubernetes", "jupyterhub")
 LOCAL_GPU = ("auto", "yes", "no")
 READONLY_MOUNTS = ("auto", "no")
+WARM_POOL = ("auto", "off")
 
 
 def _image_tag(version: str) -> str:
@@ -367,6 +370,9 @@ class Settings:
     local_gpu: str = "auto"
     #: local jobs: store mounts read-only in a mount namespace where the kernel allows it (auto), or not (no)
     readonly_mounts: str = "auto"
+    #: local jobs: ranks forked from a warm pool (torch imported) when one matches the job (auto), never (off)
+    warm_pool: str = "auto"
+    pool_idle_minutes: float = 20.0
     cpu_image: str | None = None
     #: idle guards (issue 13): a job whose GPUs idle this long is stopped, the workspace switches to CPU
     job_idle_minutes: float = 30.0
@@ -374,6 +380,9 @@ class Settings:
     #: a chat worker (a model in memory) that answers nothing for this long exits; the next question
     #: starts it again (0: kept for as long as its session)
     chat_idle_minutes: float = 15.0
+    #: LLaMA-Factory's environment for its recipes: its ``llamafactory-cli`` or its Python (None: the
+    #: ``llamafactory-cli`` found on PATH)
+    llamafactory: str | None = None
     #: a job whose loss is NaN/inf for this many logged steps in a row stops (0: off)
     nan_steps: int = 3
     hub_profiles: str | None = None
@@ -440,10 +449,13 @@ class Settings:
             workspace=_choice(env, "STARVERSE_WORKSPACE", WORKSPACES, "auto"),
             local_gpu=_choice(env, "STARVERSE_LOCAL_GPU", LOCAL_GPU, "auto"),
             readonly_mounts=_choice(env, "STARVERSE_READONLY_MOUNTS", READONLY_MOUNTS, "auto"),
+            warm_pool=_choice(env, "STARVERSE_WARM_POOL", WARM_POOL, "auto"),
+            pool_idle_minutes=_minutes(env, "STARVERSE_POOL_IDLE_MINUTES", 20.0),
             cpu_image=_optional(env, "STARVERSE_CPU_IMAGE"),
             job_idle_minutes=_minutes(env, "STARVERSE_JOB_IDLE_MINUTES", 30.0),
             workspace_idle_minutes=_minutes(env, "STARVERSE_WORKSPACE_IDLE_MINUTES", 60.0),
             chat_idle_minutes=_minutes(env, "STARVERSE_CHAT_IDLE_MINUTES", 15.0),
+            llamafactory=_optional(env, "STARVERSE_LLAMAFACTORY"),
             nan_steps=int(_minutes(env, "STARVERSE_NAN_STEPS", 3)),
             hub_profiles=_optional(env, "STARVERSE_HUB_PROFILES"),
             workspace_container=_optional(env, "STARVERSE_WORKSPACE_CONTAINER"),
@@ -511,6 +523,8 @@ class Settings:
             "STARVERSE_CHAT_IDLE_MINUTES": f"{self.chat_idle_minutes:g}",
             "STARVERSE_LOCAL_GPU": self.local_gpu,
             "STARVERSE_READONLY_MOUNTS": self.readonly_mounts,
+            "STARVERSE_WARM_POOL": self.warm_pool,
+            "STARVERSE_POOL_IDLE_MINUTES": f"{self.pool_idle_minutes:g}",
             "STARVERSE_NAN_STEPS": str(self.nan_steps),
             "STARVERSE_PULL_CONNECTIONS": str(self.pull_connections),
             "STARVERSE_KUBE_KIND": self.kube_kind,
@@ -525,6 +539,7 @@ class Settings:
             "STARVERSE_KUEUE_QUEUE": self.kueue_queue,
             "STARVERSE_GPU_POOLS": self.gpu_pools_file,
             "STARVERSE_CPU_IMAGE": self.cpu_image,
+            "STARVERSE_LLAMAFACTORY": self.llamafactory,
             "STARVERSE_HUB_PROFILES": self.hub_profiles,
             "STARVERSE_STORE_CLAIM": self.store_claim,
             "STARVERSE_EXPERIMENTS_CLAIM": self.experiments_claim,

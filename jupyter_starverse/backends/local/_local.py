@@ -63,6 +63,7 @@ from .._secrets import check_secrets, run_secrets
 from .._torchrun import LOCAL_ADDR, WORKER_MODULE, LaunchPlan, job_env, make_local_plan, render_plan
 from ..templates import check_template, framework_args, write_framework_files
 from ._attempts import PREEMPT_RESTARTS
+from ._pool import PoolInfo, list_pools, stop_pools
 from ._supervisor import BUDGET_EVERY_S
 
 __all__ = ["LocalBackend"]
@@ -409,6 +410,14 @@ class LocalBackend(RunFolderBackend):
         if not status.finished_state:
             write_status(run, replace(status, state="cancelled", reason=reason, finished=time.time()))
         return self.get(job_id)
+
+    def pools(self) -> tuple[PoolInfo, ...]:
+        """This user's warm pools (``STARVERSE_WARM_POOL``): one per job interpreter and environment."""
+        return tuple(list_pools(self.settings.home))
+
+    def stop_pools(self) -> tuple[PoolInfo, ...]:
+        """Stop this user's warm pools now (running jobs go on); the next job starts cold and warms one again."""
+        return tuple(stop_pools(self.settings.home))
 
     def latest_checkpoint_step(self, job_id: str) -> int | None:
         """Step of the newest checkpoint written by ``job_id`` (None without one)."""

@@ -31,7 +31,7 @@ from typing import Any
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.errors import StarverseError
 
-__all__ = ["LIBC", "after_job", "protect", "readonly_preexec"]
+__all__ = ["LIBC", "after_job", "protect", "readonly_paths", "readonly_preexec"]
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUSER = 0x10000000
@@ -111,16 +111,10 @@ def protect(paths: Sequence[str]) -> None:
         _mount(None, path, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _kept_flags(path))
 
 
-def readonly_preexec(settings: Settings, mounts: Sequence[str], then: Callable[[], None]) -> Callable[[], None]:
-    """The ``preexec_fn`` of a job's agent: its mounts read-only (see the module), then ``then()``.
-
-    Here, in the parent, every mount is checked first (``Catalog.mount``: an entry changed since
-    it was published is refused, ConflictError naming the files, at every launch of the job), and
-    the folders are found; the child only makes system calls. A kernel that refuses leaves the
-    job as it was, with one line in its node log (the post-job check stays).
-    """
+def readonly_paths(settings: Settings, mounts: Sequence[str]) -> list[str]:
+    """Check every mount (``Catalog.mount``: a changed entry is refused) and name the folders to protect."""
     if not mounts:
-        return then
+        return []
     from jupyter_starverse.catalog import Catalog
 
     catalog = Catalog(settings)
@@ -129,6 +123,18 @@ def readonly_preexec(settings: Settings, mounts: Sequence[str], then: Callable[[
         catalog.mount(name)
         if settings.readonly_mounts != "no":
             paths += [str(p) for p in catalog.readonly_paths(name)]
+    return paths
+
+
+def readonly_preexec(settings: Settings, mounts: Sequence[str], then: Callable[[], None]) -> Callable[[], None]:
+    """The ``preexec_fn`` of a job's agent: its mounts read-only (see the module), then ``then()``.
+
+    Here, in the parent, every mount is checked first (``Catalog.mount``: an entry changed since
+    it was published is refused, ConflictError naming the files, at every launch of the job), and
+    the folders are found; the child only makes system calls. A kernel that refuses leaves the
+    job as it was, with one line in its node log (the post-job check stays).
+    """
+    paths = readonly_paths(settings, mounts)
     if not paths:
         return then
 

@@ -59,7 +59,8 @@ from jupyter_starverse.experiments import (
 from jupyter_starverse.jobmodel import JobSpec
 from jupyter_starverse.runtime._guards import IdleTracker, gpu_utilisation
 
-from .._torchrun import LOCAL_ADDR, LaunchPlan, NodePlan
+from .._torchrun import LOCAL_ADDR, WORKER_MODULE, LaunchPlan, NodePlan
+from . import _pool
 from ._attempts import (
     PREEMPT_EXIT,
     PREEMPT_RESTARTS,
@@ -71,7 +72,7 @@ from ._attempts import (
     oom_kills,
     signal_name,
 )
-from ._readonly import LIBC, after_job, readonly_preexec
+from ._readonly import LIBC, after_job, readonly_paths, readonly_preexec
 
 __all__ = ["main"]
 
@@ -107,11 +108,13 @@ class _Supervisor:
         self.admin_gid = group_id(self.settings.admin_group)
         status = read_status(run)
         self.status = status if status is not None else RunStatus(job_id=self.plan.job_id, created=time.time())
-        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.procs: dict[int, subprocess.Popen[bytes] | _pool.WarmAgent] = {}
         self.logs: dict[int, BinaryIO] = {}
         self.stop_reason: str | None = None
         self.stop_state = "cancelled"
         self.store: Any = None
+        self._own_socket: socket.socket | None = None
+        self.pool_wanted: tuple[str, dict[str, str]] | None = None  # start a warm pool once this job runs
         self.port = self.plan.port
         self._next_budget = 0.0
         self.heartbeat_every = max(0.05, heartbeat)
@@ -188,20 +191,26 @@ class _Supervisor:
             out.append(arg)
         return out
 
-    def start_node(self, node: NodePlan) -> None:
+    def node_log(self, node: NodePlan) -> BinaryIO:
         log = self.logs.get(node.index)
         if log is None:
             log = self.logs[node.index] = open_log(self.run, self.run.node_log(node.index))
-        env = {
+        return log
+
+    def node_env(self, node: NodePlan) -> dict[str, str]:
+        return {
             **self.base_env(),
             **node.env,
             "STARVERSE_ATTEMPT": str(self.status.attempt),
             "STARVERSE_PREEMPT_EXIT": str(PREEMPT_EXIT),
             "STARVERSE_STOP_GRACE": f"{self.grace:g}",
         }
+
+    def start_node(self, node: NodePlan) -> None:
+        log = self.node_log(node)
         proc = subprocess.Popen(
             self.node_argv(node),
-            env=env,
+            env=self.node_env(node),
             cwd=self.run.root,
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -211,7 +220,11 @@ class _Supervisor:
             # checked (changed: refused) and read-only in the agent's own mount namespace (see _readonly)
             preexec_fn=readonly_preexec(self.settings, self.spec.mounts, then=_die_with_parent),
         )
-        self.procs[node.index] = proc
+        self.started_node(node.index, proc)
+
+    def started_node(self, index: int, proc: subprocess.Popen[bytes] | _pool.WarmAgent) -> None:
+        self.procs[index] = proc
+        node = self.plan.nodes[index]
         now = time.time()
         rec = self.node(node.index)
         self.set_node(
@@ -225,19 +238,84 @@ class _Supervisor:
             launches=(*rec.launches, (now, None)),
         )
 
-    def host_store(self) -> None:
-        """Serve the rendezvous store on the socket ``submit`` bound (no port race), or on a new one."""
-        from datetime import timedelta
+    def warm_entry(self) -> tuple[str, list[str]] | None:
+        """The interpreter and ``_worker`` arguments of the job's ranks, or None (a command of its own)."""
+        argv = list(self.plan.nodes[0].argv) if self.plan.nodes else []
+        if self.spec.command or "--no-python" in argv or WORKER_MODULE not in argv:
+            return None
+        at = argv.index(WORKER_MODULE)
+        return (argv[0], argv[at + 1 :]) if at > 0 and argv[at - 1] == "-m" else None
 
-        from torch._C._distributed_c10d import TCPStore
+    def start_warm(self) -> bool:
+        """Start every node of this attempt from the warm pool; False (nothing started): start cold.
 
-        if self.listen_fd is None:  # a supervisor that took over a job binds a port of its own
+        All or nothing: a warm node's ranks join node 0's store, a cold node's the supervisor's.
+        """
+        entry = self.warm_entry() if self.settings.warm_pool != "off" else None
+        if entry is None:
+            return False
+        python, args = entry
+        envs = {n.index: self.node_env(n) for n in self.plan.nodes}
+        if len({_pool.fingerprint(python, e) for e in envs.values()}) != 1:
+            return False
+        fp = _pool.fingerprint(python, envs[0])
+        name = _pool.socket_name(self.settings.home, fp)
+        readonly = readonly_paths(self.settings, self.spec.mounts)  # a changed mount fails as a cold start does
+        self.listen()
+        assert self.listen_fd is not None
+        started: dict[int, _pool.WarmAgent] = {}
+        try:
+            for node in self.plan.nodes:
+                request = {
+                    "python": python,
+                    "env": envs[node.index],
+                    "cwd": str(self.run.root),
+                    "umask": _umask(),
+                    "node": node.index,
+                    "nnodes": len(self.plan.nodes),
+                    "nproc": self.spec.procs_per_node,
+                    "port": self.port,
+                    "run_id": self.plan.job_id + (f"-a{self.status.attempt}" if self.status.attempt else ""),
+                    "entry": args,
+                    "readonly": readonly,
+                }
+                log = self.node_log(node)
+                fds = [log.fileno()] + ([self.listen_fd] if node.index == 0 else [])
+                started[node.index] = _pool.start_node(name, request, fds)
+        except _pool.PoolUnavailable as e:
+            for agent in started.values():
+                agent.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    agent.wait(timeout=10)
+            print(f"attempt {self.status.attempt}: cold start ({e})", file=sys.stderr, flush=True)
+            if e.absent and self.settings.warm_pool == "auto":
+                self.pool_wanted = (python, envs[0])
+            return False
+        print(f"attempt {self.status.attempt}: warm start from pool {fp} "
+              f"(node agents {[a.pid for a in started.values()]})", file=sys.stderr, flush=True)  # fmt: skip
+        for index, agent in started.items():
+            self.started_node(index, agent)
+        return True
+
+    def listen(self) -> None:
+        """The rendezvous port: the socket ``submit`` bound (no port race), or a new one (a take-over)."""
+        if self.listen_fd is None:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.bind((LOCAL_ADDR, 0))
             sock.listen(128)
             self._own_socket = sock
             self.listen_fd = sock.fileno()
             self.port = sock.getsockname()[1]
+
+    def host_store(self) -> None:
+        """Serve the rendezvous store of cold agents (once, on :meth:`listen`'s socket)."""
+        if self.store is not None:
+            return
+        from datetime import timedelta
+
+        from torch._C._distributed_c10d import TCPStore
+
+        self.listen()
         self.store = TCPStore(
             LOCAL_ADDR,
             int(self.port or 0),
@@ -410,6 +488,11 @@ class _Supervisor:
                 self.vanished[rank] = (node, self.worker_seen.get(rank, self.attempt_started))
         if self.status.state == "resuming" and len(self.workers) >= self.spec.world_size:
             self.save(state="running")
+        if self.pool_wanted is not None and len(self.workers) >= self.spec.world_size:
+            python, env = self.pool_wanted  # once the job runs: the pool's imports do not slow its start
+            self.pool_wanted = None
+            pool = _pool.start_pool(python, env, self.settings.home, idle_minutes=self.settings.pool_idle_minutes)
+            print(f"started a warm pool for the next job of this environment (pid {pool})", file=sys.stderr, flush=True)
 
     def live_workers(self) -> list[int]:
         return [pid for rank, (pid, _) in self.workers.items() if rank not in self.vanished and pid_alive(pid)]
@@ -594,6 +677,9 @@ class _Supervisor:
             with contextlib.suppress(OSError):
                 self.log_offsets[node.index] = self.run.node_log(node.index).stat().st_size
         self.oom_before = oom_kills()
+        if self.start_warm():
+            return
+        self.host_store()
         for node in self.plan.nodes:
             self.start_node(node)
 
@@ -646,7 +732,7 @@ class _Supervisor:
                 nodes=tuple(NodeRecord(n.index) for n in self.plan.nodes), **common,
             )  # fmt: skip
         try:
-            self.host_store()
+            self.listen()
             self.save(port=self.port)
             if self.resume:
                 self.hold_mounts()  # the dead supervisor's holds went with it
@@ -681,12 +767,16 @@ class _Supervisor:
             log.close()
 
 
+def _umask() -> int:
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
 def open_log(run: RunPaths, path: Path) -> BinaryIO:
     """Append to a log of the run without following a link (one planted in ``logs/`` is refused)."""
     fd = open_under(run.root, path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, folder_modes(path.parent).file)
     return os.fdopen(fd, "ab")
-
-
 
 
 def _die_with_parent() -> None:
