@@ -134,6 +134,7 @@ OPTIONAL_PACKAGES: dict[str, str] = {
     "transformers": "models",
     "tokenizers": "models",
     "safetensors": "models",
+    "PIL": "models",
     "onnx": "export",
     "onnxruntime": "export",
     "onnxscript": "export",

@@ -22,8 +22,9 @@ Data formats (a store dataset folder of ``*.jsonl`` files, one JSON object per l
 - chat (``sft``): ``{"messages": [...]}`` or ``{"prompt": "...", "response": "..."}``; the loss
   counts only the assistant's answers, laid out by the model's chat template;
 - text (``cpt``): ``*.txt`` files, or ``{"text": "..."}`` lines; packed into full sequences;
-- image-text (``vlm``, the reproductions): ``captions.jsonl`` lines ``{"image": "images/0000.npy",
-  "caption": "..."}`` beside ``images/`` (float32 ``3 x H x W`` arrays at the vision tower's size).
+- image-text (``vlm``, the reproductions): ``captions.jsonl`` lines ``{"image": "images/0000.png",
+  "caption": "..."}`` beside ``images/`` (PNG/JPEG files of any size, resized to the vision tower and
+  normalised as the model's image processor says; or float32 ``3 x H x W`` ``.npy`` arrays at its size).
   ``--small`` of a reproduction builds a tiny LLaVA and such a dataset into the store on first use.
 
 :func:`write_jsonl` writes records of the first two formats (temp file + rename);

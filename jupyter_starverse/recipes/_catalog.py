@@ -150,7 +150,10 @@ SMALL_VLM_DATA = "image-text-tiny@v1"
 #: The full-size dataset a reproduction reads unless --data says otherwise: the user's store dataset in
 #: the image-text layout (``train.vlm.DATA_FORMAT``).
 _FULL_DATA = "image-text"
-_VLM_FORMAT = 'captions.jsonl lines {"image": "images/0000.npy", "caption": "..."} beside images/ (float32 3 x H x W)'
+_VLM_FORMAT = (
+    'captions.jsonl lines {"image": "images/0000.png", "caption": "..."} beside images/ '
+    "(PNG/JPEG files, resized to the vision tower; or float32 3 x H x W .npy arrays)"
+)
 _SMALL = {"steps": 12, "global_batch": 8, "micro_batch": 4, "lr": 5e-2, "warmup_steps": 1, "min_lr_ratio": 0.5}
 _REPRO_CAVEAT = (
     "--small trains a LLaVA-layout model (CLIP vision tower, Llama, MLP projector) at toy size with random "

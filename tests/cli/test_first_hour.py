@@ -64,7 +64,7 @@ def test_ci_runs_the_readme_test_command_word_for_word() -> None:
 
 def test_every_optional_package_maps_to_an_extra_that_brings_it() -> None:
     extras = _extras()
-    dist = {"jupyterlab": "jupyterlab", "ipykernel": "ipykernel"}
+    dist = {"jupyterlab": "jupyterlab", "ipykernel": "ipykernel", "PIL": "pillow"}
     for module, extra in OPTIONAL_PACKAGES.items():
         assert dist.get(module, module) in _resolved(extra, extras), (module, extra)
 

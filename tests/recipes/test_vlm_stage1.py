@@ -71,3 +71,39 @@ def test_reproductions_name_the_full_size_model_and_topology(capsys: pytest.Capt
         assert trains in repro["trains"] and repro["small_model"] == SMALL_VLM_MODEL
         assert main(["recipes", "show", name]) == 0
         assert f"full size: --model {model}" in capsys.readouterr().out
+
+
+def test_image_text_data_reads_png_and_jpeg_files_of_any_size_and_npy_arrays(tmp_path: Path) -> None:
+    """What a user's store dataset holds (PNG/JPEG files, any size) reaches the tower resized and normalised."""
+    import numpy as np
+    from PIL import Image
+
+    from jupyter_starverse.errors import BadInputError
+    from jupyter_starverse.recipes.train.vlm import image_normalisation, load_image, write_image_text_dataset
+
+    folder = write_image_text_dataset(tmp_path / "png", n=4, image_size=32)
+    lines = [json.loads(ln) for ln in (folder / "captions.jsonl").read_text().splitlines()]
+    assert [ln["image"] for ln in lines] == [f"images/{i:04d}.png" for i in range(4)]
+    assert lines[0]["caption"] == "a red square at the left."
+    red = load_image(folder / lines[0]["image"], 32)  # top-left quadrant red, the rest dark: CLIP-normalised
+    mean, std = image_normalisation(tmp_path)  # no preprocessor_config.json: CLIP's
+    assert red.shape == (3, 32, 32) and red.dtype == np.float32
+    assert red[0, :16, :16].mean() == pytest.approx((1 - mean[0]) / std[0], abs=0.1)
+    assert red[1, :16, :16].mean() == pytest.approx((0 - mean[1]) / std[1], abs=0.1)
+    # a large JPEG is resized to the tower (bicubic); the model's own normalisation is read from its folder
+    big = np.zeros((96, 128, 3), dtype="uint8")
+    big[:, :64] = (0, 0, 255)
+    Image.fromarray(big).save(tmp_path / "big.jpg", quality=95)
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps({"image_mean": [0.5] * 3, "image_std": [0.5] * 3}))
+    mean, std = image_normalisation(tmp_path)
+    blue = load_image(tmp_path / "big.jpg", 32, mean=mean, std=std)
+    assert blue.shape == (3, 32, 32) and blue[2, :, :12].mean() == pytest.approx(1.0, abs=0.05)  # (1 - .5) / .5
+    assert blue[2, :, 20:].mean() == pytest.approx(-1.0, abs=0.05)
+    arrays = write_image_text_dataset(tmp_path / "npy", n=2, image_size=32, image_format="npy")
+    assert load_image(arrays / "images/0001.npy", 32).shape == (3, 32, 32)  # taken as it is
+    with pytest.raises(BadInputError, match=r"the vision tower takes \(3, 16, 16\)") as e:
+        load_image(arrays / "images/0001.npy", 16)
+    assert "PNG/JPEG" in (e.value.hint or "")
+    (tmp_path / "broken.png").write_bytes(b"not a png")
+    with pytest.raises(BadInputError, match="not a readable image"):
+        load_image(tmp_path / "broken.png", 32)

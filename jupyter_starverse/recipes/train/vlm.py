@@ -9,9 +9,10 @@ the recipe's schedule, batch plan and accumulation, checkpoints and metrics. The
 For ``--small``: :func:`build_tiny_llava` saves a ``LlavaForConditionalGeneration`` (a tiny CLIP
 vision tower, a tiny Llama, the multi-modal projector) built offline from its transformers config
 with random weights; :func:`write_image_text_dataset` writes the image-text layout the store holds
-(``captions.jsonl`` lines ``{"image": "images/0000.npy", "caption": "..."}`` beside ``images/``,
-each image a float32 ``3 x H x W`` array). Captions use a character vocabulary (:data:`CHARS`) when
-the model folder has no tokenizer: no tokenizer download.
+(``captions.jsonl`` lines ``{"image": "images/0000.png", "caption": "..."}`` beside ``images/``;
+PNG/JPEG files of any size are resized to the tower and normalised as the model's image processor
+says, ``.npy`` float32 ``3 x H x W`` arrays are taken as they are). Captions use a character
+vocabulary (:data:`CHARS`) when the model folder has no tokenizer: no tokenizer download.
 """
 
 from __future__ import annotations
@@ -32,10 +33,27 @@ from ._data import Sampler
 from ._steps import all_sum as _all_sum
 from ._steps import no_sync as _no_sync
 
-__all__ = ["CHARS", "DATA_FORMAT", "build_tiny_llava", "freeze_for_stage", "run_stage", "write_image_text_dataset"]
+__all__ = [
+    "CHARS",
+    "DATA_FORMAT",
+    "IMAGE_SUFFIXES",
+    "build_tiny_llava",
+    "freeze_for_stage",
+    "image_normalisation",
+    "load_image",
+    "run_stage",
+    "write_image_text_dataset",
+]
 
 #: The image-text layout a stage reads from each store dataset folder.
-DATA_FORMAT = 'captions.jsonl lines {"image": "images/0000.npy", "caption": "..."} beside images/ (float32 3 x H x W)'
+DATA_FORMAT = (
+    'captions.jsonl lines {"image": "images/0000.png", "caption": "..."} beside images/ '
+    "(PNG/JPEG/WebP files of any size, or float32 3 x H x W .npy arrays at the tower's size)"
+)
+#: Image files read with Pillow (resized to the tower, normalised as the model's image processor says).
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif")
+#: CLIP's normalisation, used when the model folder has no ``preprocessor_config.json``.
+_CLIP_MEAN, _CLIP_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
 
 CHARS = " abcdefghijklmnopqrstuvwxyz."
 _BOS, _IMAGE = len(CHARS), len(CHARS) + 1  # special ids after the characters
@@ -64,10 +82,15 @@ def build_tiny_llava(folder: Path, *, image_size: int = 32, patch: int = 8, hidd
     return folder
 
 
-def write_image_text_dataset(folder: Path, *, n: int = 32, image_size: int = 32, seed: int = 0) -> Path:
-    """``n`` generated images (a coloured square in one quadrant) with captions that say what they show."""
+def write_image_text_dataset(
+    folder: Path, *, n: int = 32, image_size: int = 32, seed: int = 0, image_format: str = "png"
+) -> Path:
+    """``n`` generated images (a coloured square in one quadrant) with captions that say what they show,
+    as image files (``png``, ``jpeg``: what a user's dataset holds) or ``npy`` arrays."""
     import numpy as np
 
+    if image_format not in ("png", "jpeg", "npy"):
+        raise BadInputError(f"image format {image_format!r}", field="image_format", hint="png, jpeg or npy")
     rng = np.random.default_rng(seed)
     (folder / "images").mkdir(parents=True, exist_ok=True)
     lines = []
@@ -79,8 +102,14 @@ def write_image_text_dataset(folder: Path, *, n: int = 32, image_size: int = 32,
         row, col = _PLACES[place]
         for c, v in enumerate(_COLOURS[colour]):
             image[c, row * half : (row + 1) * half, col * half : (col + 1) * half] += v
-        name = f"images/{i:04d}.npy"
-        np.save(folder / name, image)
+        name = f"images/{i:04d}.{'jpg' if image_format == 'jpeg' else image_format}"
+        if image_format == "npy":
+            np.save(folder / name, image)
+        else:
+            from PIL import Image
+
+            pixels = (np.clip(image, 0.0, 1.0).transpose(1, 2, 0) * 255).round().astype("uint8")
+            Image.fromarray(pixels, "RGB").save(folder / name)
         lines.append(json.dumps({"image": name, "caption": f"a {colour} square at the {place}."}))
     (folder / "captions.jsonl").write_text("\n".join(lines) + "\n")
     return folder
@@ -89,6 +118,45 @@ def write_image_text_dataset(folder: Path, *, n: int = 32, image_size: int = 32,
 def _records(folder: Path) -> list[tuple[Path, str]]:
     lines = [ln for ln in (folder / "captions.jsonl").read_text(encoding="utf-8").splitlines() if ln.strip()]
     return [(folder / rec["image"], str(rec["caption"])) for rec in map(json.loads, lines)]
+
+
+def image_normalisation(base: Path) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(mean, std) per channel from the model's ``preprocessor_config.json``, else CLIP's."""
+    try:
+        cfg = json.loads((base / "preprocessor_config.json").read_text())
+        mean, std = tuple(float(v) for v in cfg["image_mean"]), tuple(float(v) for v in cfg["image_std"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return _CLIP_MEAN, _CLIP_STD
+    return (mean, std) if len(mean) == len(std) == 3 else (_CLIP_MEAN, _CLIP_STD)
+
+
+def load_image(path: Path, size: int, *, mean: Sequence[float] = _CLIP_MEAN, std: Sequence[float] = _CLIP_STD) -> Any:
+    """A float32 ``3 x size x size`` array for the vision tower: an image file (PNG, JPEG, ...) converted to RGB,
+    resized (bicubic) and normalised by ``mean``/``std``, or an ``.npy`` array taken as it is (already processed)."""
+    import numpy as np
+
+    if path.suffix.lower() == ".npy":
+        image = np.load(path)
+        if image.shape != (3, size, size):
+            raise BadInputError(
+                f"{path}: image of shape {image.shape}, the vision tower takes (3, {size}, {size})",
+                field="data",
+                hint="store the images as PNG/JPEG files (resized here), or .npy arrays at the tower's image_size",
+            )
+        return image.astype("float32")
+    if path.suffix.lower() not in IMAGE_SUFFIXES:
+        raise BadInputError(f"{path.name}: not an image file this stage reads", field="data", hint=DATA_FORMAT)
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as img:
+            rgb = img.convert("RGB").resize((size, size), Image.Resampling.BICUBIC)
+    except (OSError, UnidentifiedImageError) as e:
+        raise BadInputError(f"{path.name}: not a readable image ({e})", field="data", hint=DATA_FORMAT) from e
+    pixels = np.asarray(rgb, dtype="float32").transpose(2, 0, 1) / 255.0
+    m = np.asarray(mean, dtype="float32").reshape(3, 1, 1)
+    d = np.asarray(std, dtype="float32").reshape(3, 1, 1)
+    return (pixels - m) / d
 
 
 def _caption_ids(base: Path) -> tuple[Any, int]:
@@ -133,7 +201,6 @@ def run_stage(
     """A vision-language stage on the runtime: the modules named by ``--param train=`` trained, the rest frozen,
     the recipe's schedule and batch plan, checkpoints and metrics; returns the model after its last step
     (``None`` when it stopped early)."""
-    import numpy as np
     from transformers import AutoModelForImageTextToText
 
     p = args.params
@@ -153,15 +220,9 @@ def run_stage(
     if not records:
         raise BadInputError("the image-text data holds no captions.jsonl lines", field="data", hint=DATA_FORMAT)
     examples: list[Any] = []
+    mean, std = image_normalisation(base)
     for path, caption in records:
-        image = np.load(path)
-        if image.shape != (3, size, size):
-            raise BadInputError(
-                f"{path}: image of shape {image.shape}, the vision tower takes (3, {size}, {size})",
-                field="data",
-                hint="resize the images to the vision tower's image_size (float32 .npy arrays)",
-            )
-        examples.append((torch.from_numpy(image.astype("float32")), encode(caption)))
+        examples.append((torch.from_numpy(load_image(path, size, mean=mean, std=std)), encode(caption)))
     sampler: Any = Sampler(examples, seed=int(p.get("seed", 0)))  # image-text pairs, not token examples
 
     def batch_of(items: list[Any]) -> tuple[dict[str, torch.Tensor], int]:
