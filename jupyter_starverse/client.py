@@ -26,7 +26,7 @@ from .jobmodel import LaunchBackend, secret_env_warnings
 
 if TYPE_CHECKING:
     from .catalog import Catalog
-    from .costs import CostService, Preview, PriceTable, UserTotal
+    from .costs import CostService, MixedStage, Preview, PriceTable, UserTotal
     from .data import DataPrep
     from .envs import EnvPlan, JobEnvs
     from .evals import EvalService
@@ -40,10 +40,52 @@ if TYPE_CHECKING:
     from .serve import ServeService
     from .watch import JobWatch
 
-__all__ = ["Info", "JobsAcross", "LaunchPreview", "Starverse"]
+__all__ = ["Info", "JobsAcross", "LaunchPreview", "MixedPreview", "Starverse"]
 
 #: How many job watches the facade keeps (one per job the server or a kernel looks at).
 _MAX_WATCHES = 512
+
+
+@dataclass(frozen=True)
+class MixedPreview:
+    """A mixed plan's dry run (issue 37): the split plan's job of every pool, each rendered as a
+    launch of its GPU type would be (``yaml``/``json``/``sbatch``), in the plan's order."""
+
+    output: str
+    stages: tuple[tuple[MixedStage, LaunchPreview], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "output": self.output,
+            "stages": [{**stage.to_json(), "preview": preview.to_json()} for stage, preview in self.stages],
+        }
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return tuple(
+            line for stage, preview in self.stages for line in (stage.label, *(f"  {note}" for note in preview.notes))
+        )
+
+    @property
+    def document(self) -> str:
+        """Every stage's plan: YAML documents (each under a comment naming its stage), one JSON
+        ``v1 List`` of all their objects, or the batch scripts one after the other (one file each)."""
+        if self.output == "json":
+            items: list[Any] = []
+            for _, preview in self.stages:
+                data = json.loads(preview.document)
+                items += data["items"] if data.get("kind") == "List" else [data]
+            return json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, indent=2) + "\n"
+        parts = []
+        for stage, preview in self.stages:
+            head = f"# {stage.label}\n"
+            if self.output == "sbatch":
+                head = f"# ---- {stage.spec.name}.sbatch ({stage.label}) ----\n"
+            parts.append(head + preview.document.rstrip())
+        return ("\n---\n" if self.output != "sbatch" else "\n\n").join(parts) + "\n"
+
+    def __str__(self) -> str:
+        return "".join(f"# {line}\n" for line in self.notes) + self.document.rstrip()
 
 
 @dataclass(frozen=True)
@@ -407,6 +449,22 @@ class Starverse:
         rendered = target.render(spec, output=output)
         cost, recipe = self.costs.preview_or_reason(spec), self.recipes.plan(spec)
         return LaunchPreview(output, rendered, resume, cost, recipe, warnings, env)
+
+    def preview_mixed(
+        self, spec: JobSpec, pools: str, *, backend: str | LaunchBackend | None = None, output: str = "yaml"
+    ) -> MixedPreview:
+        """The split plan of ``pools`` (``rtx4090:256,a100-80g:128``) for ``spec``: every pool's job
+        rendered, priced and planned as :meth:`preview` does one (``costs.mixed_stages``)."""
+        from .costs import mixed_stages, parse_pools
+
+        stages = mixed_stages(spec, parse_pools(pools))
+        return MixedPreview(output, tuple((st, self.preview(st.spec, backend=backend, output=output)) for st in stages))
+
+    def launch_mixed(self, spec: JobSpec, pools: str, *, backend: str | LaunchBackend | None = None) -> list[Job]:
+        """Submit the split plan of ``pools``: one job per pool, in the plan's order."""
+        from .costs import mixed_stages, parse_pools
+
+        return [self.launch(st.spec, backend=backend) for st in mixed_stages(spec, parse_pools(pools))]
 
     @overload
     def launch(

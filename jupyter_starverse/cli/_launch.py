@@ -267,12 +267,30 @@ def _run_with_progress(client: Starverse, args: argparse.Namespace, spec: JobSpe
 def _launch(client: Starverse, args: argparse.Namespace) -> object:
     fields = job_fields(args, default_accelerator=client.default_accelerator())
     spec = recipe_spec(client, args, fields) or spec_from_launch_args(args, default_accelerator=fields["accelerator"])
+    if getattr(args, "mixed", None):
+        return _launch_mixed(client, args, spec)
     result = run_spec(client, args, spec) if args.dry_run or args.json else _run_with_progress(client, args, spec)
     if not isinstance(result, Job):
         return result
     if args.notebook:  # in a kernel: the live monitor
         return args.presenter.show(client.watch(result.id, backend=result.backend))
     return detail(result, client)
+
+
+def _launch_mixed(client: Starverse, args: argparse.Namespace, spec: JobSpec) -> object:
+    """``launch --mixed``: the pools' shapes come from the plan, so --gpu/--nodes/--gpus-per-node are refused."""
+    if args.gpu is not None or args.nodes != 1 or args.gpus_per_node is not None or args.smoke:
+        raise BadInputError(
+            "--mixed sizes every pool's job itself: it takes no --gpu, --nodes, --gpus-per-node or --smoke",
+            field="mixed",
+            hint="e.g. starverse launch train.py --mixed rtx4090:256,a100-80g:128 --dry-run",
+        )
+    if args.kind is not None:
+        client = Starverse(client.settings.replace(kube_kind=args.kind))
+    backend = client.backend(args.backend, port=args.port)
+    if args.dry_run:
+        return client.preview_mixed(spec, args.mixed, backend=backend, output=args.output)
+    return client.launch_mixed(spec, args.mixed, backend=backend)
 
 
 def add_job_options(p: argparse.ArgumentParser) -> None:
@@ -356,5 +374,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("script_args", nargs="*", metavar="ARG", help="arguments for the script (after --)")
     p.add_argument("--name", default=None, help="job name (default: the script's name)")
     p.add_argument("--command", nargs="+", default=None, metavar="ARGV", help="run this command instead of a script")
+    p.add_argument(
+        "--mixed",
+        default=None,
+        metavar="TYPE:CARDS,...",
+        help="the split plan of `cost estimate --mixed`: one job per GPU pool (rtx4090:256,a100-80g:128), "
+        "each told its stage and share (STARVERSE_MIXED_*); with --dry-run every pool's plan is printed",
+    )
     add_job_options(p)
     p.set_defaults(run=_launch)

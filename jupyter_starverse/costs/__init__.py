@@ -20,7 +20,16 @@ from ._cap import (
 )
 from ._estimate import SPOT_NOTE, Comparison, Estimate, Resources, compare, estimate
 from ._meter import Cost, IntervalLike, NodeCost, NodeInterval, burn_rate, check_priced, intervals_of, job_cost
-from ._mixed import THROUGHPUT, GpuThroughput, MixedOption, MixedPlan, parse_pools, plan_mixed
+from ._mixed import (
+    THROUGHPUT,
+    GpuThroughput,
+    MixedOption,
+    MixedPlan,
+    MixedStage,
+    mixed_stages,
+    parse_pools,
+    plan_mixed,
+)
 from ._money import MAX_SECONDS, billable_seconds, parse_duration, parse_money
 from ._prices import GpuPrice, Package, PriceTable, load_price_table, parse_price_table
 from ._record import COST_FILE, CostRecord, UserTotal, budget_stop_reason, read_cost, user_total, write_cost
@@ -70,6 +79,8 @@ __all__ = [
     "parse_pools",
     "parse_price_table",
     "plan_mixed",
+    "MixedStage",
+    "mixed_stages",
     "read_cost",
     "user_total",
     "write_cost",

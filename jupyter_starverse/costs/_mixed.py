@@ -28,13 +28,25 @@ from decimal import Decimal
 from typing import Any
 
 from jupyter_starverse.errors import BadInputError
+from jupyter_starverse.jobmodel import JobSpec
 
 from ._estimate import Estimate, Resources, check_billing, estimate
 from ._html import table_html
 from ._money import MAX_SECONDS, DurationLike, billable_seconds, fmt_money, fmt_seconds
 from ._prices import PriceTable
 
-__all__ = ["THROUGHPUT", "GpuThroughput", "MixedOption", "MixedPlan", "parse_pools", "plan_mixed"]
+__all__ = [
+    "THROUGHPUT",
+    "GpuThroughput",
+    "MixedOption",
+    "MixedPlan",
+    "MixedStage",
+    "mixed_stages",
+    "parse_pools",
+    "plan_mixed",
+    "pool_shape",
+    "work_shares",
+]
 
 
 @dataclass(frozen=True)
@@ -63,12 +75,82 @@ THROUGHPUT: dict[str, GpuThroughput] = {
 }
 
 
-def launch_options(pool: Resources, per_node: int = 8) -> str:
-    """``--gpu rtx4090 --nodes 32 --gpus-per-node 8``: a pool as one job's shape."""
+def pool_shape(pool: Resources, per_node: int = 8) -> tuple[int, int]:
+    """(nodes, GPUs per node) of a pool as one job: ``per_node`` GPUs a node, or the largest divisor below."""
     per = min(per_node, pool.count)
     while pool.count % per:
         per -= 1
-    return f"--gpu {pool.accelerator} --nodes {pool.count // per} --gpus-per-node {per}"
+    return pool.count // per, per
+
+
+def launch_options(pool: Resources, per_node: int = 8) -> str:
+    """``--gpu rtx4090 --nodes 32 --gpus-per-node 8``: a pool as one job's shape."""
+    nodes, per = pool_shape(pool, per_node)
+    return f"--gpu {pool.accelerator} --nodes {nodes} --gpus-per-node {per}"
+
+
+def work_shares(pools: tuple[Resources, ...]) -> tuple[float, ...]:
+    """Each pool's share of the plan's work: its cards x sustained TFLOPS over the plan's."""
+    rates = [p.count * throughput(p.accelerator).tflops for p in pools]
+    return tuple(r / sum(rates) for r in rates)
+
+
+@dataclass(frozen=True)
+class MixedStage:
+    """One pool's job of a split plan: the spec shaped for the pool, and its share of the work."""
+
+    index: int
+    pool: Resources
+    share: float
+    spec: JobSpec
+
+    @property
+    def label(self) -> str:
+        nodes, per = pool_shape(self.pool)
+        return (
+            f"stage {self.index + 1}: {self.pool.accelerator} pool, {self.pool.count} cards = {nodes} node(s) x {per}, "
+            f"{self.share * 100:.0f}% of the work (job {self.spec.name})"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "accelerator": self.pool.accelerator,
+            "cards": self.pool.count,
+            "share": round(self.share, 6),
+            "name": self.spec.name,
+            "nodes": self.spec.nodes,
+            "procs_per_node": self.spec.procs_per_node,
+        }
+
+
+def mixed_stages(spec: JobSpec, pools: tuple[Resources, ...]) -> tuple[MixedStage, ...]:
+    """The split plan as jobs: ``spec`` once per pool, of that GPU type and shape, named and kept
+    apart per pool (``NAME-TYPE``, its own experiment: each has its own world size and checkpoints),
+    told its place by ``STARVERSE_MIXED_STAGE`` / ``STARVERSE_MIXED_STAGES`` / ``STARVERSE_MIXED_SHARE``
+    (the data shard or stage it takes is the script's choice)."""
+    stages = []
+    plan = ",".join(f"{p.accelerator}:{p.count}" for p in pools)
+    for i, (pool, share) in enumerate(zip(pools, work_shares(pools), strict=True)):
+        nodes, per = pool_shape(pool)
+        env = {
+            **spec.env,
+            "STARVERSE_MIXED_PLAN": plan,
+            "STARVERSE_MIXED_STAGE": str(i),
+            "STARVERSE_MIXED_STAGES": str(len(pools)),
+            "STARVERSE_MIXED_SHARE": f"{share:.6f}",
+        }
+        stage_spec = spec.replace(
+            name=f"{spec.name[: 62 - len(pool.accelerator)]}-{pool.accelerator}",
+            display_name=None,
+            experiment=f"{spec.experiment_name[: 62 - len(pool.accelerator)]}-{pool.accelerator}",
+            accelerator=pool.accelerator,
+            nodes=nodes,
+            procs_per_node=per,
+            env=env,
+        )
+        stages.append(MixedStage(i, pool, share, stage_spec))
+    return tuple(stages)
 
 
 def throughput(accelerator: str) -> GpuThroughput:
