@@ -68,7 +68,6 @@ def test_two_cpu_nodes_end_to_end(backend: object) -> None:
 def test_an_evicted_pod_is_recreated_by_the_real_job_controller(backend: object) -> None:
     """The issue's test on a real control plane: evict one pod (the Eviction API, as a drain does);
     the Job controller recreates it (Ignore: uncounted) and the job completes, read afterwards."""
-    import time
 
     from kubernetes import client
 
