@@ -11,7 +11,8 @@ Each row is a fresh interpreter (what a user waits for), timed wall-clock, media
 - ``starverse jobs ls``: the anchor, a real command that reads the job index;
 - ``%load_ext jupyter_starverse`` in a fresh IPython shell, against ``%load_ext tensorboard``
   (the anchor of the notebook door, when tensorboard is installed) and a bare IPython start;
-- ``import jupyter_starverse.server`` (the server extension's module).
+- ``import jupyter_starverse``, ``import jupyter_starverse.cli`` and ``import jupyter_starverse.server``
+  (the package, the CLI's and the server extension's modules).
 
 Each row also names the heaviest modules it imported (``python -X importtime``, self time).
 """
@@ -56,6 +57,8 @@ def _rows(has_tensorboard: bool) -> dict[str, list[str]]:
         **{f"starverse {name} --help": [*cli, name, "--help"] for name in _commands()},
         "IPython start (floor)": [sys.executable, "-c", _IPY.format(load="pass")],
         "%load_ext jupyter_starverse": [sys.executable, "-c", _IPY.format(load=_LOAD.format("jupyter_starverse"))],
+        "import jupyter_starverse": [sys.executable, "-c", "import jupyter_starverse"],
+        "import jupyter_starverse.cli": [sys.executable, "-c", "import jupyter_starverse.cli"],
         "import jupyter_starverse.server": [sys.executable, "-c", "import jupyter_starverse.server"],
     }
     if has_tensorboard:
