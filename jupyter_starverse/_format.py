@@ -12,8 +12,10 @@ import re
 from collections.abc import Iterable, Sequence
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from html import escape
+from typing import Any
 
 __all__ = [
+    "ShownAsText",
     "format_bytes",
     "format_count",
     "format_duration",
@@ -137,6 +139,22 @@ def pretty_text(p: object, text: str) -> None:
         if i:
             p.break_()  # type: ignore[attr-defined]
         p.text(line)  # type: ignore[attr-defined]
+
+
+class ShownAsText:
+    """A mixin for records whose ``__str__`` is what a person reads.
+
+    IPython shows such a record as its text, line by line, and notebooks as the same text in
+    an escaped ``<pre>`` block. A record with a richer view overrides ``_repr_html_``.
+    """
+
+    __slots__ = ()
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        pretty_text(p, str(self))
+
+    def _repr_html_(self) -> str:
+        return html_pre(str(self))
 
 
 def state_badge(state: str) -> str:

@@ -23,20 +23,33 @@ import io
 import json
 import os
 import pickle
-import re
 import shutil
-import stat
 import sys
 import time
 import types
-import uuid
 from collections.abc import MutableMapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from jupyter_starverse._format import html_pre, pretty_text
 from jupyter_starverse.errors import BadInputError, NotFoundError, PermissionDeniedError, StoreError
+
+from ._plan import RestoreReport, SavedState
+from ._private import (
+    CLOEXEC,
+    ID_RE,
+    NOFOLLOW,
+    VAR_FILE_RE,
+    check_id,
+    check_private_dir,
+    check_var_files,
+    make_private_dir,
+    new_state_id,
+    read_private,
+    state_dir,
+    state_root,
+    write_private,
+)
 
 __all__ = [
     "RestoreReport",
@@ -56,119 +69,6 @@ _IPYTHON_NAMES = frozenset({"In", "Out", "exit", "quit", "get_ipython", "open"})
 _MAX_REASON = 200
 _SMALL = 256 * 1024  # values smaller than this share one file
 _SMALL_FILE = "small.bin"
-_ID_RE = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{8}$")
-_VAR_FILE_RE = re.compile(r"^(?:small|[0-9]{1,9})\.bin$")  # the only names save_namespace writes
-_DIR_MODE = 0o700
-_FILE_MODE = 0o600
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-
-
-@dataclass(frozen=True)
-class SavedState:
-    """A saved kernel namespace waiting on disk to be restored.
-
-    ``not_kept`` maps each name that could not be saved to the reason, in words.
-    """
-
-    id: str
-    path: str
-    created: float
-    names: tuple[str, ...]
-    not_kept: dict[str, str] = field(default_factory=dict)
-    notes: dict[str, str] = field(default_factory=dict)
-    from_mode: str = ""
-    to_mode: str = ""
-    kernel_id: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "path": self.path,
-            "created": self.created,
-            "names": list(self.names),
-            "not_kept": dict(self.not_kept),
-            "notes": dict(self.notes),
-            "from_mode": self.from_mode,
-            "to_mode": self.to_mode,
-            "kernel_id": self.kernel_id,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> SavedState:
-        return cls(
-            id=str(data["id"]),
-            path=str(data["path"]),
-            created=float(data["created"]),
-            names=tuple(data.get("names", ())),
-            not_kept=dict(data.get("not_kept", {})),
-            notes=dict(data.get("notes", {})),
-            from_mode=str(data.get("from_mode", "")),
-            to_mode=str(data.get("to_mode", "")),
-            kernel_id=data.get("kernel_id"),
-        )
-
-    def __str__(self) -> str:
-        lines = [f"saved {len(self.names)} name(s): {', '.join(self.names) or '-'}"]
-        lines += [f"  {name}: {note}" for name, note in self.notes.items()]
-        if self.not_kept:
-            lines.append("not kept:")
-            lines += [f"  {name}: {why}" for name, why in self.not_kept.items()]
-        return "\n".join(lines)
-
-    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
-        pretty_text(p, str(self))
-
-    def _repr_html_(self) -> str:
-        return html_pre(str(self))
-
-
-@dataclass(frozen=True)
-class RestoreReport:
-    """What a restore brought back into the kernel and what it could not."""
-
-    state_id: str
-    restored: tuple[str, ...]
-    failed: dict[str, str] = field(default_factory=dict)
-    not_kept: dict[str, str] = field(default_factory=dict)
-    kept_on_disk: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "state_id": self.state_id,
-            "restored": list(self.restored),
-            "failed": dict(self.failed),
-            "not_kept": dict(self.not_kept),
-            "kept_on_disk": self.kept_on_disk,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RestoreReport:
-        return cls(
-            state_id=str(data["state_id"]),
-            restored=tuple(data.get("restored", ())),
-            failed=dict(data.get("failed", {})),
-            not_kept=dict(data.get("not_kept", {})),
-            kept_on_disk=data.get("kept_on_disk"),
-        )
-
-    def __str__(self) -> str:
-        lines = [f"restored {len(self.restored)} name(s): {', '.join(self.restored) or '-'}"]
-        if self.failed:
-            lines.append("could not restore:")
-            lines += [f"  {name}: {why}" for name, why in self.failed.items()]
-        if self.not_kept:
-            lines.append("not kept across the switch:")
-            lines += [f"  {name}: {why}" for name, why in self.not_kept.items()]
-        if self.kept_on_disk:
-            lines.append(f"the saved state stays at {self.kept_on_disk}")
-        return "\n".join(lines)
-
-    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
-        pretty_text(p, str(self))
-
-    def _repr_html_(self) -> str:
-        return html_pre(str(self))
 
 
 def _short(text: str) -> str:
@@ -239,143 +139,6 @@ def _dump(value: object, torch: Any | None) -> tuple[bytes, str]:
         return buf.getvalue(), "torch"
 
 
-def new_state_id() -> str:
-    """A fresh, sortable state id."""
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:8]
-
-
-def _state_root(home: Path) -> Path:
-    return home / "modes" / "saved"
-
-
-def _check_id(state_id: object) -> str:
-    """``state_id`` if it has the id format (no separators, no dots); BadInputError otherwise."""
-    if not isinstance(state_id, str) or not _ID_RE.match(state_id):
-        shown = repr(state_id)[:80]
-        raise BadInputError(
-            f"{shown} is not a valid state id",
-            field="state_id",
-            hint="a state id looks like 20260101-120000-0123abcd; `starverse mode --json` lists them",
-        )
-    return state_id
-
-
-def _state_dir(home: Path | str, state_id: object) -> Path:
-    """The folder of state ``state_id``: computed from the id alone, never from stored data.
-
-    Raises BadInputError for a malformed id and NotFoundError when there is no such state
-    folder (a symlink or a plain file in its place is not one).
-    """
-    folder = _state_root(Path(home)) / _check_id(state_id)
-    try:
-        info = folder.lstat()
-    except FileNotFoundError:
-        info = None
-    except OSError as e:
-        raise StoreError(
-            f"cannot look at saved state {state_id}: {e}", hint="check the permissions of STARVERSE_HOME"
-        ) from e
-    if info is None or not stat.S_ISDIR(info.st_mode):
-        what = "no" if info is None else "a link or file, not a"
-        raise NotFoundError(
-            f"saved state {state_id!r}: {what} saved state folder under {folder.parent}",
-            hint="`starverse mode --json` lists the saved states",
-        )
-    return folder
-
-
-def _make_private_dir(path: Path, *, exist_ok: bool = False) -> None:
-    """Create ``path`` as a 0700 folder of this uid (an existing one must be ours and not a link)."""
-    try:
-        path.mkdir(mode=_DIR_MODE)
-    except FileExistsError:
-        if not exist_ok:
-            raise
-    info = path.lstat()
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
-        raise PermissionDeniedError(
-            f"{path} is not a folder of this user; saved variables are not written there",
-            hint="remove it, or point STARVERSE_HOME at a folder of your own",
-        )
-    path.chmod(_DIR_MODE)  # mkdir's mode went through the umask; set it exactly
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    """Write a new file readable and writable only by this uid (0600 from its creation)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, _FILE_MODE)
-    try:
-        os.fchmod(fd, _FILE_MODE)  # before any byte goes in, whatever the umask
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
-
-
-def _unsafe(info: os.stat_result) -> str | None:
-    """Why a saved file or folder with this stat must not be trusted, or None."""
-    if info.st_uid != os.geteuid():
-        return f"it belongs to uid {info.st_uid}, not to this user (uid {os.geteuid()})"
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"other users may write to it (mode {stat.S_IMODE(info.st_mode):04o})"
-    return None
-
-
-def _refuse(state_id: str, path: Path, why: str) -> PermissionDeniedError:
-    return PermissionDeniedError(
-        f"saved state {state_id} is not restored: {path}: {why}",
-        hint=f"only states this user wrote are loaded; delete it with `starverse mode discard {state_id}` "
-        "if you do not trust it",
-    )
-
-
-def _check_private_dir(state_id: str, path: Path) -> None:
-    try:
-        info = path.lstat()
-    except OSError as e:
-        raise StoreError(f"saved state {state_id} cannot be read: {e}", hint=f"it stays at {path}") from e
-    if not stat.S_ISDIR(info.st_mode):
-        raise _refuse(state_id, path, "not a folder (a link or a file)")
-    why = _unsafe(info)
-    if why:
-        raise _refuse(state_id, path, why)
-
-
-def _check_var_files(state_id: str, vars_dir: Path, files: dict[str, Any], skip: tuple[str, ...]) -> None:
-    """Refuse the whole state when any file it would load is not this user's own (checked again on read)."""
-    for name, meta in files.items():
-        filename = meta.get("file") if isinstance(meta, dict) else None
-        if name in skip or not isinstance(filename, str) or not _VAR_FILE_RE.match(filename):
-            continue
-        try:
-            info = (vars_dir / filename).lstat()
-        except OSError:
-            continue  # reported for that name when it is read
-        if not stat.S_ISREG(info.st_mode):
-            raise _refuse(state_id, vars_dir / filename, "not a regular file (a link?)")
-        why = _unsafe(info)
-        if why:
-            raise _refuse(state_id, vars_dir / filename, why)
-
-
-def _read_private(state_id: str, path: Path) -> bytes:
-    """The bytes of a saved file: no link followed, owned by this uid, writable by no one else."""
-    fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise _refuse(state_id, path, "not a regular file")
-        why = _unsafe(info)
-        if why:
-            raise _refuse(state_id, path, why)
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
 def save_namespace(
     namespace: MutableMapping[str, Any],
     *,
@@ -404,8 +167,8 @@ def save_namespace(
         The published state; ``not_kept`` says which names were left out and why.
     """
     torch = _torch()
-    root = _state_root(Path(home))
-    state_id = _check_id(state_id or new_state_id())
+    root = state_root(Path(home))
+    state_id = check_id(state_id or new_state_id())
     tmp = root / f".{state_id}.tmp"
     final = root / state_id
     names: list[str] = []
@@ -416,10 +179,10 @@ def save_namespace(
     made_tmp = False
     try:
         root.parent.mkdir(parents=True, exist_ok=True)
-        _make_private_dir(root, exist_ok=True)  # an older, 0755 root is made private too
-        _make_private_dir(tmp)
+        make_private_dir(root, exist_ok=True)  # an older, 0755 root is made private too
+        make_private_dir(tmp)
         made_tmp = True
-        _make_private_dir(tmp / "vars")
+        make_private_dir(tmp / "vars")
         for index, (name, value) in enumerate(list(namespace.items())):
             if _skip(name):
                 continue
@@ -452,7 +215,7 @@ def save_namespace(
                 files[target] = {"file": _SMALL_FILE, "format": fmt, "type": kind}
             else:
                 filename = f"{index}.bin"
-                _write_private(tmp / "vars" / filename, data)
+                write_private(tmp / "vars" / filename, data)
                 files[target] = {"file": filename, "format": fmt, "type": kind}
             names.append(target)
         state = SavedState(
@@ -467,8 +230,8 @@ def save_namespace(
             kernel_id=kernel_id,
         )
         manifest = state.to_json() | {"files": files}
-        _write_private(tmp / "vars" / _SMALL_FILE, pickle.dumps(small, protocol=pickle.HIGHEST_PROTOCOL))
-        _write_private(tmp / MANIFEST, json.dumps(manifest, indent=1).encode())
+        write_private(tmp / "vars" / _SMALL_FILE, pickle.dumps(small, protocol=pickle.HIGHEST_PROTOCOL))
+        write_private(tmp / MANIFEST, json.dumps(manifest, indent=1).encode())
         tmp.replace(final)
     except OSError as e:
         raise StoreError(
@@ -483,16 +246,16 @@ def save_namespace(
 
 def list_states(home: Path | str) -> list[SavedState]:
     """Saved states still waiting to be restored, newest first."""
-    root = _state_root(Path(home))
+    root = state_root(Path(home))
     out: list[SavedState] = []
     if not root.is_dir():
         return out
     for entry in root.iterdir():
         # Only real folders named like a state id; a link or a stray name is not a state.
-        if not _ID_RE.match(entry.name) or entry.is_symlink() or not entry.is_dir():
+        if not ID_RE.match(entry.name) or entry.is_symlink() or not entry.is_dir():
             continue
         try:
-            fd = os.open(entry / MANIFEST, os.O_RDONLY | _NOFOLLOW | _CLOEXEC)
+            fd = os.open(entry / MANIFEST, os.O_RDONLY | NOFOLLOW | CLOEXEC)
             with os.fdopen(fd, "rb") as fh:
                 data = json.loads(fh.read())
             state = SavedState.from_json(data)
@@ -509,7 +272,7 @@ def read_state(home: Path | str, state_id: str | None = None, *, kernel_id: str 
     A malformed ``state_id`` (separators, dots, anything but the id format) is a BadInputError.
     """
     if state_id is not None:
-        _check_id(state_id)
+        check_id(state_id)
     states = list_states(home)
     if state_id is not None:
         states = [s for s in states if s.id == state_id]
@@ -528,7 +291,7 @@ def discard_state(home: Path | str, state_id: str) -> None:
     alone (BadInputError for a malformed id, NotFoundError when it is missing or a link);
     a ``path`` written in its manifest is ignored.
     """
-    folder = _state_dir(home, state_id)
+    folder = state_dir(home, state_id)
     try:
         shutil.rmtree(folder)  # does not follow links inside the folder
     except FileNotFoundError:
@@ -563,18 +326,18 @@ def restore_namespace(
     are reported in ``failed`` as skipped.
     """
     state = read_state(home, state_id, kernel_id=kernel_id)
-    folder = _state_dir(home, state.id)  # from the id, never from a path stored in the manifest
+    folder = state_dir(home, state.id)  # from the id, never from a path stored in the manifest
     vars_dir = folder / "vars"
-    _check_private_dir(state.id, folder)
-    _check_private_dir(state.id, vars_dir)
+    check_private_dir(state.id, folder)
+    check_private_dir(state.id, vars_dir)
     try:
-        manifest = json.loads(_read_private(state.id, folder / MANIFEST))
+        manifest = json.loads(read_private(state.id, folder / MANIFEST))
         files = manifest.get("files", {})
         if not isinstance(files, dict):
             raise ValueError("'files' is not a mapping")
     except (OSError, ValueError, AttributeError) as e:
         raise StoreError(f"saved state {state.id} cannot be read: {e}", hint=f"it stays at {folder}") from e
-    _check_var_files(state.id, vars_dir, files, skip)  # before anything is unpickled
+    check_var_files(state.id, vars_dir, files, skip)  # before anything is unpickled
     restored: list[str] = []
     failed: dict[str, str] = {}
     packed: dict[str, bytes] | None = None
@@ -584,14 +347,14 @@ def restore_namespace(
             continue
         try:
             filename = meta["file"]
-            if not isinstance(filename, str) or not _VAR_FILE_RE.match(filename):
+            if not isinstance(filename, str) or not VAR_FILE_RE.match(filename):
                 raise BadInputError(f"the manifest names the file {str(filename)[:80]!r}, not one a save writes")
             if filename == _SMALL_FILE:
                 if packed is None:
-                    packed = pickle.loads(_read_private(state.id, vars_dir / _SMALL_FILE))  # noqa: S301 - checked ours
+                    packed = pickle.loads(read_private(state.id, vars_dir / _SMALL_FILE))  # noqa: S301 - checked ours
                 data = packed[name]
             else:
-                data = _read_private(state.id, vars_dir / filename)
+                data = read_private(state.id, vars_dir / filename)
             if meta.get("format") == "torch":
                 import torch  # saved with torch: the new kernel has it too
 

@@ -2,18 +2,120 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from .._format import format_price_per_hour, html_pre, html_table, pretty_text
+from .._format import ShownAsText, format_price_per_hour, html_table, pretty_text
 
 if TYPE_CHECKING:
-    from ._kernelstate import RestoreReport, SavedState
     from ._mode import Mode
     from ._switch import SwitchOutcome
 
-__all__ = ["KernelSwitchReport", "ModeStatus", "PriceChange", "SwitchPlan", "SwitchResult"]
+__all__ = [
+    "KernelSwitchReport",
+    "ModeStatus",
+    "PriceChange",
+    "RestoreReport",
+    "SavedState",
+    "SwitchPlan",
+    "SwitchResult",
+]
+
+
+@dataclass(frozen=True)
+class SavedState(ShownAsText):
+    """A saved kernel namespace waiting on disk to be restored.
+
+    ``not_kept`` maps each name that could not be saved to the reason, in words.
+    """
+
+    id: str
+    path: str
+    created: float
+    names: tuple[str, ...]
+    not_kept: dict[str, str] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+    from_mode: str = ""
+    to_mode: str = ""
+    kernel_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "path": self.path,
+            "created": self.created,
+            "names": list(self.names),
+            "not_kept": dict(self.not_kept),
+            "notes": dict(self.notes),
+            "from_mode": self.from_mode,
+            "to_mode": self.to_mode,
+            "kernel_id": self.kernel_id,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SavedState:
+        return cls(
+            id=str(data["id"]),
+            path=str(data["path"]),
+            created=float(data["created"]),
+            names=tuple(data.get("names", ())),
+            not_kept=dict(data.get("not_kept", {})),
+            notes=dict(data.get("notes", {})),
+            from_mode=str(data.get("from_mode", "")),
+            to_mode=str(data.get("to_mode", "")),
+            kernel_id=data.get("kernel_id"),
+        )
+
+    def __str__(self) -> str:
+        lines = [f"saved {len(self.names)} name(s): {', '.join(self.names) or '-'}"]
+        lines += [f"  {name}: {note}" for name, note in self.notes.items()]
+        if self.not_kept:
+            lines.append("not kept:")
+            lines += [f"  {name}: {why}" for name, why in self.not_kept.items()]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class RestoreReport(ShownAsText):
+    """What a restore brought back into the kernel and what it could not."""
+
+    state_id: str
+    restored: tuple[str, ...]
+    failed: dict[str, str] = field(default_factory=dict)
+    not_kept: dict[str, str] = field(default_factory=dict)
+    kept_on_disk: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state_id": self.state_id,
+            "restored": list(self.restored),
+            "failed": dict(self.failed),
+            "not_kept": dict(self.not_kept),
+            "kept_on_disk": self.kept_on_disk,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RestoreReport:
+        return cls(
+            state_id=str(data["state_id"]),
+            restored=tuple(data.get("restored", ())),
+            failed=dict(data.get("failed", {})),
+            not_kept=dict(data.get("not_kept", {})),
+            kept_on_disk=data.get("kept_on_disk"),
+        )
+
+    def __str__(self) -> str:
+        lines = [f"restored {len(self.restored)} name(s): {', '.join(self.restored) or '-'}"]
+        if self.failed:
+            lines.append("could not restore:")
+            lines += [f"  {name}: {why}" for name, why in self.failed.items()]
+        if self.not_kept:
+            lines.append("not kept across the switch:")
+            lines += [f"  {name}: {why}" for name, why in self.not_kept.items()]
+        if self.kept_on_disk:
+            lines.append(f"the saved state stays at {self.kept_on_disk}")
+        return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -51,7 +153,7 @@ class PriceChange:
 
 
 @dataclass(frozen=True)
-class SwitchPlan:
+class SwitchPlan(ShownAsText):
     """A checked switch, not yet made: from which mode to which, where, at what price."""
 
     current: Mode
@@ -79,9 +181,6 @@ class SwitchPlan:
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 
-    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
-        pretty_text(p, str(self))
-
     def _repr_html_(self) -> str:
         rows = [("switch", f"{self.current} -> {self.target}"), ("where", self.where), ("price", str(self.price))]
         rows += [("warning", w) for w in self.warnings]
@@ -89,7 +188,7 @@ class SwitchPlan:
 
 
 @dataclass(frozen=True)
-class SwitchResult:
+class SwitchResult(ShownAsText):
     """A switch that was made: the outcome and what happened to each kernel's variables."""
 
     plan: SwitchPlan
@@ -124,15 +223,9 @@ class SwitchResult:
         lines += [f"warning: {w}" for w in self.plan.warnings]
         return "\n".join(lines)
 
-    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
-        pretty_text(p, str(self))
-
-    def _repr_html_(self) -> str:
-        return html_pre(str(self))
-
 
 @dataclass(frozen=True)
-class ModeStatus:
+class ModeStatus(ShownAsText):
     """What ``GET /mode``, ``starverse mode`` and the status bar show."""
 
     mode: Mode
@@ -162,15 +255,9 @@ class ModeStatus:
             lines.append(f"  restore it with `%sv mode restore {state.id}`")
         return "\n".join(lines)
 
-    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
-        pretty_text(p, str(self))
-
-    def _repr_html_(self) -> str:
-        return html_pre(str(self))
-
 
 @dataclass(frozen=True)
-class KernelSwitchReport:
+class KernelSwitchReport(ShownAsText):
     """One kernel's switch: what was saved, what came back, or why it stopped."""
 
     kernel_id: str
@@ -191,9 +278,3 @@ class KernelSwitchReport:
         if self.error:
             lines.append(f"error: {self.error}")
         return "\n".join(lines)
-
-    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
-        pretty_text(p, str(self))
-
-    def _repr_html_(self) -> str:
-        return html_pre(str(self))
