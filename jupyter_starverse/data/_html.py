@@ -136,6 +136,13 @@ def report_html(report: DataReport, *, standalone: bool = True) -> str:
     if report.malformed:
         bad_rows = [(f"{m['file']}:{m['line']}", str(m["kind"]), str(m["reason"])) for m in report.malformed]
         parts.append("<h3>Malformed lines</h3>" + html_table(("where", "kind", "reason"), bad_rows))
+    if report.ranks:
+        rank_rows = [
+            (str(r["rank"]), str(st["stage"]), f"{st['wall_s']:.1f} s", f"{st['peak_rss_mib']:,.0f} MiB")
+            for r in report.ranks
+            for st in r.get("stages", ())
+        ]
+        parts.append("<h3>Ranks</h3>" + html_table(("rank", "stage", "wall", "peak RSS"), rank_rows))
     if report.provenance:
         prov_rows = [
             (str(p.get("step")), str(p.get("source")), str(p.get("output")), json.dumps(p.get("params", {})))

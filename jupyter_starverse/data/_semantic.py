@@ -28,7 +28,17 @@ from typing import Any
 from ._read import Doc
 from ._stages import METHODS, StageConfig, _atomic_bytes, _pair_dtype
 
-__all__ = ["assign_shard", "default_clusters", "embed_shard", "group_pairs", "semantic_stage", "train_centroids"]
+__all__ = [
+    "assign_shard",
+    "default_clusters",
+    "embed_dim",
+    "embed_shard",
+    "group_pairs",
+    "groups_for",
+    "semantic_note",
+    "semantic_stage",
+    "train_centroids",
+]
 
 _BATCH = 256
 _BLOCK = 2048  # rows of a cluster compared at once
@@ -116,6 +126,7 @@ def train_centroids(work: Path, k: int, *, sample: int = 50_000, iters: int = 12
         empty = norms[:, 0] == 0
         c = np.where(empty[:, None], c, sums / np.maximum(norms, 1e-12))
     np.save(work / "sem" / "centroids.npy", c.astype(np.float32))
+    _atomic_bytes(work / "sem" / "centroids.json", json.dumps({"k": int(k), "sample": len(x)}).encode())
     return k
 
 
@@ -148,22 +159,36 @@ def assign_shard(work: Path, rank: int, groups: int, *, batch: int = 1 << 15) ->
 
 
 def group_pairs(cfg: StageConfig, work: Path, group: int, *, dim: int) -> tuple[int, int]:
-    """Stage 4: pairs inside each cluster of ``group``; returns (pairs written, comparisons made)."""
+    """Stage 4: pairs inside each cluster of ``group``; returns (pairs written, comparisons made).
+
+    Only the group's (cluster, document) records are read whole (16 bytes a row); the vectors
+    of one cluster at a time are gathered from the memory-mapped group files.
+    """
     np = _np()
-    recs, vecs = [], []
+    recs: list[Any] = []
+    vecs: list[Any] = []
     for path in sorted((work / "sem").glob(f"grp-{group:04d}-*.ids")):
-        recs.append(np.fromfile(path, dtype=np.int64).reshape(-1, 2))
-        vecs.append(np.fromfile(path.with_suffix(".vec"), dtype=np.float32).reshape(-1, dim))
+        rec = np.fromfile(path, dtype=np.int64).reshape(-1, 2)
+        if not len(rec):
+            continue
+        where = np.stack([np.full(len(rec), len(vecs), np.int64), np.arange(len(rec), dtype=np.int64)], axis=1)
+        recs.append(np.concatenate([rec, where], axis=1))  # cluster, document, file, row
+        vecs.append(np.memmap(path.with_suffix(".vec"), dtype=np.float32, mode="r").reshape(-1, dim))
     out: list[Any] = []
     compared = 0
     if recs:
-        rec, vec = np.concatenate(recs), np.concatenate(vecs)
-        order = np.lexsort((rec[:, 1], rec[:, 0]))  # by cluster, then document
-        rec, vec = rec[order], vec[order]
+        rec = np.concatenate(recs)
+        rec = rec[np.lexsort((rec[:, 1], rec[:, 0]))]  # by cluster, then document
         starts = np.flatnonzero(np.concatenate(([True], rec[1:, 0] != rec[:-1, 0])))
         ends = np.concatenate((starts[1:], [len(rec)]))
         for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
-            docs, v = rec[s:e, 1], vec[s:e]
+            if e - s < 2:
+                continue
+            docs = rec[s:e, 1]
+            v = np.empty((e - s, dim), dtype=np.float32)
+            for f in np.unique(rec[s:e, 2]).tolist():
+                sel = rec[s:e, 2] == f
+                v[sel] = vecs[f][rec[s:e, 3][sel]]
             for a in range(0, e - s, _BLOCK):
                 sims = v[a : a + _BLOCK] @ v[: a + _BLOCK].T  # later rows against every earlier one
                 compared += sims.size
@@ -184,28 +209,66 @@ def group_pairs(cfg: StageConfig, work: Path, group: int, *, dim: int) -> tuple[
     pairs = pairs[np.lexsort((pairs["earlier"], pairs["later"]))]
     (work / "pairs").mkdir(parents=True, exist_ok=True)
     _atomic_bytes(work / "pairs" / f"sem-{group:04d}.bin", pairs.tobytes())
+    stats = {"pairs": len(pairs), "compared": compared}
+    _atomic_bytes(work / "sem" / f"pairs-{group:04d}.json", json.dumps(stats).encode())
     return len(pairs), compared
+
+
+def groups_for(cfg: StageConfig, k: int) -> int:
+    """Group files the clusters are spread over (one worker's share of stage 4 each)."""
+    return max(1, min(cfg.partitions, k))
+
+
+def embed_dim(work: Path) -> int:
+    """The vectors' width (from the shards' stage-1 records; 0 when nothing was embedded)."""
+    for meta in sorted((work / "sem").glob("embed-*.json")):
+        info = json.loads(meta.read_text())
+        if info["docs"]:
+            return int(info["dim"])
+    return 0
+
+
+def semantic_note(work: Path, cfg: StageConfig, encoder: Any) -> tuple[str, list[dict[str, Any]]]:
+    """The report's line about the semantic stages, and each rank's embedding figures, from their files."""
+    ranks = []
+    for meta in sorted((work / "sem").glob("embed-*.json")):
+        info = json.loads(meta.read_text())
+        rank = int(meta.stem.split("-")[1])
+        rate = info["docs"] / info["seconds"] if info["seconds"] > 0 else 0.0
+        ranks.append({"rank": rank, "docs": int(info["docs"]), "embed_s": round(float(info["seconds"]), 3),
+                      "docs_per_s": round(rate, 1)})  # fmt: skip
+    n = sum(r["docs"] for r in ranks)
+    cpath = work / "sem" / "centroids.json"
+    k = int(json.loads(cpath.read_text())["k"]) if cpath.is_file() else 0
+    if not n or not k:
+        return "semantic: no documents to embed", ranks
+    pairs = compared = 0
+    for st in (work / "sem").glob("pairs-*.json"):
+        info = json.loads(st.read_text())
+        pairs, compared = pairs + int(info["pairs"]), compared + int(info["compared"])
+    slowest = max(r["embed_s"] for r in ranks)
+    rate = n / slowest if slowest > 0 else float("inf")
+    per_rank = ""
+    if len(ranks) > 1:
+        per_rank = f" over {len(ranks)} ranks (" + ", ".join(f"{r['docs_per_s']:,.0f}" for r in ranks) + " each)"
+    note = (
+        f"semantic: encoder {getattr(encoder, 'name', type(encoder).__name__)} "
+        f"({getattr(encoder, 'kind', 'transformer')}), {rate:,.0f} documents/s{per_rank}; "
+        f"k-means {k} clusters, threshold {cfg.semantic_threshold}; "
+        f"{compared:,} comparisons inside clusters ({n * (n - 1) // 2:,} for all pairs), {pairs:,} pairs"
+    )
+    return note, ranks
 
 
 def semantic_stage(
     docs: Callable[[], Iterator[Doc]], encoder: Any, cfg: StageConfig, work: Path, *, clusters: int = 0
 ) -> str:
     """The four stages in one process (one shard); the report's line about what ran."""
-    n, spent = embed_shard(docs(), encoder, work, 0)
+    n, _ = embed_shard(docs(), encoder, work, 0)
     k = train_centroids(work, clusters or default_clusters(n))
-    if not k:
-        return "semantic: no documents to embed"
-    groups = max(1, min(cfg.partitions, k))
-    assign_shard(work, 0, groups)
-    dim = int(json.loads((work / "sem" / "embed-0000.json").read_text())["dim"])
-    pairs = compared = 0
-    for g in range(groups):
-        p, c = group_pairs(cfg, work, g, dim=dim)
-        pairs, compared = pairs + p, compared + c
-    rate = n / spent if spent > 0 else float("inf")
-    return (
-        f"semantic: encoder {getattr(encoder, 'name', type(encoder).__name__)} "
-        f"({getattr(encoder, 'kind', 'transformer')}), {rate:,.0f} documents/s; "
-        f"k-means {k} clusters, threshold {cfg.semantic_threshold}; "
-        f"{compared:,} comparisons inside clusters ({n * (n - 1) // 2:,} for all pairs), {pairs:,} pairs"
-    )
+    if k:
+        groups = groups_for(cfg, k)
+        assign_shard(work, 0, groups)
+        for g in range(groups):
+            group_pairs(cfg, work, g, dim=embed_dim(work))
+    return semantic_note(work, cfg, encoder)[0]

@@ -31,7 +31,7 @@ from ._html import report_html
 from ._pii import PII_TYPES, SUGGESTED, Deidentifier, find_pii, resolve_salt
 from ._progress import Progress, ProgressMeter
 from ._read import ORIGINS, Doc, Malformed, Source, list_files, origin_line, read_docs
-from ._shard import JOB_CODE, malformed_of, merge_rows, merge_rows_idx, merge_tallies, missing_ranks
+from ._shard import JOB_CODE, malformed_of, merge_rows, merge_rows_idx, merge_tallies, missing_ranks, rank_figures
 from ._types import DataReport, ReportList, StepEstimate, clip
 
 __all__ = ["DataPrep"]
@@ -359,10 +359,6 @@ class DataPrep:
                 raise BadInputError(
                     "--against names a store dataset version", field="against", hint="e.g. corpus@1-dedup"
                 )
-            if shards:
-                raise BadInputError(
-                    "an incremental dedup runs in one process", field="shards", hint="drop --shards with --against"
-                )
             against_dir = _incremental.require(self.catalog.mount(str(old.ref)), old.label)
             batch = f"{inp.ref.name}-{inp.ref.version}" if inp.ref else "batch"
             to = to or f"{old.ref.name}@{old.ref.version}-plus-{batch}"
@@ -403,39 +399,45 @@ class DataPrep:
                 semantic_clusters=semantic_clusters,
             )
             beside = work / "out" / "_starverse" / _incremental.FOLDER
-            if shards:
-                world = shards[0] * shards[1]
-                prep = work / "shards"
-                p.stage_config(est.docs).save(prep / "stages")
-                out = self._shard_job("dedup", inp, params, shards, work, say)
-
-                def merged() -> Iterator[Doc]:
-                    for row, i in merge_rows_idx(out, world):
-                        yield Doc(i, "", 0, str((row or {}).get(text_field, "")), row or {})
-
-                sem_note = None
-                if encoder is not None:  # embedded here over the merged rows; pairs join the ranks' pairs
-                    from . import _stages
-                    from ._semantic import semantic_stage
-
-                    cfg = _stages.StageConfig.load(out / "stages")
-                    sem_note = semantic_stage(merged, encoder, cfg, out / "stages", clusters=semantic_clusters)
-                    total = sum(s.docs for s in _stages.shard_stats(out / "stages"))
-                    _stages.components(cfg, out / "stages", total)
-                result = _steps.dedup(merged, write, work, params=p, progress=tick, staged=out / "stages")
-                if sem_note:
-                    result.notes.append(sem_note)
-                result.malformed = malformed_of(out)
-                result.notes.append(f"the five stages ran as {shards[0]} x {shards[1]} ranks")
-                _incremental.keep_beside(out / "stages", beside)
-                return result
             kept_old = 0
             if old is not None:
                 for doc in read_docs(old.source, text_field=text_field):  # the clean version comes first
                     write(doc, doc.text)
                     kept_old += 1
-            result = _steps.dedup(docs, write, work, params=p, progress=tick, against=against_dir)
-            union = _incremental.keep_beside(work / "stages", beside, against=against_dir)
+            if shards:
+                world = shards[0] * shards[1]
+                prep = work / "shards"
+                if against_dir is not None:
+                    _incremental.old_config(against_dir, p).save(prep / "stages")
+                else:
+                    p.stage_config(est.docs).save(prep / "stages")
+                job_params = dict(params)
+                mounts = [m for m in (semantic_model,) if m]
+                if old is not None:
+                    job_params["against_mount"] = old.label
+                    mounts.append(old.label)
+                out = self._shard_job("dedup", inp, job_params, shards, work, say, extra_mounts=tuple(mounts))
+                offset = _incremental.old_docs(against_dir) if against_dir is not None else 0
+
+                def merged() -> Iterator[Doc]:
+                    for row, i in merge_rows_idx(out, world):
+                        yield Doc(i - offset, "", 0, str((row or {}).get(text_field, "")), row or {})
+
+                result = _steps.dedup(merged, write, work, params=p, progress=tick, staged=out / "stages",
+                                      against=against_dir)  # fmt: skip
+                if encoder is not None:  # embedded by the ranks, each its shard
+                    from . import _stages
+                    from ._semantic import semantic_note
+
+                    cfg = _stages.StageConfig.load(out / "stages")
+                    result.notes.append(semantic_note(out / "stages", cfg, encoder)[0])
+                result.malformed = malformed_of(out)
+                result.ranks = rank_figures(out, world)
+                result.notes.append(f"the dedup stages ran as {shards[0]} x {shards[1]} ranks")
+                union = _incremental.keep_beside(out / "stages", beside, against=against_dir)
+            else:
+                result = _steps.dedup(docs, write, work, params=p, progress=tick, against=against_dir)
+                union = _incremental.keep_beside(work / "stages", beside, against=against_dir)
             if old is not None:
                 result.notes.append(
                     f"against {old.label}: {kept_old:,} documents kept as they were, {result.docs_out:,} of "
@@ -597,6 +599,7 @@ class DataPrep:
                 created_at=time.time(),
                 provenance=tuple(provenance),
                 notes=tuple(result.notes),
+                ranks=tuple(result.ranks),
             )
             if target is None or final is None:
                 self._save_report(rep)
@@ -636,7 +639,15 @@ class DataPrep:
 
     # -- sharded runs ------------------------------------------------------------------------------
     def _shard_job(
-        self, step: str, inp: _Input, params: Mapping[str, Any], shards: tuple[int, int], work: Path, say: Say | None
+        self,
+        step: str,
+        inp: _Input,
+        params: Mapping[str, Any],
+        shards: tuple[int, int],
+        work: Path,
+        say: Say | None,
+        *,
+        extra_mounts: tuple[str, ...] = (),
     ) -> Path:
         """Run the per-document work of ``step`` as a job of ``nodes x procs`` ranks; their output folder."""
         nodes, procs = shards
@@ -658,7 +669,7 @@ class DataPrep:
             nodes=nodes,
             procs_per_node=procs,
             accelerator="cpu",
-            mounts=(inp.label,),
+            mounts=(inp.label, *extra_mounts),
         )
         job = self._submit(spec)
         (say or (lambda text: None))(f"{step}: job {job.id} ({nodes} x {procs} ranks)")

@@ -28,7 +28,16 @@ from ._read import Doc, Malformed, list_files, read_docs
 from ._steps import StepResult, _PiiTally, mask_text
 from ._types import Example
 
-__all__ = ["JOB_CODE", "main", "malformed_of", "merge_rows", "merge_rows_idx", "merge_tallies", "missing_ranks"]
+__all__ = [
+    "JOB_CODE",
+    "main",
+    "malformed_of",
+    "merge_rows",
+    "merge_rows_idx",
+    "merge_tallies",
+    "missing_ranks",
+    "rank_figures",
+]
 
 #: The job's script: a notebook-cell-sized entry point (the job runs it with the worker).
 JOB_CODE = "from jupyter_starverse.data._shard import main\n\nmain()\n"
@@ -110,8 +119,10 @@ def _job(args: argparse.Namespace) -> None:
         summary["tally"] = _tally_json(tally, tally.firsts)
         summary["before_after"] = before_after
     elif args.step == "dedup":
-        _dedup_stages(out, rank, world, docs, args.text_field, lambda: _shard_docs(args, rank, world))
-        n = sum(1 for _ in (out / f"rows-{rank}.jsonl").open(encoding="utf-8"))
+        summary["stages"] = _dedup_stages(
+            out, rank, world, docs, args.text_field, lambda: _shard_docs(args, rank, world), params
+        )
+        n = int(summary["stages"][0].get("docs", 0))
     else:
         raise SystemExit(f"unknown step {args.step!r}")
     summary["docs"] = n
@@ -135,22 +146,76 @@ def _barrier(out: Path, name: str, rank: int, world: int, *, timeout: float = 7 
         time.sleep(0.2)
 
 
-def _dedup_stages(out: Path, rank: int, world: int, docs: Iterator[Doc], text_field: str, reread: Any) -> None:
-    """The five dedup stages on this rank: its shard, then its partitions, rank 0 the components, its shard."""
+def _peak_mib() -> float:
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def _dedup_stages(
+    out: Path, rank: int, world: int, docs: Iterator[Doc], text_field: str, reread: Any, params: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The dedup stages on this rank: its shard, its semantic share, its partitions, rank 0 the components,
+    its shard again. Returns this rank's figures per stage (wall seconds, peak RSS so far)."""
+    from jupyter_starverse import runtime
+
     from . import _stages as st
 
     work = out / "stages"
     cfg = st.StageConfig.load(work)
+    figures: list[dict[str, Any]] = []
+    clock = [time.perf_counter()]
+
+    def done(stage: str, **extra: Any) -> None:
+        now = time.perf_counter()
+        figures.append({"stage": stage, "wall_s": round(now - clock[0], 3), "peak_rss_mib": _peak_mib(), **extra})
+        clock[0] = now
+
+    against: Path | None = None
+    offset = 0
+    if params.get("against_mount"):
+        from ._incremental import old_docs
+
+        against = runtime.mount_path(str(params["against_mount"])) / "_starverse" / "dedup"
+        offset = old_docs(against)
+    encoder = None
+    if params.get("semantic_model"):
+        from ._models import load_encoder
+
+        encoder = load_encoder(runtime.mount_path(str(params["semantic_model"])))
     try:
-        st.sign_shard(docs, cfg, work, rank)
+        stats = st.sign_shard(_with_offset(docs, offset), cfg, work, rank)
+        done("signatures", docs=stats.docs)
         _barrier(out, "sign", rank, world)
+        if encoder is not None:
+            from . import _semantic as sem
+
+            n, spent = sem.embed_shard(_with_offset(reread(), offset), encoder, work, rank)
+            done("embed", docs=n, docs_per_s=round(n / spent, 1) if spent > 0 else 0.0)
+            _barrier(out, "embed", rank, world)
+            if rank == 0:
+                total = sum(s.docs for s in st.shard_stats(work))
+                sem.train_centroids(work, int(params.get("semantic_clusters") or 0) or sem.default_clusters(total))
+                done("k-means")
+            _barrier(out, "centroids", rank, world)
+            k = int(json.loads((work / "sem" / "centroids.json").read_text())["k"])
+            if k:
+                groups = sem.groups_for(cfg, k)
+                sem.assign_shard(work, rank, groups)
+                _barrier(out, "assign", rank, world)
+                dim = sem.embed_dim(work)
+                for g in range(rank, groups, world):
+                    sem.group_pairs(cfg, work, g, dim=dim)
+            done("semantic pairs")
         for p in range(rank, cfg.partitions, world):
-            st.sort_partition(cfg, work, p)
-            st.partition_pairs(cfg, work, p)
+            st.sort_partition(cfg, work, p, extra=against / "buckets" if against is not None else None)
+            st.partition_pairs(cfg, work, p, old=against / "sig" if against is not None else None, new_from=offset)
+        done("buckets, pairs")
         _barrier(out, "pairs", rank, world)
         if rank == 0:
-            total = sum(s.docs for s in st.shard_stats(work))
-            st.components(cfg, work, total)
+            total = offset + sum(s.docs for s in st.shard_stats(work))
+            st.components(cfg, work, total, new_from=offset, start=offset)
+            done("components")
         _barrier(out, "components", rank, world)
         rows_path = out / f"rows-{rank}.jsonl"
         tmp = rows_path.with_name(f".{rows_path.name}.tmp")
@@ -161,12 +226,21 @@ def _dedup_stages(out: Path, rank: int, world: int, docs: Iterator[Doc], text_fi
                 row[text_field] = text
                 rows.write(json.dumps({"i": doc.idx, "row": row}, ensure_ascii=False, default=str) + "\n")
 
-            st.filter_shard(reread(), cfg, work, write)
+            kept = st.filter_shard(_with_offset(reread(), offset), cfg, work, write)
         tmp.replace(rows_path)
+        done("filter", docs=kept)
     except BaseException as e:
         if not isinstance(e, SystemExit):
             _write_atomic(out / f"failed-{rank}", f"{type(e).__name__}: {e}")
         raise
+    return figures
+
+
+def _with_offset(docs: Iterator[Doc], offset: int) -> Iterator[Doc]:
+    """A new batch's documents numbered after the clean version's (``--against``)."""
+    if not offset:
+        return docs
+    return (Doc(d.idx + offset, d.file, d.line, d.text, d.row) for d in docs)
 
 
 def _shard_docs(args: argparse.Namespace, rank: int, world: int) -> Iterator[Doc]:
@@ -251,6 +325,14 @@ def merge_rows_idx(out: Path, world: int) -> Iterator[tuple[dict[str, Any] | Non
     finally:
         for f in files:
             f.close()
+
+
+def rank_figures(out: Path, world: int) -> list[dict[str, Any]]:
+    """Each rank's documents and per-stage figures (wall seconds, peak RSS), from its ``done`` file."""
+    return [
+        {"rank": int(s.get("rank", r)), "docs": int(s.get("docs", 0)), "stages": list(s.get("stages", []))}
+        for r, s in enumerate(_summaries(out, world))
+    ]
 
 
 def malformed_of(out: Path) -> list[dict[str, Any]]:

@@ -433,6 +433,29 @@ def _ranges(files: Sequence[Path], dtype: Any, field: str, lo: int, hi: int) -> 
     return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
 
+class Flags:
+    """One bit per document (stage 4's "removed" marks): an eighth of a byte each, not the corpus."""
+
+    def __init__(self, n: int) -> None:
+        np = _np()
+        self.np = np
+        self.bits = np.zeros((max(1, n) + 7) >> 3, dtype=np.uint8)
+
+    def __getitem__(self, doc: Any) -> Any:
+        if isinstance(doc, int):
+            return bool((int(self.bits[doc >> 3]) >> (doc & 7)) & 1)
+        np = self.np
+        d = np.asarray(doc, dtype=np.int64)
+        out = (self.bits[d >> 3] >> (d & 7).astype(np.uint8)) & np.uint8(1)
+        return out.astype(bool) if out.ndim else bool(out)
+
+    def __setitem__(self, doc: int, value: bool) -> None:
+        if value:
+            self.bits[doc >> 3] |= 1 << (doc & 7)
+        else:
+            self.bits[doc >> 3] &= 0xFF ^ (1 << (doc & 7))
+
+
 @dataclass
 class Components:
     """What stage 4 decided: counts per method, the slider's preview, where the decisions are."""
@@ -461,14 +484,14 @@ def components(
     np = _np()
     pair_files = sorted((work / "pairs").glob("pairs-*.bin")) + sorted((work / "pairs").glob("sem-*.bin"))
     para_files = sorted((work / "pairs").glob("para-*.bin"))
-    removed = np.zeros(max(1, docs), dtype=bool)  # one flag per document: not the corpus
+    removed = Flags(docs)  # one bit per document: not the corpus
     totals = _Totals(work)
     counts = dict.fromkeys(METHODS, 0)
     near_code, sem_code = METHODS.index("near"), METHODS.index("semantic")
     stripped = 0
     steps = round((1.0 - cfg.lsh_threshold) / 0.05)
     grid = [round(cfg.lsh_threshold + s * 0.05, 2) for s in range(steps + 1)]
-    pv_removed = [np.zeros(max(1, docs), dtype=bool) for _ in grid]
+    pv_removed = [Flags(docs) for _ in grid]
     pv_count = [0] * len(grid)
     with open(work / ".decisions.tmp", "wb") as dec, open(work / ".strip.tmp", "wb") as strip:
         for lo in range(start, max(start, docs), chunk_docs):

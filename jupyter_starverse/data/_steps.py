@@ -45,6 +45,7 @@ class StepResult:
     examples: list[Example] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     malformed: list[dict[str, Any]] = field(default_factory=list)  # read by the ranks of a sharded run
+    ranks: list[dict[str, Any]] = field(default_factory=list)  # a sharded run: each rank's figures per stage
 
 
 def mask_text(text: str, limit: int = _SNIPPET) -> str:

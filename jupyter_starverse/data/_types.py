@@ -228,6 +228,8 @@ class DataReport:
     created_at: float = 0.0
     provenance: tuple[dict[str, Any], ...] = ()
     notes: tuple[str, ...] = ()
+    #: a sharded run: per rank ``{"rank", "docs", "stages": [{"stage", "wall_s", "peak_rss_mib", ...}]}``
+    ranks: tuple[dict[str, Any], ...] = ()
 
     @property
     def removed_total(self) -> int:
@@ -272,6 +274,7 @@ class DataReport:
             created_at=float(data.get("created_at", 0.0)),
             provenance=tuple(data.get("provenance", ())),
             notes=tuple(data.get("notes", ())),
+            ranks=tuple(data.get("ranks", ())),
         )
 
     def summary(self) -> ReportSummary:
