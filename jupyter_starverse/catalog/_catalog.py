@@ -701,6 +701,7 @@ class Catalog:
                 allow=allow,
                 ignore=ignore,
                 have=old.files if old is not None else (),
+                lease=lease,
             )
             if at is not ref:
                 write_ref(self.hf_cache_dir / ref.folder, ref.revision, snap.commit)

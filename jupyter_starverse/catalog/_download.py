@@ -60,6 +60,7 @@ __all__ = [
     "TransferError",
     "copy_local",
     "download",
+    "fetch_small",
     "part_paths",
     "share_connections",
 ]
@@ -995,6 +996,51 @@ def _single(
             if resp is not None:
                 resp.close()
                 resp = None
+
+
+def fetch_small(origin: Origin, target: Target) -> tuple[memoryview, Downloaded]:
+    """A small file whole into one buffer (one GET on this thread's kept-alive connection), hashed from it.
+
+    For batches of small files (:mod:`._models`, :mod:`._localbatch`): nothing is written here, so
+    the caller writes the buffer where its batch stages and syncs the batch once. Retried whole on
+    5xx/429, resets and short bodies, as :func:`download`; the size and sha256 are checked against
+    ``target`` (:class:`ChecksumError`, :class:`OriginChangedError`).
+    """
+    tries = 0
+    short: int | None = None
+    want = (target.size + 1) if target.size is not None else CHUNK  # +1: a longer body shows at once
+    while True:
+        resp: Response | None = None
+        try:
+            resp = origin.stream(0, None)
+            buf = bytearray(want if resp.size is None else max(want, resp.size + 1))
+            view = memoryview(buf)
+            done = 0
+            while True:
+                if done == len(buf):
+                    buf.extend(bytes(len(buf)))  # an unannounced size: grow
+                    view = memoryview(buf)
+                n = resp.readinto(view[done:])
+                if not n:
+                    break
+                done += n
+            if resp.size is not None and not resp.ranged and done != resp.size:
+                raise ShortBodyError(origin.label, done, resp.size)
+            data = view[:done]
+            digests = _Digests(target)
+            digests.update(data)
+            out = Downloaded(done, digests.sha.hexdigest(), resp.etag, _hex(digests))
+            _check(target, out)
+            return data, out
+        except RetryableError as e:
+            short = _same_short(e, short)
+            tries += 1
+            if tries > RETRIES:
+                raise
+            time.sleep(min(BACKOFF_MAX, BACKOFF * 2 ** (tries - 1)))
+        finally:
+            if resp is not None:
+                resp.close()
 
 
 # -- local and network-mounted sources ---------------------------------------------------------------

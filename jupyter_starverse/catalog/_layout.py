@@ -518,9 +518,18 @@ class Layout:
         make_read_only(top)
         if isinstance(ref, ModelRef):
             hub = self.hf_cache.resolve()
+            blobs = f"{hub}/{ref.folder}/blobs"
             for f in manifest.files:  # the blobs behind the snapshot's links
-                real = (top / f.path).resolve()
                 with contextlib.suppress(OSError):
+                    if f.etag and "/" not in f.etag and not f.etag.startswith("."):
+                        # huggingface_hub names a blob by the file's ETag: one stat, no path resolution
+                        blob = f"{blobs}/{f.etag}"
+                        st = os.stat(blob, follow_symlinks=False)  # noqa: PTH116 (no Path per file)
+                        if stat.S_ISREG(st.st_mode):
+                            if stat.S_IMODE(st.st_mode) != 0o444:
+                                os.chmod(blob, 0o444)  # noqa: PTH101 (no Path object per file)
+                            continue
+                    real = (top / f.path).resolve()
                     if real.is_relative_to(hub) and real.is_file() and stat.S_IMODE(real.stat().st_mode) != 0o444:
                         real.chmod(0o444)
         with contextlib.suppress(OSError):

@@ -49,7 +49,7 @@ from ._perms import make_dirs, make_writable
 from ._progress import ProgressTracker
 from ._types import FileRecord
 
-__all__ = ["copy_batch", "staging_dir"]
+__all__ = ["copy_batch", "discard", "discard_others", "staging_dir"]
 
 _FLAGS_IN = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 _FLAGS_OUT = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
@@ -152,7 +152,7 @@ def copy_batch(
     staging = top / f"{lease.fence:06d}-{lease.token[:16]}"  # this holder's own folder
     make_dirs(top)
     make_writable(top)
-    _discard_others(top, keep=staging.name)  # left by a crashed or superseded holder: never trusted, redone
+    discard_others(top, keep=staging.name)  # left by a crashed or superseded holder: never trusted, redone
     try:
         records = _stage(files, staging, data_dir, lease, tracker, workers, fetch_small)
         sync_filesystem(staging)  # every byte of the batch durable before any of it is visible
@@ -164,7 +164,7 @@ def copy_batch(
     except BaseException as e:
         if not _still_ours(lease):
             raise LeaseLostError(str(data_dir)) from e  # our folder was discarded by the new holder
-        _discard(staging)  # nothing in it is resumed: give its space back at once
+        discard(staging)  # nothing in it is resumed: give its space back at once
         if isinstance(e, OSError) and e.errno == errno.ENOSPC:
             raise store_full(data_dir) from e
         raise
@@ -178,7 +178,7 @@ def _still_ours(lease: Lease) -> bool:
     return lease.held and holder is not None and (holder.token, holder.fence) == (lease.token, lease.fence)
 
 
-def _discard(folder: Path) -> None:
+def discard(folder: Path) -> None:
     """Remove ``folder`` whatever another process still writes into it (rename first, then remove)."""
     gone = folder.with_name(f".gone-{uuid.uuid4().hex}")
     try:
@@ -191,11 +191,11 @@ def _discard(folder: Path) -> None:
     shutil.rmtree(gone, ignore_errors=True)
 
 
-def _discard_others(top: Path, *, keep: str) -> None:
+def discard_others(top: Path, *, keep: str) -> None:
     for child in list(os.scandir(top)):
         if child.name != keep:
             if child.is_dir(follow_symlinks=False):
-                _discard(Path(child.path))
+                discard(Path(child.path))
             else:
                 with contextlib.suppress(OSError):
                     Path(child.path).unlink()

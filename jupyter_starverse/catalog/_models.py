@@ -16,12 +16,14 @@ is already parallel); we follow its blobs to hash them without a second read.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import threading
+import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,11 +39,13 @@ from jupyter_starverse.errors import (
 )
 
 from . import _download
-from ._download import ChecksumError, Downloaded, HttpOrigin, Target, download
-from ._fetch import SourceFile, check_space, publish_part, transfer
+from ._download import ChecksumError, Downloaded, HttpOrigin, Target, download, sync_filesystem
+from ._fetch import LeaseLostError, SourceFile, check_space, publish_part, transfer
 from ._follow import BlobFollower
+from ._lease import Lease
+from ._localbatch import discard, discard_others
 from ._names import ModelRef, safe_join
-from ._perms import make_dirs
+from ._perms import make_dirs, make_writable
 from ._progress import ProgressTracker
 from ._types import FileRecord
 
@@ -160,10 +164,12 @@ def pull_model(
     allow: Sequence[str] = (),
     ignore: Sequence[str] = (),
     have: Sequence[FileRecord] = (),
+    lease: Lease | None = None,
 ) -> ModelSnapshot:
     """Download ``ref`` (the files ``allow``/``ignore`` select) into ``hf_cache`` and verify it.
 
-    The caller holds the repo's lease. ``have`` are files of an earlier pull of the same
+    The caller holds the repo's ``lease`` (checked while small files stage, and renewed as a
+    fence before they are moved in). ``have`` are files of an earlier pull of the same
     entry: they are kept in the returned snapshot (pulling new patterns adds files).
     """
     hf = _hf()
@@ -202,7 +208,7 @@ def pull_model(
     if _xet_path(listing):
         snap = _pull_with_hub(ref, hf_cache, tracker, commit, listing)
     else:
-        snap = _pull_with_engine(ref, hf_cache, tracker, commit, listing, connections)
+        snap = _pull_with_engine(ref, hf_cache, tracker, commit, listing, connections, lease)
     write_ref(storage, ref.revision, commit)
     kept = {f.path: f for f in have}
     kept.update({f.path: f for f in snap.files})
@@ -227,7 +233,13 @@ def _blob_name(f: Any) -> str:
 
 
 def _pull_with_engine(
-    ref: ModelRef, hf_cache: Path, tracker: ProgressTracker, commit: str, listing: Sequence[Any], connections: int
+    ref: ModelRef,
+    hf_cache: Path,
+    tracker: ProgressTracker,
+    commit: str,
+    listing: Sequence[Any],
+    connections: int,
+    lease: Lease | None = None,
 ) -> ModelSnapshot:
     hf = _hf()
     storage = hf_cache / ref.folder
@@ -271,8 +283,185 @@ def _pull_with_engine(
     at_once, per_file = _download.share_connections(connections, len(big))
     records = _at_once(one, big, at_once, per_file)  # shards share the connections
     small = [f for f in listing if f.path not in records]
-    records.update(_at_once(one, small, connections, 1))
+    fetch = [f for f in small if f.path not in present and int(f.size) <= BATCH_MAX]
+    if fetch:  # one staged batch: no part file, fsync or rename per file (see _stage_small)
+
+        def url(f: Any) -> str:
+            return str(hf.hf_hub_url(ref.repo_id, f.path, repo_type=ref.repo_type, revision=commit, endpoint=endpoint))
+
+        records.update(_stage_small(fetch, storage, commit, url, headers, tracker, lease, connections, auth))
+    records.update(_at_once(one, [f for f in small if f.path not in records], connections, 1))
     return ModelSnapshot(commit, tuple(records[p] for p in sorted(records)))
+
+
+BATCH_MAX = 1024 * 1024  # files up to this size come whole into memory, in one staged batch (not resumed)
+_REPORT_EVERY = 256  # small files between progress updates of one worker
+_REPORT_BYTES = 4 * 1024 * 1024  # or this many bytes
+_REPORT_SECONDS = 0.25  # or this long, whichever comes first
+COMMIT_SECONDS = 5.0  # a batch's staged files are synced and moved into blobs/ at least this often
+
+
+def _stage_small(
+    files: Sequence[Any],
+    storage: Path,
+    commit: str,
+    url: Callable[[Any], str],
+    headers: dict[str, str],
+    tracker: ProgressTracker,
+    lease: Lease | None,
+    connections: int,
+    auth: str,
+) -> dict[str, FileRecord]:
+    """The small files of a Hub pull (up to :data:`BATCH_MAX` each) as one batch, at the speed of N parallel GETs.
+
+    ``connections`` threads share the files, each on its own kept-alive connection (the
+    engine's connection per thread and host); each file comes whole into one buffer, is
+    hashed from it (sha256, and the git blob sha1 for a file that is not on LFS), checked
+    against the tree listing and written into a staging folder (``<repo>/.staging/HOLDER``,
+    created read-only), unsynced. What is staged is committed at the end, and every
+    :data:`COMMIT_SECONDS` while the batch runs (so a killed pull of a large collection
+    loses at most that much): one ``syncfs``, the lease's fence check, one rename per blob
+    into ``blobs/``. At the end one link per path into ``snapshots/<commit>/`` and one more
+    ``syncfs`` for those names. A crash leaves only the staging folder of uncommitted files,
+    which the next holder of the repo's lease removes and redoes (never synced, so never
+    trusted); committed blobs are found by the next pull like any other.
+    """
+    blobs = storage / "blobs"
+    top = storage / ".staging"
+    holder = f"{lease.fence:06d}-{lease.token[:16]}" if lease is not None else uuid.uuid4().hex
+    staging = top / holder
+    make_dirs(top)
+    make_writable(top)
+    discard_others(top, keep=holder)  # left by a crashed or superseded holder: redone
+    make_dirs(staging)
+    unique: dict[str, Any] = {}
+    for f in files:
+        unique.setdefault(_blob_name(f), f)  # the same bytes at two paths: one blob, fetched once
+    todo = list(unique.items())
+    digests: dict[str, str] = {}
+    staged: list[str] = []  # blob names written and verified, in order; staged[:committed] are in blobs/
+    committed = 0
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    finished = threading.Event()
+    cursor = iter(range(len(todo)))
+
+    def fetch(name: str, f: Any) -> None:
+        size = int(f.size)
+        sha = str(f.lfs.sha256) if f.lfs is not None else None
+        extra = {} if f.lfs is not None else {"git": hashlib.sha1(f"blob {size}\0".encode(), usedforsecurity=False)}
+        target = Target(f.path, size, sha, extra)
+        dest = staging / name
+
+        def move() -> Downloaded:
+            data, got = _download.fetch_small(HttpOrigin(url(f), headers=headers), target)
+            if f.lfs is None and got.extra["git"] != str(f.blob_id):
+                raise ChecksumError(f"git blob id {got.extra['git']} does not match the listed {f.blob_id}")
+            fd = os.open(dest, _STAGE_FLAGS, 0o444)
+            try:
+                while data:
+                    data = data[os.write(fd, data) :]
+            finally:
+                os.close(fd)
+            return got
+
+        digest = transfer(f.path, dest, target, move, auth_hint=auth).sha256
+        with lock:
+            digests[name] = digest
+            staged.append(name)
+
+    def run() -> None:
+        nfiles = nbytes = 0
+        last = time.monotonic()
+        try:
+            while not errors:
+                with lock:
+                    i = next(cursor, None)
+                if i is None:
+                    return
+                if lease is not None and lease.lost.is_set():
+                    raise LeaseLostError(str(storage))
+                name, f = todo[i]
+                fetch(name, f)
+                nfiles += 1
+                nbytes += int(f.size)
+                now = time.monotonic()
+                if nfiles >= _REPORT_EVERY or nbytes >= _REPORT_BYTES or now - last >= _REPORT_SECONDS:
+                    tracker.add_files(nfiles, nbytes)
+                    nfiles = nbytes = 0
+                    last = now
+        except BaseException as e:
+            errors.append(e)
+            finished.set()
+        finally:
+            if nfiles:
+                tracker.add_files(nfiles, nbytes)
+
+    def commit_staged() -> None:
+        """Every staged file so far durable, then moved into ``blobs/`` (the fence first)."""
+        nonlocal committed
+        with lock:
+            batch = staged[committed:]
+        if not batch:
+            return
+        sync_filesystem(staging)  # every byte durable before any name points at it
+        if lease is not None and not lease.renew():
+            raise LeaseLostError(str(storage))  # the fence: a holder that was taken over moves nothing in
+        for name in batch:
+            (staging / name).replace(blobs / name)
+        committed += len(batch)
+
+    try:
+        threads = [
+            threading.Thread(target=run, name=f"starverse-small-{k}", daemon=True)
+            for k in range(max(1, min(connections, len(todo))))
+        ]
+        for t in threads:
+            t.start()
+
+        def watch() -> None:
+            for t in threads:
+                t.join()
+            finished.set()
+
+        threading.Thread(target=watch, name="starverse-small-join", daemon=True).start()
+        while not finished.wait(COMMIT_SECONDS):
+            commit_staged()  # while the batch runs: a killed pull keeps what was committed
+        for t in threads:
+            t.join()
+        if errors and not isinstance(errors[0], LeaseLostError):
+            with contextlib.suppress(OSError, LeaseLostError):
+                commit_staged()  # a failed pull keeps what it verified; the next one fetches the rest
+                sync_filesystem(blobs)
+        if errors:
+            raise errors[0]
+        commit_staged()
+        snapshot = storage / "snapshots" / commit
+        made: set[Path] = set()
+        for f in files:
+            link = safe_join(snapshot, f.path)
+            if link.parent not in made:
+                make_dirs(link.parent)
+                made.add(link.parent)
+            blob = blobs / _blob_name(f)
+            try:
+                link.symlink_to(os.path.relpath(blob, link.parent))
+            except FileExistsError:
+                _link(snapshot, f.path, blob)
+        sync_filesystem(blobs)  # the renames and links durable before the manifest names them
+    except BaseException as e:
+        errors.append(e)  # the workers still running stop at their next file
+        discard(staging)
+        raise
+    finally:
+        with contextlib.suppress(OSError):
+            staging.rmdir()
+        with contextlib.suppress(OSError):
+            top.rmdir()
+    return {f.path: FileRecord(f.path, int(f.size), digests[_blob_name(f)], _blob_name(f)) for f in files}
+
+
+_STAGE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 
 
 def _at_once(one: Any, files: Sequence[Any], at_once: int, per_file: int) -> dict[str, FileRecord]:

@@ -23,7 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 BLOCK = 1024 * 1024
 
@@ -35,7 +35,9 @@ class Blob:
         self.data = data
         self.size = len(data) if data is not None else int(size or 0)
         self.seed = seed
-        self._block = hashlib.sha256(str(seed).encode()).digest() * (BLOCK // 32) if data is None else b""
+        # the seed's digest repeated, only as long as the file needs (100,000 small blobs fit in memory)
+        reps = -(-min(self.size, BLOCK) // 32)
+        self._block = hashlib.sha256(str(seed).encode()).digest() * reps if data is None else b""
         self.declared_size: int | None = None  # lie about the size (source "changes" mid-pull)
 
     def read(self, start: int, end: int) -> bytes:
@@ -253,6 +255,8 @@ class HubServer(_Base):
         self.refs: dict[str, dict[str, str]] = {}  # repo -> revision -> commit
         self.commits: dict[str, dict[str, Blob]] = {}
         self.lfs: set[str] = set()  # "commit/path" served as LFS files
+        self.tree_page = 1000  # entries per page of the tree listing (the Hub pages it too)
+        self.tree_pages = 0  # pages of the tree listing served
 
     def add_repo(
         self,
@@ -301,19 +305,7 @@ class HubServer(_Base):
             commit = self.refs.get(repo, {}).get(rev)
             if commit is None:
                 return self.send_error_code(h, 404, "RevisionNotFound" if repo in self.refs else "RepoNotFound")
-            out: list[dict[str, object]] = []
-            dirs: set[str] = set()
-            for p, blob in sorted(self.commits[commit].items()):
-                parts = p.split("/")
-                for i in range(1, len(parts)):
-                    dirs.add("/".join(parts[:i]))
-                git, sha = self._oids[f"{commit}/{p}"]
-                item: dict[str, object] = {"type": "file", "path": p, "size": blob.size, "oid": git}
-                if f"{commit}/{p}" in self.lfs:
-                    item["lfs"] = {"oid": sha, "size": blob.size, "pointerSize": 134}
-                out.append(item)
-            out += [{"type": "directory", "path": d, "size": 0, "oid": "0" * 40} for d in sorted(dirs)]
-            return self.send_json(h, out)
+            return self._tree(h, repo, rev, commit, unquote(m.group(4) or "").strip("/"))
         m = re.match(r"^/((?:datasets/)?[^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
         if m:
             repo, rev, file = m.group(1), unquote(m.group(2)), unquote(m.group(3))
@@ -329,6 +321,45 @@ class HubServer(_Base):
                 headers.update({"X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(blob.size), "ETag": f'"{sha}"'})
             return self.send_blob(h, f"{repo}/{file}", blob, headers, head=head)
         return self.send_error_code(h, 404, "RepoNotFound")
+
+    def _tree(self, h: BaseHTTPRequestHandler, repo: str, rev: str, commit: str, under: str) -> None:
+        """The tree listing as the Hub serves it: one folder (``recursive=true``: all below it), sizes,
+        git oids and LFS sha256 of every file, ``tree_page`` entries a page with a ``Link: rel=next``
+        cursor (what ``HfApi.list_repo_tree`` follows); ``expand=true`` adds each entry's last commit."""
+        query = parse_qs(urlsplit(h.path).query)
+        recursive = query.get("recursive", ["false"])[0].lower() == "true"
+        expand = query.get("expand", ["false"])[0].lower() == "true"
+        cursor = int(query.get("cursor", ["0"])[0] or 0)
+        prefix = f"{under}/" if under else ""
+        entries: dict[str, dict[str, object]] = {}
+        for p, blob in sorted(self.commits[commit].items()):
+            if not p.startswith(prefix):
+                continue
+            rest = p[len(prefix) :].split("/")
+            for i in range(1, len(rest) if recursive else min(2, len(rest))):
+                d = prefix + "/".join(rest[:i])
+                entries.setdefault(d, {"type": "directory", "path": d, "size": 0, "oid": "0" * 40})
+            if len(rest) > 1 and not recursive:
+                continue
+            git, sha = self._oids[f"{commit}/{p}"]
+            item: dict[str, object] = {"type": "file", "path": p, "size": blob.size, "oid": git}
+            if f"{commit}/{p}" in self.lfs:
+                item["lfs"] = {"oid": sha, "size": blob.size, "pointerSize": 134}
+            entries[p] = item
+        if not entries and under:
+            return self.send_error_code(h, 404, "EntryNotFound")
+        out = list(entries.values())
+        if expand:
+            for item in out:
+                item["lastCommit"] = {"id": commit, "title": "commit", "date": "2026-01-01T00:00:00.000Z"}
+        page = out[cursor : cursor + self.tree_page]
+        headers: dict[str, str] = {}
+        if cursor + self.tree_page < len(out):
+            kept = {k: v[0] for k, v in query.items() if k != "cursor"}
+            nxt = f"{self.url}{urlsplit(h.path).path}?{urlencode({**kept, 'cursor': cursor + self.tree_page})}"
+            headers["Link"] = f'<{nxt}>; rel="next"'
+        self.tree_pages += 1
+        return self.send_json(h, page, headers=headers)
 
 
 def _repo_key(kind: str, repo: str) -> str:
