@@ -13,7 +13,6 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .._version import __version__
 from ..errors import StarverseError, missing_dependency
 from ._common import (
     CommandParser,
@@ -72,6 +71,16 @@ _NOTEBOOK_ONLY = ("train",)
 _NOTEBOOK_MARK = " (notebook only)"
 
 
+class _VersionAction(argparse._VersionAction):
+    """``--version``: the package metadata is read when asked for (reading it is most of a ``--help``)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        from .._version import __version__
+
+        self.version = f"jupyter_starverse {__version__}"
+        super().__call__(parser, *args, **kwargs)
+
+
 def build_parser(prog: str = "starverse", command: str | None = None, *, summary: bool = False) -> CommandParser:
     """The full parser tree (CLI and magics share it); with a known ``command``, only its group.
 
@@ -82,7 +91,7 @@ def build_parser(prog: str = "starverse", command: str | None = None, *, summary
         prog=prog,
         description="Train large models on rented GPUs: shared store, multi-node launch, costs, GPU/CPU modes.",
     )
-    parser.add_argument("--version", action="version", version=f"jupyter_starverse {__version__}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
     if summary and command not in _COMMANDS:
         for name, text in _SUMMARIES.items():

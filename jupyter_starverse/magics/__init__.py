@@ -8,16 +8,16 @@ as objects (widgets display themselves), never printed and lost.
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
-from .._settings import Settings
-from ..cli import HelpShown, door_text, parse
-from ..client import Starverse
-from ..errors import StarverseError, missing_dependency
-from ._presenter import NotebookPresenter
+if TYPE_CHECKING:
+    from ..client import Starverse
+
+# `%load_ext jupyter_starverse` registers the magics and imports nothing else: the command
+# table, the facade and the widgets are imported by the first `%sv` (a test keeps it so).
 
 __all__ = ["StarverseMagics", "strip_comment"]
 
@@ -59,6 +59,9 @@ class StarverseMagics(Magics):
     @property
     def client(self) -> Starverse:
         """The facade of the kernel's environment now (rebuilt when a ``STARVERSE_*`` variable changed)."""
+        from .._settings import Settings
+        from ..client import Starverse
+
         settings = Settings.from_env()
         if self._client is None or self._client.settings != settings:
             self._client = Starverse(settings)
@@ -67,6 +70,10 @@ class StarverseMagics(Magics):
     @line_cell_magic
     def sv(self, line: str, cell: str | None = None) -> Any:
         """Run a starverse command in this kernel (``%sv --help`` lists them)."""
+        from ..cli import HelpShown, door_text, parse
+        from ..errors import StarverseError, missing_dependency
+        from ._presenter import NotebookPresenter
+
         try:
             args = parse(
                 shlex.split(strip_comment(line)),

@@ -6,7 +6,6 @@ from collections.abc import Callable, Iterator, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from ..cli import Presenter
-from ..watch import JobWatch
 
 if TYPE_CHECKING:
     from ..catalog import PullProgress
@@ -81,6 +80,8 @@ class NotebookPresenter(Presenter):
         return ChatWidget(client, model=model, feedback=feedback or "chat")
 
     def show(self, result: object) -> object:
+        from ..watch import JobWatch
+
         if isinstance(result, JobWatch):
             from ..widgets import JobHandle
 
