@@ -10,6 +10,7 @@ code, reason and message shape.
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Iterable
 from fractions import Fraction
@@ -18,7 +19,7 @@ from typing import Any
 from jupyter_starverse.kube import parse_quantity
 
 from . import _psa
-from ._store import BUILTIN, ApiError, Obj, Resource, Store
+from ._store import BUILTIN, CRDS, ApiError, Obj, Resource, Store
 
 __all__ = ["PRIORITY_CLASSES", "QUOTAS", "RBAC", "authorize", "admit_pod", "strict_fields"]
 
@@ -241,6 +242,32 @@ def _fmt(value: Fraction) -> str:
 
 def _name(pod: Obj) -> str:
     return str((pod.get("metadata") or {}).get("name") or "")
+
+
+# -- Kubeflow Trainer's TrainJob webhook -------------------------------------------------
+TRAINER_WEBHOOK = "validator.trainjob.trainer.kubeflow.org"
+
+
+def admit_trainjob(store: Store, namespace: str, body: Obj) -> None:
+    """Kubeflow Trainer's validating webhook on TrainJob creation (kubeflow/trainer
+    ``pkg/webhooks/trainjob_webhook.go`` -> ``TrainingRuntime.ValidateObjects``): the runtime named
+    by ``spec.runtimeRef`` must exist (a TrainingRuntime in the TrainJob's namespace, or a
+    ClusterTrainingRuntime), else ``403`` ``admission webhook ... denied the request: spec.runtimeRef:
+    Invalid value: ...: specified trainingRuntime must be created before the TrainJob is created``."""
+    ref = (body.get("spec") or {}).get("runtimeRef") or {}
+    kind = ref.get("kind") or "ClusterTrainingRuntime"
+    key = "trainingruntime" if kind == "TrainingRuntime" else "clustertrainingruntime"
+    res = CRDS[key]
+    try:
+        store.get(res, namespace if res.namespaced else "", str(ref.get("name") or ""))
+    except ApiError as err:
+        raise ApiError(
+            403,
+            "Forbidden",
+            f'admission webhook "{TRAINER_WEBHOOK}" denied the request: spec.runtimeRef: Invalid value: '
+            f"{json.dumps(ref)}: {err.message}: specified {kind[0].lower() + kind[1:]} must be created "
+            "before the TrainJob is created",
+        ) from None
 
 
 # -- strict field validation ------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Controllers of the test API server: scheduler + kubelet, Indexed Job, JobSet.
+"""Controllers of the test API server: scheduler + kubelet, Indexed Job, JobSet, Kubeflow Trainer.
 
 They run in one background thread and reconcile every ``tick`` seconds, the way the real
 controllers react to watch events. Pods move Pending -> Running -> Succeeded/Failed; a pod
@@ -32,6 +32,7 @@ SERVICE = next(r for r in BUILTIN if r.plural == "services")
 JOB = next(r for r in BUILTIN if r.plural == "jobs")
 EVENT = next(r for r in BUILTIN if r.plural == "events")
 JOBSET = CRDS["jobset"]
+TRAINJOB = CRDS["trainjob"]
 
 
 @dataclass(frozen=True)
@@ -150,9 +151,41 @@ class Controllers:
         self.store.mutate(POD, namespace, name, mark)
 
     def reconcile(self) -> None:
+        self._trainjobs()
         self._jobsets()
         self._jobs()
         self._pods()
+
+    # -- Kubeflow Trainer: TrainJob -> JobSet from its runtime ------------------------
+    def _trainjobs(self) -> None:
+        """Kubeflow Trainer's TrainJob controller, as its runtime guide documents it
+        (https://www.kubeflow.org/docs/components/trainer/operator-guides/runtime/) and
+        kubeflow/trainer ``pkg/runtime/framework/plugins/{jobset,torch}`` implement it: a TrainJob
+        without a JobSet gets one (same name and namespace, owned by it) built from its runtime's
+        ``spec.template`` (:func:`trainer_jobset`); then the TrainJob's ``Complete`` / ``Failed``
+        condition follows the JobSet's ``Completed`` / ``Failed`` (``JobSet.Status``). Restarts
+        are the JobSet's and the Job controller's (no TrainJob-level retry exists)."""
+        for tj in self.store.list(TRAINJOB, None)[0]:
+            if _finished(tj):
+                continue
+            ns, name = tj["metadata"]["namespace"], tj["metadata"]["name"]
+            try:
+                js = self.store.get(JOBSET, ns, name)
+            except ApiError:
+                runtime = _runtime_of(self.store, tj)
+                if runtime is not None:
+                    self._create(JOBSET, ns, trainer_jobset(tj, runtime))
+                continue
+            for js_type, tj_type in (("Completed", "Complete"), ("Failed", "Failed")):
+                cond = _condition(js, js_type)
+                if cond is not None:
+                    self.store.mutate(
+                        TRAINJOB,
+                        ns,
+                        name,
+                        lambda o, t=tj_type, c=cond: _set_condition(o, t, c.get("reason") or t, c.get("message") or ""),
+                    )
+                    break
 
     # -- JobSet -> child Jobs + headless Service -----------------------------------
     def _jobsets(self) -> None:
@@ -488,6 +521,85 @@ class Controllers:
             self.store.create(res, ns, body)
         except Exception:
             pass
+
+
+#: Kubeflow Trainer's constants (kubeflow/trainer ``pkg/constants/constants.go``)
+TRAINER_ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+TRAINER_NODE = "node"  # the trainer's replicated job and container
+TRAINER_PORT = 29500  # ContainerTrainerPort
+
+
+def _runtime_of(store: Store, tj: Obj) -> Obj | None:
+    ref = tj["spec"].get("runtimeRef") or {}
+    res = CRDS["trainingruntime" if ref.get("kind") == "TrainingRuntime" else "clustertrainingruntime"]
+    try:
+        return store.get(res, tj["metadata"]["namespace"] if res.namespaced else "", ref.get("name", ""))
+    except ApiError:
+        return None
+
+
+def _upsert_env(container: Obj, env: list[Obj]) -> None:
+    names = {e["name"] for e in env}
+    container["env"] = [e for e in container.get("env") or [] if e["name"] not in names] + env
+
+
+def trainer_jobset(tj: Obj, runtime: Obj) -> Obj:
+    """The JobSet Kubeflow Trainer makes of a TrainJob and its runtime (``jobset.Build``,
+    ``Builder.Trainer``, ``torch.EnforceMLPolicy``): the runtime's JobSet template as it is
+    (``failurePolicy``, child Job specs with their ``podFailurePolicy``, pod templates), its
+    template labels and annotations on the JobSet; in the replicated job labelled
+    ``trainjob-ancestor-step: trainer``: ``replicas`` 1, ``parallelism`` = ``completions`` = the
+    TrainJob's ``numNodes`` (else the runtime's ``mlPolicy.numNodes``, else 1), and in its ``node``
+    container the trainer's ``image``/``command``/``args`` where set, its ``env`` upserted,
+    ``resourcesPerNode`` as resources, and with ``mlPolicy.torch`` torchrun's ``PET_NNODES``,
+    ``PET_NPROC_PER_NODE``, ``PET_NODE_RANK`` (the completion index), ``PET_MASTER_ADDR``
+    (``<trainjob>-node-0-0.<trainjob>``) and ``PET_MASTER_PORT``."""
+    name = tj["metadata"]["name"]
+    template = copy.deepcopy(runtime["spec"].get("template") or {})
+    policy = runtime["spec"].get("mlPolicy") or {}
+    trainer = tj["spec"].get("trainer") or {}
+    nodes = int(trainer.get("numNodes") or policy.get("numNodes") or 1)
+    spec = template.get("spec") or {}
+    for rj in spec.get("replicatedJobs") or []:
+        labels = (rj["template"].get("metadata") or {}).get("labels") or {}
+        if labels.get(TRAINER_ANCESTOR_LABEL) != "trainer":
+            continue
+        rj["replicas"] = 1
+        job_spec = rj["template"]["spec"]
+        job_spec["parallelism"] = job_spec["completions"] = nodes
+        for c in job_spec["template"]["spec"]["containers"]:
+            if c["name"] != TRAINER_NODE:
+                continue
+            for key in ("image", "command", "args"):
+                if trainer.get(key) is not None:
+                    c[key] = trainer[key]
+            _upsert_env(c, list(trainer.get("env") or []))
+            if trainer.get("resourcesPerNode") is not None:
+                c["resources"] = trainer["resourcesPerNode"]
+            if "torch" in policy:
+                index = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+                _upsert_env(
+                    c,
+                    [
+                        {"name": "PET_NNODES", "value": str(nodes)},
+                        {"name": "PET_NPROC_PER_NODE", "value": str(trainer.get("numProcPerNode") or "auto")},
+                        {"name": "PET_NODE_RANK", "valueFrom": {"fieldRef": {"fieldPath": index}}},
+                        {"name": "PET_MASTER_ADDR", "value": f"{name}-{TRAINER_NODE}-0-0.{name}"},
+                        {"name": "PET_MASTER_PORT", "value": str(TRAINER_PORT)},
+                    ],
+                )
+    meta = template.get("metadata") or {}
+    return {
+        "apiVersion": JOBSET.api_version,
+        "kind": JOBSET.kind,
+        "metadata": {
+            "name": name,
+            "labels": dict(meta.get("labels") or {}),
+            "annotations": dict(meta.get("annotations") or {}),
+            "ownerReferences": [_owner(tj)],
+        },
+        "spec": spec,
+    }
 
 
 def _finished(obj: Obj) -> bool:

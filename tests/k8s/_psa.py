@@ -2,8 +2,8 @@
 "Pod Security Standards" (https://kubernetes.io/docs/concepts/security/pod-security-standards/,
 policy version v1.32), for the ``baseline`` and ``restricted`` profiles, over wire-form pods.
 
-:func:`pods_of` finds every pod template in a rendered object (Job, JobSet, PyTorchJob, and for a
-TrainJob the pod its ``runtimePatches`` + ``trainer`` describe); :func:`violations` lists what a
+:func:`pods_of` finds every pod template in a rendered object (Job, JobSet, PyTorchJob, and the
+JobSet template of a TrainingRuntime, whose pods a TrainJob runs); :func:`violations` lists what a
 pod breaks. Each control is one function named after the document's row.
 """
 
@@ -41,26 +41,9 @@ def pods_of(obj: Obj) -> Iterator[tuple[str, Obj]]:
     elif kind == "PyTorchJob":
         for name, rs in spec["pytorchReplicaSpecs"].items():
             yield f"spec.pytorchReplicaSpecs.{name}.template", rs["template"]
-    elif kind == "TrainJob":
-        yield from _trainjob_pods(spec)
-
-
-def _trainjob_pods(spec: Obj) -> Iterator[tuple[str, Obj]]:
-    """The node pod of a TrainJob as its patches and trainer make it (the runtime adds nothing
-    security-relevant: the shipped ``torch-distributed`` runtime's pod is a bare container)."""
-    trainer = spec["trainer"]
-    for i, patch in enumerate(spec.get("runtimePatches", [])):
-        for job in patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]:
-            pod = job["template"]["spec"]["template"]
-            pod_spec = dict(pod.get("spec") or {})
-            containers = [dict(c) for c in pod_spec.get("containers") or [{"name": "node"}]]
-            for c in containers:
-                if c["name"] == "node":
-                    c.update(image=trainer["image"], command=trainer["command"])
-                    if "resourcesPerNode" in trainer:
-                        c["resources"] = trainer["resourcesPerNode"]
-            pod_spec["containers"] = containers
-            yield f"spec.runtimePatches[{i}]", {"metadata": pod.get("metadata") or {}, "spec": pod_spec}
+    elif kind == "TrainingRuntime":
+        for i, rj in enumerate(spec["template"]["spec"]["replicatedJobs"]):
+            yield f"spec.template.spec.replicatedJobs[{i}].template.spec.template", rj["template"]["spec"]["template"]
 
 
 def _containers(spec: Obj) -> Iterator[tuple[str, Obj]]:

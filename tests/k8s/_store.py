@@ -64,6 +64,11 @@ BUILTIN = (
 CRDS = {
     "jobset": Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
     "trainjob": Resource("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob"),
+    # Kubeflow Trainer's runtimes, installed with it (the TrainJob CRD's companions)
+    "trainingruntime": Resource("trainer.kubeflow.org", "v1alpha1", "trainingruntimes", "TrainingRuntime"),
+    "clustertrainingruntime": Resource(
+        "trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes", "ClusterTrainingRuntime", namespaced=False
+    ),
     "pytorchjob": Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"),
 }
 

@@ -7,13 +7,13 @@ The official ``kubernetes`` client talks to it unmodified through a kubeconfig::
 
 What it implements: create / get / list / replace / patch (JSON merge, strategic merge
 treated as merge, JSON patch) / delete on namespaces, pods, services, events, configmaps,
-secrets, jobs, deployments, statefulsets and the installed CRDs (JobSet, TrainJob,
-PyTorchJob); label and field selectors; ``404``/``409``/``422``/``403`` Status bodies;
+secrets, jobs, deployments, statefulsets and the installed CRDs (JobSet, TrainJob and
+Trainer's runtimes, PyTorchJob); label and field selectors; ``404``/``409``/``422``/``403`` Status bodies;
 one global resourceVersion; watch with ``resourceVersion`` and ``timeoutSeconds`` (410 in
 the stream after :meth:`KubeServer.compact`); pod logs with ``follow``; cascade deletion
 through ownerReferences; API discovery (``/apis/{group}/{version}``); RBAC denials and
-quotas injected by the test. Controllers (Indexed Job, JobSet, a scheduler and kubelet)
-are in ``_controllers.py``. Every request is recorded in :attr:`KubeServer.calls`.
+quotas injected by the test. Controllers (Indexed Job, JobSet, Kubeflow Trainer's TrainJob,
+a scheduler and kubelet) are in ``_controllers.py``. Every request is recorded in :attr:`KubeServer.calls`.
 """
 
 from __future__ import annotations
@@ -99,9 +99,10 @@ class KubeServer:
 
     # -- test controls --------------------------------------------------------------
     def install_crd(self, name: str) -> None:
-        """Install one of ``jobset``, ``trainjob``, ``pytorchjob``."""
-        res = CRDS[name]
-        self.resources[res.plural] = res
+        """Install one of ``jobset``, ``trainjob`` (with Kubeflow Trainer's runtime kinds), ``pytorchjob``."""
+        for key in (name, "trainingruntime", "clustertrainingruntime") if name == "trainjob" else (name,):
+            res = CRDS[key]
+            self.resources[res.plural] = res
 
     def forbid(self, verb: str, plural: str) -> None:
         """Make RBAC refuse ``verb`` (create, get, list, watch, delete, patch) on ``plural``."""
@@ -360,6 +361,8 @@ class _Handler(BaseHTTPRequestHandler):
                 if not meta.get("name") and meta.get("generateName"):
                     meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
                 self.kube.admit_pod(ns, body)
+            if res.plural == "trainjobs":
+                _admission.admit_trainjob(store, ns, body)
             return self._send_json(201, store.create(res, ns, body), warnings)
         if verb == "update":
             body = body or {}

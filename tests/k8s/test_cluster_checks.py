@@ -115,3 +115,42 @@ def test_pods_the_cluster_refuses_show_why_in_the_job(
         with pytest.raises(BackendUnavailableError, match=r"runs Kubernetes 1\.28; jobs need 1\.29") as err:
             KubernetesBackend(settings).submit(_spec())
         assert not old.objects("jobs")
+
+
+def test_the_shipped_role_runs_a_trainjob_and_its_runtime(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: Settings
+) -> None:
+    """As the Role's user: the TrainJob's own TrainingRuntime is created first (the Trainer webhook
+    refuses a TrainJob whose runtime does not exist yet), then owned by the TrainJob; logs come
+    from its pods' ``node`` container; a cancel takes the runtime and the JobSet with it."""
+    with serve_kube(tmp_path, rbac=True, crds=("jobset", "trainjob")) as kube:
+        role, binding = yaml.safe_load_all(RBAC_MANIFEST.read_text())
+        binding["subjects"][0]["namespace"] = "default"
+        kube.apply(role)
+        kube.apply(binding)
+        monkeypatch.setenv("KUBECONFIG", str(kube.add_user(tmp_path, SA)))
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        kube.set_plan(lambda pod: PodPlan(lines=("[default0]:step",), run_seconds=30))
+        backend = KubernetesBackend(settings, kind="trainjob")
+        job = backend.submit(_spec())
+        next(j for j in backend.watch_job(job.id, timeout=10) if j.state is JobState.RUNNING)
+        (runtime,) = kube.objects("trainingruntimes")
+        (trainjob,) = kube.objects("trainjobs")
+        assert runtime["metadata"]["ownerReferences"][0]["uid"] == trainjob["metadata"]["uid"]
+        deadline = time.monotonic() + 20
+        while not any("step" in line.text for line in backend.logs(job.id)):
+            assert time.monotonic() < deadline, "the pod's log never reached the backend"
+            time.sleep(0.05)
+        assert [j.id for j in backend.list()] == [job.id]
+        assert backend.cancel(job.id).state is JobState.CANCELLED
+        assert not kube.objects("trainingruntimes") and not kube.objects("jobsets")
+
+        from kubernetes import client, config
+        from kubernetes.client.rest import ApiException
+
+        body = {**trainjob, "metadata": {"name": "orphan"}}
+        with config.new_client_from_config(os.environ["KUBECONFIG"]) as api, pytest.raises(ApiException) as err:
+            client.CustomObjectsApi(api).create_namespaced_custom_object(
+                "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs", {**body, "status": None}
+            )
+        assert err.value.status == 403 and "must be created before the TrainJob" in str(err.value.body)

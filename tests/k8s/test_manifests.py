@@ -263,9 +263,18 @@ def _validate_objects(objects: list[dict[str, Any]], nodes: int) -> None:
         _server_rules(obj)
         if obj["kind"] in ("Job", "Service"):
             kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
-        elif obj["kind"] == "JobSet":
-            _crd_validator("jobset.x-k8s.io_jobsets.yaml").validate(obj)
-            for rj in obj["spec"]["replicatedJobs"]:
+        elif obj["kind"] in ("JobSet", "TrainingRuntime"):
+            if obj["kind"] == "JobSet":
+                _crd_validator("jobset.x-k8s.io_jobsets.yaml").validate(obj)
+                jobset = obj["spec"]
+            else:  # the JobSet template is the JobSet's spec, as the Trainer controller creates it
+                _crd_validator("trainer.kubeflow.org_trainingruntimes.yaml").validate(obj)
+                jobset = obj["spec"]["template"]["spec"]
+                _crd_validator("jobset.x-k8s.io_jobsets.yaml").validate(
+                    {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "x"},
+                     "spec": jobset}
+                )  # fmt: skip
+            for rj in jobset["replicatedJobs"]:
                 kubernetes_validate.validate(
                     {
                         "apiVersion": "batch/v1",
@@ -279,6 +288,9 @@ def _validate_objects(objects: list[dict[str, Any]], nodes: int) -> None:
         elif obj["kind"] == "TrainJob":
             _crd_validator("trainer.kubeflow.org_trainjobs.yaml").validate(obj)
             assert obj["spec"]["trainer"]["numNodes"] == nodes
+            assert obj["spec"]["runtimeRef"] == {
+                "name": obj["metadata"]["name"], "kind": "TrainingRuntime", "apiGroup": "trainer.kubeflow.org"
+            }  # fmt: skip
         else:  # PyTorchJob: no CRD schema is kept; its pod templates are core PodTemplates
             replicas = obj["spec"]["pytorchReplicaSpecs"]
             assert replicas["Master"]["replicas"] == 1 and replicas.get("Worker", {}).get("replicas", 0) == nodes - 1
@@ -343,3 +355,24 @@ def test_shipped_rbac_manifest_is_valid_and_covers_what_the_backend_calls() -> N
     needed += [("", "services", "create"), ("", "pods", "list"), ("", "pods", "watch"), ("", "pods/log", "get")]
     assert [n for n in needed if n not in allowed] == []
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
+
+
+def test_trainjob_comes_with_its_own_runtime_carrying_the_restart_rules() -> None:
+    """Kubeflow Trainer finds the trainer in the replicated job labelled ``trainjob-ancestor-step:
+    trainer`` and its container ``node``; the failure policy is the JobSet's and each child Job's."""
+    runtime, trainjob = [to_dict(o) for o in make_manifests(_launch(4, "a100-80g", 8), _cluster("trainjob"))]
+    assert [runtime["kind"], trainjob["kind"]] == ["TrainingRuntime", "TrainJob"]  # the runtime exists first
+    assert runtime["metadata"]["name"] == trainjob["spec"]["runtimeRef"]["name"] == "demo-1"
+    assert "kueue.x-k8s.io/queue-name" not in runtime["metadata"]["labels"]
+    assert runtime["spec"]["mlPolicy"] == {"numNodes": 4, "torch": {}}
+    jobset = runtime["spec"]["template"]["spec"]
+    assert jobset["failurePolicy"] == {"maxRestarts": 3, "restartStrategy": "Recreate"}
+    (node,) = jobset["replicatedJobs"]
+    assert node["template"]["metadata"]["labels"]["trainer.kubeflow.org/trainjob-ancestor-step"] == "trainer"
+    job = node["template"]["spec"]
+    assert job["backoffLimitPerIndex"] == 0 and job["podFailurePolicy"]["rules"][0]["action"] == "Ignore"
+    (container,) = job["template"]["spec"]["containers"]
+    assert container["name"] == "node" and "--rdzv-endpoint=demo-1-node-0-0.demo-1:29500" in container["command"]
+    assert {r["onExitCodes"]["containerName"] for r in job["podFailurePolicy"]["rules"][1:]} == {"node"}
+    assert trainjob["spec"]["trainer"]["numProcPerNode"] == 8
+    assert trainjob["spec"]["trainer"]["resourcesPerNode"] == container["resources"]

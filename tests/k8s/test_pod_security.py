@@ -15,13 +15,6 @@ from jupyter_starverse.backends.kubernetes._manifests import KubeLaunch, make_ma
 from tests.k8s import _psa
 from tests.k8s.test_manifests import _cluster, _launch, _validate_objects
 
-#: Justified exceptions to the operational checks (never to a Pod Security control).
-ALLOW = {
-    # Kubeflow Trainer's runtimePatches have no automountServiceAccountToken field: the
-    # ClusterTrainingRuntime's pod template owns it (docs/kubernetes.md says to set it there).
-    ("TrainJob", "automountServiceAccountToken"),
-}
-
 OPTIONS: dict[str, Any] = {
     "image_pull_secrets": ("regcred",),
     "service_account": "trainer",
@@ -47,9 +40,8 @@ def _operational(obj: dict[str, Any]) -> list[str]:
     problems = []
     for where, pod in _psa.pods_of(obj):
         spec = pod["spec"]
-        if obj["kind"] != "TrainJob" or ("TrainJob", "automountServiceAccountToken") not in ALLOW:
-            if spec.get("automountServiceAccountToken") is not False:
-                problems.append(f"{where}: automountServiceAccountToken is not false")
+        if spec.get("automountServiceAccountToken") is not False:  # a TrainJob's too: its runtime is ours
+            problems.append(f"{where}: automountServiceAccountToken is not false")
         for path, c in _psa._containers(spec):
             requests = (c.get("resources") or {}).get("requests") or {}
             limits = (c.get("resources") or {}).get("limits") or {}

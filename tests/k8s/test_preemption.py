@@ -4,8 +4,9 @@ A preempted pod (an eviction with ``DisruptionTarget``, or ``jobs preempt``: a g
 checkpoints and exits 143; the Indexed Job's pod failure policy ``Ignore``s it and the Job
 controller recreates the pod, which joins the elastic rendezvous and resumes. A failure of the
 script counts against ``backoffLimitPerIndex`` (``max_restarts``); a usage error fails the Job.
-A JobSet restarts its whole gang (``failurePolicy.maxRestarts``). The backend only reads: restarts
-and their lost work come from the pods.
+A JobSet restarts its whole gang (``failurePolicy.maxRestarts``); a TrainJob runs as the JobSet of
+its own TrainingRuntime (the test server plays Kubeflow Trainer's controller). The backend only
+reads: restarts and their lost work come from the pods.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from tests.k8s.apiserver import KubeServer, PodPlan, serve_kube
 
 @pytest.fixture
 def kube(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubeServer]:
-    with serve_kube(tmp_path, crds=("jobset",)) as server:
+    with serve_kube(tmp_path, crds=("jobset", "trainjob")) as server:
         monkeypatch.setenv("KUBECONFIG", str(server.kubeconfig))
         monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
         yield server
@@ -138,6 +139,67 @@ def test_a_preempted_pod_recovers_with_no_client_running(kube: KubeServer, setti
     assert done.state is JobState.SUCCEEDED and done.restarts == 1
     (event,) = _record(done)["events"]
     assert event["kind"] == "preempted" and event["action"] == "resumed" and "node 1" in event["cause"]
+
+
+def _done(kube: KubeServer, plural: str, name: str) -> str | None:
+    for obj in kube.objects(plural):
+        if obj["metadata"]["name"] == name:
+            for c in obj.get("status", {}).get("conditions", []):
+                if c["type"] in ("Complete", "Failed") and c["status"] == "True":
+                    return str(c["type"])
+    return None
+
+
+def test_a_preempted_trainjob_pod_recovers_with_no_client_running(kube: KubeServer, settings: Settings) -> None:
+    """A TrainJob recovers in the cluster too: its own TrainingRuntime carries the restart rules,
+    the Trainer controller makes the JobSet from it, and the evicted node's pod is recreated by the
+    Job controller (``Ignore``) with no client; the JobSet's gang was not restarted."""
+    plan = _Plan()
+    kube.set_plan(plan)
+    backend = KubernetesBackend(settings, kind="trainjob")
+    job = backend.submit(_spec(max_restarts=0))
+    _running(backend, job.id)
+    calls = kube.count()
+    first = {_node(p): p for p in kube.objects("pods")}
+    env = container_env(first[1])
+    assert env["PET_MASTER_ADDR"] == f"{job.id}-node-0-0.{job.id}" and env["PET_NODE_RANK"] == "1"
+    assert f"--rdzv-endpoint={env['PET_MASTER_ADDR']}:29500" in first[1]["spec"]["containers"][0]["command"]
+    kube.evict(first[1]["metadata"]["name"], reason="PreemptionByScheduler")
+    _until(lambda: plan.started.get(1) == 2, "node 1 recreated by the Job controller")
+    plan.release.set()
+    assert _until(lambda: _done(kube, "trainjobs", job.id), "the TrainJob finished") == "Complete"
+    assert kube.count() == calls  # no client (no Jupyter server, no `jobs` command) took part
+    (trainjob,) = kube.objects("trainjobs")
+    (runtime,) = kube.objects("trainingruntimes")
+    (jobset,) = kube.objects("jobsets")
+    for owned in (runtime, jobset):  # both go when the TrainJob is deleted
+        assert owned["metadata"]["ownerReferences"][0]["uid"] == trainjob["metadata"]["uid"]
+    assert not (jobset.get("status") or {}).get("restarts")  # one pod came back, not the gang
+    assert first[0]["metadata"]["name"] in {p["metadata"]["name"] for p in kube.objects("pods")}
+
+    done = backend.get(job.id)
+    assert done.state is JobState.SUCCEEDED and done.restarts == 1
+    (event,) = _record(done)["events"]
+    assert event["kind"] == "preempted" and event["action"] == "resumed" and "node 1" in event["cause"]
+
+
+def test_a_trainjob_past_its_script_budget_fails_in_the_cluster(kube: KubeServer, settings: Settings) -> None:
+    """A script failure fails the child Job (``backoffLimitPerIndex`` 0); the JobSet restarts the
+    gang ``maxRestarts`` times (here: max_restarts 0 + preemption budget 1 = 1) and then fails,
+    and the TrainJob with it, with no client; a reader sees why."""
+    plan = _Plan(fail={1: 1}, times=5)
+    kube.set_plan(plan)
+    backend = KubernetesBackend(settings, kind="trainjob", preempt_restarts=1)
+    job = backend.submit(_spec(max_restarts=0))
+    calls = kube.count()
+    assert _until(lambda: _done(kube, "trainjobs", job.id), "the TrainJob ended") == "Failed"
+    assert kube.count() == calls
+    (jobset,) = kube.objects("jobsets")
+    assert jobset["status"]["restarts"] == 1 and plan.started[1] == 2
+    done = backend.get(job.id)
+    assert done.state is JobState.FAILED and done.restarts == 1
+    assert "node 1 (" in (done.reason or "") and "failed with exit code 1" in (done.reason or "")
+    assert "no restarts left (the JobSet's failurePolicy.maxRestarts=1" in (done.reason or ""), done.reason
 
 
 @pytest.mark.parametrize("kind", ["job", "jobset"])

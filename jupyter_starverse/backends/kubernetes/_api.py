@@ -91,6 +91,16 @@ class ClusterApi:
                 info.group, info.version, ns, info.plural, name, propagation_policy="Foreground"
             )
 
+    def set_owner(self, kind: str, name: str, ns: str, owner: Any) -> None:
+        """Make ``owner`` (a ``V1OwnerReference``) the owner of custom object ``name``: deleting the
+        owner then deletes it (a merge patch of ``metadata.ownerReferences``)."""
+        c = self.client()
+        info = CRD_INFO[kind]
+        body = {"metadata": {"ownerReferences": [to_dict(owner)]}}
+        c.CustomObjectsApi(self.conn.api).patch_namespaced_custom_object(
+            info.group, info.version, ns, info.plural, name, body
+        )
+
     def delete_pod(self, name: str, ns: str, *, grace: int) -> None:
         """Delete one pod with ``grace`` seconds between SIGTERM and SIGKILL (a preemption drill)."""
         self.client().CoreV1Api(self.conn.api).delete_namespaced_pod(name, ns, grace_period_seconds=grace)
@@ -200,11 +210,12 @@ class ClusterApi:
         finally:
             resp.release_conn()
 
-    def pod_log(self, name: str, ns: str, *, follow: bool) -> Iterator[bytes]:
-        """Raw chunks of the trainer container's log (kept open until the pod ends with ``follow``)."""
+    def pod_log(self, name: str, ns: str, *, follow: bool, container: str = "trainer") -> Iterator[bytes]:
+        """Raw chunks of the trainer container's log (kept open until the pod ends with ``follow``);
+        ``container``: its name in this kind's pods (``node`` in a TrainJob's, ``pytorch`` in a PyTorchJob's)."""
         core = self.client().CoreV1Api(self.conn.api)
         with self.errors("read logs of", f"pod {name!r}", ns):
-            resp = core.read_namespaced_pod_log(name, ns, container="trainer", follow=follow, _preload_content=False)
+            resp = core.read_namespaced_pod_log(name, ns, container=container, follow=follow, _preload_content=False)
         try:
             yield from resp.stream(64 * 1024)
         finally:

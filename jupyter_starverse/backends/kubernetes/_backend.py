@@ -33,9 +33,10 @@ from jupyter_starverse.kube import KubeConnection, connect, require_kubernetes, 
 
 from ._api import ClusterApi, WireList
 from ._checks import check_image, check_warmup_source
-from ._crds import CRD_INFO
+from ._crds import CRD_INFO, TrainingRuntime
 from ._inputs import (
     ANNOTATION_SPEC,
+    CONTAINER,
     LABEL_JOB,
     LABEL_MANAGED,
     LABEL_ROLE,
@@ -44,7 +45,7 @@ from ._inputs import (
     KubeLaunch,
 )
 from ._logs import PodStream, fan_in, saved_logs
-from ._manifests import make_manifests, make_mode, pool_for, to_dict, warmup_image
+from ._manifests import TRAINER_NODE, make_manifests, make_mode, pool_for, to_dict, warmup_image
 from ._names import is_dns_label, make_job_id
 from ._restart import (
     AttemptEnd,
@@ -65,6 +66,11 @@ RECORD = "kubernetes.json"
 #: the oldest API server a job runs on: ``backoffLimitPerIndex`` (on by default since 1.29) and
 #: ``podFailurePolicy`` (on since 1.26, GA in 1.31) make the Indexed Job recover by itself
 MIN_KUBERNETES = (1, 29)
+
+
+def _gang_restarts(jobset: dict[str, Any] | None) -> int:
+    """Gang restarts a JobSet made (``status.restarts``; 0 without one)."""
+    return int(((jobset or {}).get("status") or {}).get("restarts") or 0)
 
 
 def _kind_of(obj: Any) -> str:
@@ -332,10 +338,22 @@ class KubernetesBackend(LaunchBackend):
             )
 
     def _create(self, job_id: str, objects: list[Any], ns: str, kind: str) -> dict[str, Any]:
-        """Create the main object, then its dependents owned by it (deleting it deletes them)."""
-        main, *dependents = objects
-        with self.api.errors("create", f"{_kind_of(main).lower()} {job_id!r}", ns):
-            created = self.api.create_main(kind, main, ns)
+        """Create the main object, then its dependents owned by it (deleting it deletes them).
+
+        A TrainJob's own TrainingRuntime comes first (the TrainJob may only refer to an existing
+        runtime) and is then given the TrainJob as its owner, so it goes with the TrainJob."""
+        runtimes = [o for o in objects if isinstance(o, TrainingRuntime)]
+        main, *dependents = [o for o in objects if not isinstance(o, TrainingRuntime)]
+        for runtime in runtimes:
+            with self.api.errors("create", f"trainingruntime {job_id!r}", ns):
+                self.api.create_main("trainingruntime", runtime, ns)
+        try:
+            with self.api.errors("create", f"{_kind_of(main).lower()} {job_id!r}", ns):
+                created = self.api.create_main(kind, main, ns)
+        except BaseException:
+            for runtime in runtimes:
+                self._undo({"metadata": {"name": runtime.metadata.name}}, ns, "trainingruntime")
+            raise
         try:
             owner = self.api.client().V1OwnerReference(
                 api_version=created["apiVersion"],
@@ -345,12 +363,17 @@ class KubernetesBackend(LaunchBackend):
                 controller=True,
                 block_owner_deletion=True,
             )
+            for runtime in runtimes:
+                with self.api.errors("patch", f"trainingruntime {job_id!r}", ns):
+                    self.api.set_owner("trainingruntime", str(runtime.metadata.name), ns, owner)
             for dep in dependents:
                 dep.metadata.owner_references = [owner]
                 with self.api.errors("create", f"{dep.kind.lower()} {dep.metadata.name!r}", ns):
                     self.api.create_dependent(dep, ns)
         except BaseException:
             self._undo(created, ns, kind)
+            for runtime in runtimes:
+                self._undo({"metadata": {"name": runtime.metadata.name}}, ns, "trainingruntime")
             raise
         return created
 
@@ -392,7 +415,9 @@ class KubernetesBackend(LaunchBackend):
             return path.parent, dict(read_json(path) or {})
         return None, {}
 
-    def _job_from(self, obj: dict[str, Any], pods: WireList) -> Job:
+    def _job_from(self, obj: dict[str, Any], pods: WireList, gang: dict[str, Any] | None = None) -> Job:
+        """The job as ``obj`` (its main object) and ``pods`` show it; ``gang``: its JobSet (a
+        JobSet's, a TrainJob's), whose ``status.restarts`` counts the gang restarts (their pods are gone)."""
         meta = obj.get("metadata") or {}
         annotations = meta.get("annotations") or {}
         spec = JobSpec.from_json(json.loads(annotations[ANNOTATION_SPEC]))
@@ -401,7 +426,11 @@ class KubernetesBackend(LaunchBackend):
         run_dir = annotations.get("starverse.io/run-dir", "")
         in_cluster = recovers_in_cluster(obj)
         # in the cluster: every pod it replaced is a restart (read from the pods, not from memory)
-        restarts = max(len(pod_restarts(pods)), index_restarts(pods)) if in_cluster else budget_of(obj).restarts
+        restarts = (
+            _gang_restarts(gang) + max(len(pod_restarts(pods)), index_restarts(pods))
+            if in_cluster
+            else budget_of(obj).restarts
+        )
         state = st.state
         reason = st.reason
         if restarts and resuming(state, nodes, spec.nodes):
@@ -429,10 +458,11 @@ class KubernetesBackend(LaunchBackend):
         return f"{sel},{LABEL_JOB}={job_id}" if job_id else sel
 
     def get(self, job_id: str) -> Job:
-        """The job now. A Job, JobSet or PyTorchJob restarts in the cluster: this only reads it
-        (restarts and their lost work from the pods). For a TrainJob, whose runtime owns its
-        failure policy, whole-group restarts happen here (see ``_restart``): a failed attempt with
-        budget left is deleted, and once its pods are gone attempt N + 1 is created."""
+        """The job now. A Job, JobSet, TrainJob (on its own TrainingRuntime) or PyTorchJob restarts
+        in the cluster: this only reads it (restarts and their lost work from the pods). For a
+        TrainJob on a shared ClusterTrainingRuntime (an older submit), whose runtime owns its failure
+        policy, whole-group restarts happen here (see ``_restart``): a failed attempt with budget
+        left is deleted, and once its pods are gone attempt N + 1 is created."""
         run_dir, record = self._record(job_id)
         kind, ns = record.get("kind", self.kind), record.get("namespace") or self.conn.namespace
         cancelled = run_dir is not None and (run_dir / "cancel.json").is_file()
@@ -450,7 +480,8 @@ class KubernetesBackend(LaunchBackend):
             if relaunch:
                 return self._relaunch(job_id, run_dir, record, kind, ns)
             return self._gone(job_id, run_dir, record)
-        job = self._job_from(obj, pods)
+        gang = self._gang(obj, kind, ns)
+        job = self._job_from(obj, pods, gang)
         if not job.state.finished and kind == "job" and len(job.nodes) < job.spec.nodes:
             job = self._why_no_pods(job, ns)  # short of pods: the group cannot start (or re-form)
         if cancelled and run_dir is not None and not job.state.finished:
@@ -468,7 +499,7 @@ class KubernetesBackend(LaunchBackend):
             if isinstance(final, dict) and final.get("state") == JobState.FAILED.value:
                 job = dataclasses.replace(job, reason=final.get("reason") or job.reason)  # judged once already
             elif recovers_in_cluster(obj):
-                job = self._judge_final(job, obj, pods, kind, ns)
+                job = self._judge_final(job, obj, pods, kind, ns, gang)
             else:
                 job = self._after_failure(job, obj, pods, run_dir, record, kind, ns)
         if job.state.finished and run_dir is not None and not record.get("final"):
@@ -491,7 +522,7 @@ class KubernetesBackend(LaunchBackend):
         reason = f"FailedCreate: {message}; {failed_create_hint(message, ns)}"
         return dataclasses.replace(job, state=JobState.PENDING, reason=reason)  # the rendezvous waits for all
 
-    # -- restarts the cluster made (Job, JobSet, PyTorchJob): watched and reported ---------
+    # -- restarts the cluster made (Job, JobSet, TrainJob, PyTorchJob): watched and reported --
     def _note_restarts(self, job: Job, pods: WireList, run_dir: Path, record: dict[str, Any]) -> None:
         """A restart event (kind, cause, lost steps and money) for every pod the cluster replaced,
         once each: the run folder's record of what the cluster did, by whoever reads the job."""
@@ -515,10 +546,26 @@ class KubernetesBackend(LaunchBackend):
         record["events"], record["seen_pods"] = events, sorted(seen)
         write_json(run_dir / RECORD, record)
 
-    def _judge_final(self, job: Job, obj: dict[str, Any], pods: WireList, kind: str, ns: str) -> Job:
+    def _gang(self, obj: dict[str, Any], kind: str, ns: str) -> dict[str, Any] | None:
+        """The JobSet that restarts this job's gang: a JobSet itself, a TrainJob's (one GET: the
+        Trainer controller made it from the job's runtime, under the same name); else None."""
+        if kind == "jobset":
+            return obj
+        if kind != "trainjob" or not recovers_in_cluster(obj):
+            return None
+        name = (obj.get("metadata") or {}).get("name", "")
+        try:
+            with self.api.errors("read", f"the JobSet of {name!r}", ns):
+                return self.api.get_main("jobset", name, ns)
+        except NotFoundError:  # not made yet, or gone after its TTL
+            return None
+
+    def _judge_final(
+        self, job: Job, obj: dict[str, Any], pods: WireList, kind: str, ns: str, gang: dict[str, Any] | None = None
+    ) -> Job:
         """A job the cluster gave up on: say what ended it and which limit was spent."""
         jobs: WireList = [obj] if kind == "job" else []
-        if kind == "jobset":
+        if kind in ("jobset", "trainjob"):  # the child Jobs carry the pod failure policy's verdict
             with self.api.errors("list", f"jobs of {job.id!r}", ns):
                 jobs = self.api.list_main("job", ns, self._selector(job.id))
         end = attempt_end(jobs, current_pods(pods)) or AttemptEnd("failed", job.reason or "the job failed")
@@ -528,13 +575,16 @@ class KubernetesBackend(LaunchBackend):
             limit = f"preemption budget {self.preempt_restarts} per node used"
         elif kind == "job":
             limit = f"backoffLimitPerIndex={job.spec.max_restarts}"
+        elif gang is not None:
+            most = ((gang.get("spec") or {}).get("failurePolicy") or {}).get("maxRestarts", 0)
+            limit = f"the JobSet's failurePolicy.maxRestarts={most}"
         else:
             limit = "the restart limit"
         return dataclasses.replace(
             job, reason=f"{end.kind}: {end.cause}; no restarts left ({limit}, {job.restarts} restarts made)"
         )
 
-    # -- whole-group restarts by the backend (TrainJob, see _restart) --------------------
+    # -- whole-group restarts by the backend (a TrainJob on a ClusterTrainingRuntime) -------
     def _after_failure(
         self,
         job: Job,
@@ -656,11 +706,16 @@ class KubernetesBackend(LaunchBackend):
         with self.api.errors("list", "jobs", ns):
             objs = self.api.list_main(self.kind, ns, f"{LABEL_MANAGED}={MANAGER},{LABEL_ROLE}=node")
             pods, _ = self.api.pods(ns, self._selector())
+            # a TrainJob's gang restarts are its JobSet's (made from its runtime, same labels)
+            sets = self.api.list_main("jobset", ns, self._selector()) if self.kind == "trainjob" else []
         by_job: dict[str, WireList] = {}
         for pod in pods:
             by_job.setdefault((pod["metadata"].get("labels") or {}).get(LABEL_JOB, ""), []).append(pod)
+        gangs = {js["metadata"]["name"]: js for js in sets}
+        if self.kind == "jobset":
+            gangs = {o["metadata"]["name"]: o for o in objs}
         jobs = [
-            self._job_from(o, by_job.get(o["metadata"]["name"], []))
+            self._job_from(o, by_job.get(o["metadata"]["name"], []), gangs.get(o["metadata"]["name"]))
             for o in objs
             if ANNOTATION_SPEC in (o["metadata"].get("annotations") or {})
         ]
@@ -710,8 +765,11 @@ class KubernetesBackend(LaunchBackend):
             if n.state is not JobState.PENDING
         ]
 
+        kind = self._record(job_id)[1].get("kind", self.kind)
+        container = {"trainjob": TRAINER_NODE, "pytorchjob": "pytorch"}.get(kind, CONTAINER)
+
         def open_stream(pod: PodStream) -> Iterator[bytes]:
-            return self.api.pod_log(pod.name, ns, follow=follow)
+            return self.api.pod_log(pod.name, ns, follow=follow, container=container)
 
         pods_done = threading.Event()
         extra = self._rank_files(job, follow, rank, finished=pods_done.is_set)

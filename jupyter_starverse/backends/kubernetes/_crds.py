@@ -1,4 +1,5 @@
-"""Typed custom resources the official client has no models for: JobSet, TrainJob, PyTorchJob.
+"""Typed custom resources the official client has no models for: JobSet, TrainingRuntime, TrainJob,
+PyTorchJob.
 
 Each is a frozen dataclass holding ``kubernetes.client`` models for its embedded templates;
 ``to_dict()`` serialises it to the CRD's wire shape (camelCase, ``None`` dropped) with the
@@ -8,35 +9,28 @@ client's own ``sanitize_for_serialization``, so nothing untyped is passed around
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from kubernetes.client import (
-        V1Affinity,
-        V1EnvVar,
         V1JobTemplateSpec,
-        V1LocalObjectReference,
         V1ObjectMeta,
-        V1PodSecurityContext,
         V1PodTemplateSpec,
         V1ResourceRequirements,
-        V1SecurityContext,
-        V1Toleration,
-        V1Volume,
-        V1VolumeMount,
     )
 
 __all__ = [
     "CRD_INFO",
+    "TRAINER_ANCESTOR",
     "CrdInfo",
     "JobSet",
     "JobSetReplicatedJob",
     "PyTorchJob",
     "PyTorchReplicaSpec",
-    "RuntimePatch",
     "TrainJob",
     "TrainJobTrainer",
+    "TrainingRuntime",
     "serialize",
 ]
 
@@ -75,6 +69,7 @@ class CrdInfo:
 CRD_INFO = {
     "jobset": CrdInfo("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
     "trainjob": CrdInfo("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob"),
+    "trainingruntime": CrdInfo("trainer.kubeflow.org", "v1alpha1", "trainingruntimes", "TrainingRuntime"),
     "pytorchjob": CrdInfo("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"),
 }
 
@@ -115,100 +110,92 @@ class JobSet:
     restart_strategy: str = "Recreate"  # every child Job is recreated on a restart (gang restart)
     info: ClassVar[CrdInfo] = CRD_INFO["jobset"]
 
+    def spec_dict(self) -> dict[str, Any]:
+        """``spec`` alone (also a TrainingRuntime's ``spec.template.spec``)."""
+        return _drop_none(
+            {
+                "replicatedJobs": [r.to_dict() for r in self.replicated_jobs],
+                "network": {"enableDNSHostnames": True, "subdomain": self.subdomain},
+                "successPolicy": {"operator": "All", "targetReplicatedJobs": [self.replicated_jobs[-1].name]},
+                "failurePolicy": {"maxRestarts": self.max_restarts, "restartStrategy": self.restart_strategy},
+                "ttlSecondsAfterFinished": self.ttl_seconds_after_finished,
+            }
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "apiVersion": self.info.api_version,
             "kind": self.info.kind,
             "metadata": serialize(self.metadata),
-            "spec": _drop_none(
-                {
-                    "replicatedJobs": [r.to_dict() for r in self.replicated_jobs],
-                    "network": {"enableDNSHostnames": True, "subdomain": self.subdomain},
-                    "successPolicy": {"operator": "All", "targetReplicatedJobs": [self.replicated_jobs[-1].name]},
-                    "failurePolicy": {"maxRestarts": self.max_restarts, "restartStrategy": self.restart_strategy},
-                    "ttlSecondsAfterFinished": self.ttl_seconds_after_finished,
-                }
-            ),
+            "spec": self.spec_dict(),
         }
 
 
 @dataclass(frozen=True)
 class TrainJobTrainer:
-    """``TrainJob.spec.trainer``: what every node runs and what it gets."""
+    """``TrainJob.spec.trainer``: how many nodes, processes per node and resources per node.
 
-    image: str
-    command: tuple[str, ...]
+    The image, command and environment are the runtime's (its ``node`` container): the Trainer
+    controller copies a trainer's ``image``/``command``/``env`` over them only when they are set.
+    """
+
     num_nodes: int
     num_proc_per_node: int
-    env: tuple[V1EnvVar, ...] = ()
     resources: V1ResourceRequirements | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _drop_none(
             {
-                "image": self.image,
-                "command": list(self.command),
                 "numNodes": self.num_nodes,
                 "numProcPerNode": self.num_proc_per_node,
-                "env": [serialize(e) for e in self.env] or None,
                 "resourcesPerNode": serialize(self.resources) if self.resources is not None else None,
             }
         )
 
 
-@dataclass(frozen=True)
-class RuntimePatch:
-    """One ``TrainJob.spec.runtimePatches[]`` entry: pod-level changes to one replicated job."""
+#: the label by which the Trainer controller finds the replicated job it puts the trainer into
+TRAINER_ANCESTOR = ("trainer.kubeflow.org/trainjob-ancestor-step", "trainer")
 
-    manager: str
-    replicated_job: str
-    labels: dict[str, str] = field(default_factory=dict)
-    node_selector: dict[str, str] = field(default_factory=dict)
-    tolerations: tuple[V1Toleration, ...] = ()
-    volumes: tuple[V1Volume, ...] = ()
-    container: str = "node"
-    volume_mounts: tuple[V1VolumeMount, ...] = ()
-    annotations: dict[str, str] = field(default_factory=dict)
-    affinity: V1Affinity | None = None
-    security_context: V1PodSecurityContext | None = None
-    container_security: V1SecurityContext | None = None
-    service_account: str | None = None
-    image_pull_secrets: tuple[V1LocalObjectReference, ...] = ()
+
+@dataclass(frozen=True)
+class TrainingRuntime:
+    """``trainer.kubeflow.org/v1alpha1`` TrainingRuntime: the namespaced runtime one TrainJob refers to.
+
+    Its ``spec.template`` is a whole JobSet (Kubeflow Trainer's ``JobSetTemplateSpec``), so the
+    restart rules live in the cluster: the JobSet's ``failurePolicy`` (``maxRestarts``,
+    ``restartStrategy: Recreate``) and each child Job's ``podFailurePolicy`` /
+    ``backoffLimitPerIndex``, which a TrainJob's ``runtimePatches`` cannot reach (they patch pod
+    templates only). ``mlPolicy.torch`` makes the controller set torchrun's ``PET_*`` variables.
+    """
+
+    metadata: V1ObjectMeta
+    jobset: JobSet
+    num_nodes: int
+    info: ClassVar[CrdInfo] = CRD_INFO["trainingruntime"]
 
     def to_dict(self) -> dict[str, Any]:
-        container = _drop_none(
-            {
-                "name": self.container,
-                "volumeMounts": [serialize(m) for m in self.volume_mounts] or None,
-                "securityContext": serialize(self.container_security) if self.container_security else None,
-            }
-        )
-        pod_spec = _drop_none(
-            {
-                "nodeSelector": dict(self.node_selector) or None,
-                "tolerations": [serialize(t) for t in self.tolerations] or None,
-                "affinity": serialize(self.affinity) if self.affinity is not None else None,
-                "securityContext": serialize(self.security_context) if self.security_context is not None else None,
-                "serviceAccountName": self.service_account,
-                "imagePullSecrets": [serialize(r) for r in self.image_pull_secrets] or None,
-                "volumes": [serialize(v) for v in self.volumes] or None,
-                "containers": [container] if len(container) > 1 else None,
-            }
-        )
-        meta = _drop_none({"labels": dict(self.labels), "annotations": dict(self.annotations) or None})
-        pod = {"metadata": meta, "spec": pod_spec}
-        job = {"name": self.replicated_job, "template": {"spec": {"template": pod}}}
-        return {"manager": self.manager, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [job]}}}}
+        return {
+            "apiVersion": self.info.api_version,
+            "kind": self.info.kind,
+            "metadata": serialize(self.metadata),
+            "spec": {
+                "mlPolicy": {"numNodes": self.num_nodes, "torch": {}},
+                "template": {
+                    "metadata": _drop_none({"labels": (serialize(self.jobset.metadata) or {}).get("labels")}),
+                    "spec": self.jobset.spec_dict(),
+                },
+            },
+        }
 
 
 @dataclass(frozen=True)
 class TrainJob:
-    """``trainer.kubeflow.org/v1alpha1`` TrainJob on a ClusterTrainingRuntime."""
+    """``trainer.kubeflow.org/v1alpha1`` TrainJob on its own :class:`TrainingRuntime` (same name)."""
 
     metadata: V1ObjectMeta
     runtime: str
     trainer: TrainJobTrainer
-    patches: tuple[RuntimePatch, ...] = ()
+    runtime_kind: str = "TrainingRuntime"
     info: ClassVar[CrdInfo] = CRD_INFO["trainjob"]
 
     def to_dict(self) -> dict[str, Any]:
@@ -216,13 +203,10 @@ class TrainJob:
             "apiVersion": self.info.api_version,
             "kind": self.info.kind,
             "metadata": serialize(self.metadata),
-            "spec": _drop_none(
-                {
-                    "runtimeRef": {"name": self.runtime, "kind": "ClusterTrainingRuntime", "apiGroup": self.info.group},
-                    "trainer": self.trainer.to_dict(),
-                    "runtimePatches": [p.to_dict() for p in self.patches] or None,
-                }
-            ),
+            "spec": {
+                "runtimeRef": {"name": self.runtime, "kind": self.runtime_kind, "apiGroup": self.info.group},
+                "trainer": self.trainer.to_dict(),
+            },
         }
 
 

@@ -60,7 +60,6 @@ class ClusterConfig:
     store_claim: str = "starverse-store"
     experiments_claim: str = "starverse-experiments"
     ttl_seconds: int = 7 * 24 * 3600
-    runtime: str = "torch-distributed"
     python: str = "python"
     # -- pod security (Pod Security Standards "restricted") and workspace-wide pod defaults --
     run_as_user: int = 1000

@@ -11,7 +11,8 @@ requests ``procs_per_node`` GPUs of the pool's resource, with its selector and t
 Default kind: an Indexed Job (completions = parallelism = nodes) plus a headless Service;
 ``torchrun`` in every pod with a static rendezvous whose node rank is the completion
 index and whose master is ``<job>-0.<service>``. Alternatives: JobSet, Kubeflow TrainJob
-and PyTorchJob (their operators set torchrun's ``PET_*`` variables).
+and PyTorchJob (their operators set torchrun's ``PET_*`` variables). A TrainJob comes with its own
+namespaced TrainingRuntime (the JobSet with our restart rules), created first.
 
 Every pod meets the Pod Security Standards ``restricted`` profile (:func:`make_pod_security`,
 :func:`make_container_security`): non-root uid/gid from the settings, no privilege escalation,
@@ -33,11 +34,12 @@ from jupyter_starverse.jobmodel import JobSpec
 
 from ._checks import BOOT, BUDGET_EXIT
 from ._crds import (
+    TRAINER_ANCESTOR,
     JobSet,
     JobSetReplicatedJob,
     PyTorchJob,
     PyTorchReplicaSpec,
-    RuntimePatch,
+    TrainingRuntime,
     TrainJob,
     TrainJobTrainer,
 )
@@ -64,6 +66,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LABEL_JOB",
+    "TRAINER_NODE",
     "LABEL_MANAGED",
     "ClusterConfig",
     "KubeLaunch",
@@ -525,7 +528,7 @@ def _meta(launch: KubeLaunch, cluster: ClusterConfig, name: str, *, role: str = 
     return c.V1ObjectMeta(
         name=name,
         namespace=cluster.namespace,
-        labels=make_labels(launch, cluster, role=role, queue=role != "service"),
+        labels=make_labels(launch, cluster, role=role, queue=role not in ("service", "runtime")),
         annotations=_annotations(launch) if role == "node" else None,
         owner_references=[owner] if owner is not None else None,
     )
@@ -680,16 +683,29 @@ def make_warmup_job(launch: KubeLaunch, cluster: ClusterConfig, *, owner: V1Owne
     )
 
 
-def make_jobset(launch: KubeLaunch, cluster: ClusterConfig) -> JobSet:
-    """JobSet: a ``node`` replicated Indexed Job, after a ``warmup`` one when mounts need a pull."""
+def make_jobset(launch: KubeLaunch, cluster: ClusterConfig, *, for_trainer: bool = False) -> JobSet:
+    """JobSet: a ``node`` replicated Indexed Job, after a ``warmup`` one when mounts need a pull.
+
+    ``for_trainer``: the JobSet of a :class:`TrainingRuntime`: the trainer container is named
+    ``node`` and its replicated job carries the ``trainjob-ancestor-step: trainer`` label (what
+    Kubeflow Trainer looks for), and the JobSet's labels carry no Kueue queue (the TrainJob has it).
+    """
     from kubernetes import client as c
 
     name = launch.job_id
     template = make_pod_template(
-        launch, cluster, master=f"{name}-node-0-0.{name}", subdomain=None, wait_for_store=False
+        launch,
+        cluster,
+        master=f"{name}-node-0-0.{name}",
+        subdomain=None,
+        wait_for_store=False,
+        container_name=TRAINER_NODE if for_trainer else CONTAINER,
     )
+    node_labels = make_labels(launch, cluster)
+    if for_trainer:
+        node_labels[TRAINER_ANCESTOR[0]] = TRAINER_ANCESTOR[1]
     node_job = c.V1JobTemplateSpec(
-        metadata=c.V1ObjectMeta(labels=make_labels(launch, cluster)), spec=_indexed_job_spec(launch, template, ttl=None)
+        metadata=c.V1ObjectMeta(labels=node_labels), spec=_indexed_job_spec(launch, template, ttl=None)
     )
     jobs = []
     if launch.warmup:
@@ -700,8 +716,11 @@ def make_jobset(launch: KubeLaunch, cluster: ClusterConfig) -> JobSet:
         jobs.append(JobSetReplicatedJob("warmup", warm))
     depends = (("warmup", "Complete"),) if launch.warmup else ()
     jobs.append(JobSetReplicatedJob("node", node_job, depends_on=depends))
+    meta = _meta(launch, cluster, name)
+    if for_trainer:
+        meta.labels = make_labels(launch, cluster)
     return JobSet(
-        metadata=_meta(launch, cluster, name),
+        metadata=meta,
         replicated_jobs=tuple(jobs),
         subdomain=name,
         ttl_seconds_after_finished=cluster.ttl_seconds,
@@ -711,37 +730,30 @@ def make_jobset(launch: KubeLaunch, cluster: ClusterConfig) -> JobSet:
     )
 
 
-def make_trainjob(launch: KubeLaunch, cluster: ClusterConfig) -> TrainJob:
-    """Kubeflow Trainer TrainJob on the ``torch-distributed`` ClusterTrainingRuntime."""
+#: the trainer container's name in a TrainingRuntime (Kubeflow Trainer's ``constants.Node``)
+TRAINER_NODE = "node"
+
+
+def make_trainjob(launch: KubeLaunch, cluster: ClusterConfig) -> tuple[TrainingRuntime, TrainJob]:
+    """Kubeflow Trainer TrainJob on a TrainingRuntime of its own (same name and namespace).
+
+    The runtime's template is :func:`make_jobset`'s JobSet: the Trainer controller creates it as
+    the TrainJob's JobSet (https://www.kubeflow.org/docs/components/trainer/operator-guides/runtime/),
+    so a preempted pod is recreated by the Job controller (``podFailurePolicy`` ``Ignore``, within
+    the preemption budget) and a failed child Job restarts the gang (``failurePolicy.maxRestarts``),
+    with no client. The TrainJob only sets the node count, processes per node and resources
+    (``spec.trainer``); the runtime must exist before it (the Trainer webhook checks the reference).
+    """
     mode = make_mode(launch, cluster)
-    volumes, mounts, _ = _volumes(launch, cluster, shm_size=mode.shm_size)
-    options = _pod_options(launch.pool, cluster)
-    trainer = TrainJobTrainer(
-        image=mode.image,
-        command=tuple(make_command(launch, cluster, master=None)),
+    runtime = TrainingRuntime(
+        metadata=_meta(launch, cluster, launch.job_id, role="runtime"),
+        jobset=make_jobset(launch, cluster, for_trainer=True),
         num_nodes=launch.spec.nodes,
-        num_proc_per_node=launch.spec.procs_per_node,
-        env=tuple(make_env(launch, cluster, mode)),
-        resources=mode.resources,
     )
-    patch = RuntimePatch(
-        manager="starverse.io/launcher",
-        replicated_job="node",
-        labels=make_labels(launch, cluster),
-        annotations=_pod_annotations(launch.pool, cluster) or {},
-        node_selector=mode.node_selector,
-        tolerations=mode.tolerations,
-        volumes=tuple(volumes),
-        volume_mounts=tuple(mounts),
-        affinity=mode.affinity,
-        security_context=options["security_context"],
-        container_security=make_container_security(cluster),
-        service_account=options["service_account_name"],
-        image_pull_secrets=tuple(options["image_pull_secrets"] or ()),
+    trainer = TrainJobTrainer(
+        num_nodes=launch.spec.nodes, num_proc_per_node=launch.spec.procs_per_node, resources=mode.resources
     )
-    return TrainJob(
-        metadata=_meta(launch, cluster, launch.job_id), runtime=cluster.runtime, trainer=trainer, patches=(patch,)
-    )
+    return runtime, TrainJob(metadata=_meta(launch, cluster, launch.job_id), runtime=launch.job_id, trainer=trainer)
 
 
 def make_pytorchjob(launch: KubeLaunch, cluster: ClusterConfig) -> PyTorchJob:
@@ -768,10 +780,10 @@ def make_manifests(launch: KubeLaunch, cluster: ClusterConfig) -> list[Any]:
     """Everything ``submit`` creates for ``cluster.kind``, in creation order."""
     if cluster.kind == "jobset":
         return [make_jobset(launch, cluster)]
-    if cluster.kind == "trainjob":
-        out: list[Any] = [make_trainjob(launch, cluster)]
-    elif cluster.kind == "pytorchjob":
-        out = [make_pytorchjob(launch, cluster)]
+    if cluster.kind == "trainjob":  # the runtime first: a TrainJob may only refer to an existing one
+        return list(make_trainjob(launch, cluster))
+    if cluster.kind == "pytorchjob":
+        out: list[Any] = [make_pytorchjob(launch, cluster)]
     else:
         out = [make_job(launch, cluster), make_service(launch, cluster)]
     if launch.warmup:
@@ -789,6 +801,6 @@ def to_dict(obj: Any) -> dict[str, Any]:
     """The wire form of a built object (V1 model or CRD dataclass)."""
     from ._crds import serialize
 
-    if isinstance(obj, (JobSet, TrainJob, PyTorchJob)):
+    if isinstance(obj, (JobSet, TrainingRuntime, TrainJob, PyTorchJob)):
         return obj.to_dict()
     return dict(serialize(obj))

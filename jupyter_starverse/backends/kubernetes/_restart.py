@@ -42,11 +42,15 @@ __all__ = [
 ]
 
 #: kinds whose controller recreates a failed or preempted pod itself (no client needed)
-IN_CLUSTER = ("Job", "JobSet", "PyTorchJob")
+IN_CLUSTER = ("Job", "JobSet", "PyTorchJob", "TrainJob")
 
 
 def recovers_in_cluster(obj: Mapping[str, Any]) -> bool:
-    """Whether the cluster restarts this object's pods (the backend then only watches)."""
+    """Whether the cluster restarts this object's pods (the backend then only watches). A TrainJob
+    does on its own namespaced TrainingRuntime (what ``make_trainjob`` renders); one on a shared
+    ClusterTrainingRuntime (submitted by an older version) is still relaunched by the backend."""
+    if obj.get("kind") == "TrainJob":
+        return ((obj.get("spec") or {}).get("runtimeRef") or {}).get("kind") == "TrainingRuntime"
     return obj.get("kind") in IN_CLUSTER
 
 
