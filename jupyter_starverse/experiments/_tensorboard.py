@@ -2,9 +2,11 @@
 
 One board shows every run of an experiment, so runs are compared side by side. TensorBoard names
 a run by its folder relative to ``--logdir`` (``--logdir_spec RUN:FOLDER`` names events in
-FOLDER itself ``RUN/.``), so the process reads a private folder of links, one per run, named by
-the run: its runs are ``RUN`` (and ``RUN/reference``, the reference curve a reproduction writes
-beside its events). The process listens on
+FOLDER itself ``RUN/.``), so the process reads a folder of links, one per run, named by the run:
+``EXP/.tensorboard/RUN -> ../runs/RUN/tensorboard`` (relative, so it reads the same on every host
+that mounts the experiments). Its runs are ``RUN`` (and ``RUN/reference``, the reference curve a
+reproduction writes beside its events). ``Board.command`` is that same ``tensorboard --logdir``,
+for a terminal. The process listens on
 127.0.0.1 only and serves under ``path_prefix``: the Jupyter server proxies it at that path with
 its own authentication, so a browser on another host sees it through the Jupyter port. Who
 proxies (the server) holds no process: this service does.
@@ -15,6 +17,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import importlib.util
+import os
 import re
 import shutil
 import socket
@@ -35,6 +38,10 @@ def tensorboard_installed() -> bool:
     return importlib.util.find_spec("tensorboard") is not None
 
 
+#: The folder of run links inside an experiment (``--logdir`` of its board).
+LINKS = ".tensorboard"
+
+
 @dataclass(frozen=True)
 class Board:
     """The runs one TensorBoard shows: ``id`` (safe in a URL path) and ``runs`` (name -> event folder)."""
@@ -42,17 +49,62 @@ class Board:
     id: str
     experiment: str
     runs: tuple[tuple[str, Path], ...]
+    root: Path | None = None  # the experiment folder (its ``.tensorboard`` holds the run links)
 
     @property
     def logdir_spec(self) -> str:
         return ",".join(f"{name}:{folder}" for name, folder in self.runs)
 
-    def link_folder(self) -> Path:
-        """A new private folder with one link per run (``RUN -> its event folder``): TensorBoard's
-        ``--logdir`` there names each run by the run's name, never ``RUN/.``."""
+    @property
+    def links(self) -> Path | None:
+        """``EXP/.tensorboard``: one link per run, TensorBoard's ``--logdir`` (None: no experiment folder)."""
+        return self.root / LINKS if self.root is not None else None
+
+    @property
+    def command(self) -> tuple[str, ...]:
+        """The command that shows this board in a terminal, as the server runs it (less its port and prefix)."""
+        where = self.links if self.links is not None else Path(LINKS)
+        return ("tensorboard", "--logdir", str(where), "--load_fast", "false")
+
+    def link_folder(self) -> tuple[Path, bool]:
+        """The folder of one link per run (``RUN -> its event folder``), made or brought up to date:
+        TensorBoard's ``--logdir`` there names each run by the run's name, never ``RUN/.``.
+
+        ``EXP/.tensorboard`` with relative links; a link of a run that is gone is removed (links only,
+        never what they point at). Where the experiment cannot be written (another user's), a new
+        private folder instead: ``(folder, True)``, removed when the board stops."""
+        try:
+            return self.write_links(), False
+        except OSError:
+            pass
         folder = Path(tempfile.mkdtemp(prefix=f"starverse-tb-{self.id[:40]}-"))
         for name, events in self.runs:
             (folder / name).symlink_to(events.resolve(), target_is_directory=True)
+        return folder, True
+
+    def write_links(self) -> Path:
+        """``EXP/.tensorboard`` brought up to date (what :attr:`command` reads); OSError where it cannot be."""
+        folder = self.links
+        if folder is None:
+            raise OSError("a board without an experiment folder has no links folder")
+        folder.mkdir(exist_ok=True)
+        names = {name for name, _ in self.runs}
+        for entry in folder.iterdir():
+            if entry.is_symlink() and entry.name not in names:
+                entry.unlink()
+        for name, events in self.runs:
+            link = folder / name
+            target = os.path.relpath(events, folder)
+            if link.is_symlink() and str(link.readlink()) == target:
+                continue
+            if link.is_symlink():
+                link.unlink()
+            elif link.exists():
+                raise OSError(f"{link} is not a link")
+            tmp = folder / f".{name}.{os.getpid()}.tmp"
+            tmp.unlink(missing_ok=True)
+            tmp.symlink_to(target, target_is_directory=True)
+            tmp.replace(link)  # atomic: a board reading the folder never misses the run
         return folder
 
 
@@ -68,7 +120,8 @@ def experiment_board(run_dir: Path) -> Board:
         experiment, runs = run_dir, [run_dir]
     slug = re.sub(r"[^A-Za-z0-9_-]+", "-", experiment.name).strip("-")[:40] or "board"
     digest = hashlib.sha256(str(experiment.resolve()).encode()).hexdigest()[:8]
-    return Board(f"{slug}-{digest}", experiment.name, tuple((r.name, r / "tensorboard") for r in runs))
+    runs_of = tuple((r.name, r / "tensorboard") for r in runs)
+    return Board(f"{slug}-{digest}", experiment.name, runs_of, experiment)
 
 
 class TensorBoards:
@@ -76,7 +129,7 @@ class TensorBoards:
 
     def __init__(self) -> None:
         self._procs: dict[str, tuple[subprocess.Popen[bytes], int, str]] = {}
-        self._links: dict[str, Path] = {}  # board -> its folder of run links (removed when it stops)
+        self._links: dict[str, Path] = {}  # board -> its private folder of run links (removed when it stops)
         self._lock = threading.Lock()
         atexit.register(self.stop_all)
 
@@ -103,7 +156,9 @@ class TensorBoards:
             with socket.socket() as sock:
                 sock.bind(("127.0.0.1", 0))
                 port = int(sock.getsockname()[1])
-            links = self._links[board.id] = board.link_folder()
+            links, private = board.link_folder()
+            if private:
+                self._links[board.id] = links
             # --load_fast=false: the Python loader, which follows the links (the Rust one is an
             # optional package whose walk we do not control)
             argv = [sys.executable, "-m", "tensorboard.main", "--logdir", str(links), "--load_fast", "false",

@@ -150,7 +150,11 @@ def tensorboard_info(job: Job, *, port: int | None = None, base_url: str = "/") 
     board = experiment_board(Path(job.experiment_dir))
     has_events = logdir.is_dir() and any(p.name.startswith("events.out.tfevents") for p in logdir.rglob("*"))
     installed = tensorboard_installed() or shutil.which("tensorboard") is not None
-    command = ("tensorboard", "--logdir_spec", board.logdir_spec)
+    try:  # the copyable command reads EXP/.tensorboard, as the server's board does: made here too
+        board.write_links()
+    except OSError:
+        pass  # another user's experiment: its owner's board keeps the links
+    command = board.command  # what the server runs for the board (less its port and prefix)
     runs = tuple(name for name, _ in board.runs)
     if port is None:
         return TensorBoardInfo(job.id, str(logdir), has_events, installed, command, board=board.id, runs=runs)

@@ -67,7 +67,11 @@ async def test_list_get_logs_tensorboard_of_a_finished_job(jp_fetch: Any, settin
     tb = json.loads((await jp_fetch("jupyter-starverse", "jobs", handle.id, "tensorboard")).body)
     assert tb["logdir"] == str(Path(handle.experiment_dir) / "tensorboard")
     # one board over the experiment's runs, each named by its run (not ".")
-    assert tb["command"] == ["tensorboard", "--logdir_spec", f"{handle.id}:{tb['logdir']}"]
+    # the copyable command is the server's own: --logdir of the experiment's run links, each named by its run
+    links = Path(handle.experiment_dir).parent.parent / ".tensorboard"
+    assert tb["command"] == ["tensorboard", "--logdir", str(links), "--load_fast", "false"]
+    assert [p.name for p in links.iterdir()] == [handle.id]
+    assert (links / handle.id).resolve() == Path(tb["logdir"]).resolve()
     assert tb["runs"] == [handle.id]
     assert isinstance(tb["has_events"], bool) and isinstance(tb["installed"], bool)
 
@@ -407,6 +411,10 @@ async def test_tensorboard_is_one_board_per_experiment_proxied_through_the_jupyt
             await asyncio.sleep(0.5)
         # TensorBoard's run names are the runs' names (not "RUN/.", not one "."), so runs compare by name
         assert sorted(tags) == sorted([handle.id, "tb-earlier-run"]) and "loss" in json.dumps(tags), tags
+        # the panel's copyable command reads the folder this board reads: the same runs in a terminal
+        logdir = Path(opened["command"][opened["command"].index("--logdir") + 1])
+        assert sorted(p.name for p in logdir.iterdir()) == sorted([handle.id, "tb-earlier-run"])
+        assert (logdir / "tb-earlier-run").resolve() == (other / "tensorboard").resolve()
         # without the Jupyter token: refused, never proxied
         with pytest.raises(HTTPClientError) as refused:
             await jp_fetch("jupyter-starverse", "tensorboard", f"{board}/", headers={"Authorization": ""})
