@@ -177,7 +177,7 @@ def test_no_pool_for_another_user(monkeypatch: pytest.MonkeyPatch) -> None:
     server.bind(name)
     server.listen(1)
     try:
-        monkeypatch.setattr(_pool, "_peer_uid", lambda _s: os.geteuid() + 1)
+        monkeypatch.setattr(_pool, "peer_uid", lambda _s: os.geteuid() + 1)
         with pytest.raises(_pool.PoolUnavailable, match="another user"):
             _pool.start_node(name, {}, [1])
     finally:
