@@ -3,6 +3,9 @@
 - ``eval MODEL --data D [--baseline M2 ...]``: the models on the same examples, side by side with
   deltas; ``--errors`` lists the examples MODEL got wrong; ``--backend B --job`` runs it as a job
   (``--dry-run`` shows the job).
+- ``eval MODEL --data D --harness`` runs the task through lm-evaluation-harness (a YAML task over
+  the same examples), ``eval MODEL --harness-task TASK.yaml`` a team's own lm-eval task over local
+  files; the reports are the same records (``eval ls/show/compare``).
 - ``eval compare --data D M1 M2 ...``: the chain (base -> CPT -> SFT -> DPO -> INT4) from the
   stored reports, each model against the one before.
 - ``eval ls [--model M] [--data D]``, ``eval show ID [--errors]``: the stored reports.
@@ -13,12 +16,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-
-from jupyter_starverse.client import Starverse
-from jupyter_starverse.errors import BadInputError
-from jupyter_starverse.evals import TASKS, TaskOptions
+from typing import TYPE_CHECKING
 
 from ._common import add_json_flag
+
+if TYPE_CHECKING:
+    from jupyter_starverse.client import Starverse
+    from jupyter_starverse.evals import TaskOptions
 
 __all__ = ["register"]
 
@@ -36,6 +40,8 @@ class ReportList(list):  # type: ignore[type-arg]
 
 
 def _options(args: argparse.Namespace) -> TaskOptions:
+    from jupyter_starverse.evals import TaskOptions
+
     labels = tuple(x.strip() for x in args.labels.split(",") if x.strip()) if args.labels else ()
     return TaskOptions(
         task=args.task,
@@ -47,6 +53,8 @@ def _options(args: argparse.Namespace) -> TaskOptions:
 
 
 def _eval(client: Starverse, args: argparse.Namespace) -> object:
+    from jupyter_starverse.errors import BadInputError
+
     words = list(args.words)
     if args.data:  # models given after --data D belong to the words
         args.data, words = args.data[0], words + list(args.data[1:])
@@ -68,7 +76,7 @@ def _eval(client: Starverse, args: argparse.Namespace) -> object:
                                 hint="starverse eval curve JOB_ID --reference cogvlm-stage1")  # fmt: skip
         folder = Path(words[1]) if Path(words[1]).is_dir() else Path(client.attach(words[1]).experiment_dir)
         return client.evals.curve(folder, args.reference, tolerance=args.tolerance)
-    if not args.data:
+    if not args.data and not (args.harness_task and verb is None):
         raise BadInputError("name the labelled dataset", field="data", hint="--data NAME[@VERSION]")
     if verb == "compare":
         return client.evals.compare(args.data, words[1:])
@@ -85,20 +93,24 @@ def _eval(client: Starverse, args: argparse.Namespace) -> object:
         target_field=args.target_field,
         options=_options(args),
         limit=args.limit,
+        harness=args.harness,
+        harness_task=args.harness_task,
     )
     if args.job or args.dry_run:
-        spec = client.evals.job_spec(words[0], args.data, **kw)  # type: ignore[arg-type]
+        spec = client.evals.job_spec(words[0], args.data or "", **kw)
         backend = client.backend(args.backend)
         return client.preview(spec, backend=backend) if args.dry_run else client.launch(spec, backend=backend)
     status = args.presenter.status()
     try:
-        run = client.evals.evaluate(words[0], args.data, progress=lambda p: status.update(str(p)), **kw)  # type: ignore[arg-type]
+        run = client.evals.evaluate(words[0], args.data or "", progress=lambda p: status.update(str(p)), **kw)
     finally:
         status.close()
     return run.report.wrong(limit=args.max_errors) if args.errors else run
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from ._names import EVAL_TASKS as TASKS
+
     p = sub.add_parser(
         "eval",
         help="score models on a labelled dataset (baselines side by side), compare a chain, list reports",
@@ -124,6 +136,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--errors", action="store_true", help="list the examples MODEL got wrong")
     p.add_argument("--max-errors", type=int, default=50, metavar="N", help="with --errors: at most N (default 50)")
     p.add_argument("--model", dest="model_filter", default=None, help="eval ls: only this model's reports")
+    h = p.add_argument_group("standard tasks through lm-evaluation-harness (pip install 'jupyter_starverse[harness]')")
+    h.add_argument(
+        "--harness",
+        action="store_true",
+        help="run --task over --data through lm-eval (a YAML task over the same examples; its metrics beside ours)",
+    )
+    h.add_argument(
+        "--harness-task",
+        default=None,
+        metavar="TASK.yaml",
+        help="a team's own lm-eval task YAML over local files (instead of --data; nothing is fetched)",
+    )
     c = p.add_argument_group("eval curve JOB: the run's loss against a reproduction's reference curve")
     c.add_argument("--reference", default=None, metavar="RECIPE|FILE", help="e.g. cogvlm-stage1 (recipes/curves)")
     c.add_argument("--tolerance", type=float, default=None, help="relative gap that warns (default: the curve's)")

@@ -47,6 +47,10 @@ class Predictor:
 
     def logliks(self, pairs: Sequence[tuple[list[int], list[int]]]) -> list[float]:
         """Sum of log-probabilities of each continuation after its context."""
+        return [ll for ll, _ in self.scored(pairs)]
+
+    def scored(self, pairs: Sequence[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
+        """Each continuation's log-likelihood and whether greedy decoding would have produced it."""
         raise NotImplementedError
 
     def generate(self, prompts: Sequence[list[int]], max_new_tokens: int) -> list[list[int]]:
@@ -74,7 +78,7 @@ class TorchPredictor(Predictor):
         self.model = self.model.to(self.device)  # type: ignore[arg-type]
         self.model.eval()
 
-    def logliks(self, pairs: Sequence[tuple[list[int], list[int]]]) -> list[float]:
+    def scored(self, pairs: Sequence[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
         import torch
 
         seqs = []
@@ -94,13 +98,14 @@ class TorchPredictor(Predictor):
         with torch.no_grad():
             logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits.float()
         logp = torch.log_softmax(logits, dim=-1).cpu()
-        out = []
+        out: list[tuple[float, bool]] = []
         for i, (a, b) in enumerate(spans):
             if b <= a:
-                out.append(0.0)
+                out.append((0.0, True))
                 continue
             target = ids[i, a:b]
-            out.append(float(logp[i, a - 1 : b - 1].gather(1, target.unsqueeze(1)).sum()))
+            span = logp[i, a - 1 : b - 1]
+            out.append((float(span.gather(1, target.unsqueeze(1)).sum()), bool((span.argmax(-1) == target).all())))
         self.calls += len(pairs)
         return out
 
@@ -144,16 +149,16 @@ class OnnxPredictor(Predictor):
 
         self.graph = OrtCausalLM(folder / GRAPH, self.config, threads=threads or 1)
 
-    def logliks(self, pairs: Sequence[tuple[list[int], list[int]]]) -> list[float]:
+    def scored(self, pairs: Sequence[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
         import numpy as np
 
-        out = []
+        out: list[tuple[float, bool]] = []
         for context, cont in pairs:
             context, cont = self._fit(context, cont)
             if not context:
                 context, cont = cont[:1], cont[1:]
             if not cont:
-                out.append(0.0)
+                out.append((0.0, True))
                 continue
             seq = np.array([context + cont], dtype=np.int64)
             logits, _ = self.graph.step(seq, None)
@@ -161,7 +166,8 @@ class OnnxPredictor(Predictor):
             z = z - z.max(axis=-1, keepdims=True)
             logp = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
             a = len(context)
-            out.append(float(sum(logp[a - 1 + k, t] for k, t in enumerate(cont))))
+            greedy = all(int(logp[a - 1 + k].argmax()) == t for k, t in enumerate(cont))
+            out.append((float(sum(logp[a - 1 + k, t] for k, t in enumerate(cont))), greedy))
         self.calls += len(pairs)
         return out
 

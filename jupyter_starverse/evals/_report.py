@@ -33,7 +33,8 @@ HEADLINE = {
 
 
 def points(metric: str) -> bool:
-    return metric not in LOWER_BETTER
+    """A ratio printed as points (x100); not perplexities, bits per byte or per-token NLL (lm-eval's too)."""
+    return metric not in LOWER_BETTER and not metric.endswith(("perplexity", "bits_per_byte"))
 
 
 def metric_text(metric: str, value: float | None) -> str:

@@ -34,7 +34,7 @@ from jupyter_starverse.jobmodel import JobSpec
 from ._curve import CurveCheck, ReferenceCurve
 from ._predict import load_predictor
 from ._report import HEADLINE, EvalChain, EvalReport, EvalRun, ScoreCard, metric_text, points, read_predictions
-from ._run import EvalProgress, Example, TaskOptions, predict_all, score
+from ._run import EvalProgress, Example, TaskOptions, candidate_labels, predict_all, score
 
 __all__ = ["AccuracyGate", "EvalService", "GateFigure"]
 
@@ -233,13 +233,38 @@ class EvalService:
         limit: int | None = None,
         progress: Callable[[EvalProgress], None] | None = None,
         threads: int | None = None,
+        harness: bool = False,
+        harness_task: str | Path | None = None,
     ) -> EvalRun:
-        """Score ``model`` and each baseline on the same examples of ``data``; one report each."""
+        """Score ``model`` and each baseline on the same examples of ``data``; one report each.
+
+        ``harness=True`` runs the task through lm-evaluation-harness (a YAML task rendered over the
+        same examples; lm-eval's metrics beside ours); ``harness_task=FILE`` runs a team's own
+        lm-eval task YAML over its local files instead of ``data`` (give ``data=""``).
+        """
         opts = replace(options or TaskOptions(), task=task)
         opts.check()
         models = list(dict.fromkeys([model, *baselines]))
+        if harness_task is not None and str(data or "").strip():
+            raise BadInputError(
+                "an lm-eval task file names its own data; give --data or --harness-task, not both",
+                field="harness_task",
+                hint="drop --data, or drop --harness-task and add --harness",
+            )
+        if harness or harness_task is not None:
+            from ._harness import lm_eval_version, load_task_file
+
+            lm_eval_version()  # the extra is missing: say so before loading anything
+            file_task = load_task_file(Path(harness_task)) if harness_task is not None else None
         folders = [resolve_model(self.settings, self.catalog, m) for m in models]  # a wrong name fails first
+        if harness_task is not None:
+            return EvalRun(tuple(self._one_harness(n, f, None, file_task, opts, limit, progress, threads)
+                                 for n, f in zip(models, folders, strict=True)))  # fmt: skip
         ds = self.dataset(data, input_field=input_field, target_field=target_field, task=task, limit=limit)
+        if harness:
+            fields = (input_field, target_field)
+            return EvalRun(tuple(self._one_harness(n, f, ds, None, opts, None, progress, threads, fields)
+                                 for n, f in zip(models, folders, strict=True)))  # fmt: skip
         reports = []
         for name, folder in zip(models, folders, strict=True):
             reports.append(self._one(name, folder, ds, opts, input_field, target_field, progress, threads))
@@ -272,9 +297,7 @@ class EvalService:
         metrics, per_label, notes = score(opts.task, rows)
         if ds.skipped:
             notes = [*notes, f"{ds.skipped} records without the fields were skipped"]
-        report_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
-        folder_out = self.root / report_id
-        folder_out.mkdir(parents=True, exist_ok=True)
+        report_id, folder_out = self._new_report()
         preds = folder_out / "predictions.jsonl"
         shutil.move(str(work), preds)  # a finished run's file is the report's; a rerun predicts afresh
         report = EvalReport(
@@ -302,6 +325,108 @@ class EvalService:
             },
             notes=notes,
         )
+        return self._write_report(folder_out, report)
+
+    def _new_report(self) -> tuple[str, Path]:
+        report_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+        folder_out = self.root / report_id
+        folder_out.mkdir(parents=True, exist_ok=True)
+        return report_id, folder_out
+
+    def _one_harness(
+        self,
+        model: str,
+        folder: Path,
+        ds: Dataset | None,
+        file_task: Any,
+        opts: TaskOptions,
+        limit: int | None,
+        progress: Callable[[EvalProgress], None] | None,
+        threads: int | None,
+        fields: tuple[str, str] = ("input", "target"),
+    ) -> EvalReport:
+        """One model through lm-eval: ``ds``'s examples as a rendered task, or a team's ``file_task``."""
+        from ._harness import FILE_TASK, HarnessTask, lm_eval_version, render_task, run_harness, write_examples
+
+        started = time.monotonic()
+        version, lineage = self._model_version(model, folder)
+        if ds is not None:
+            name = f"starverse_{_slug(ds.ref.split('@')[0]).replace('.', '_')}_{opts.task}"
+            work = self._work_file(model, version, ds, opts, fields).with_suffix(".lm-eval")
+            labels = candidate_labels(opts, ds.examples) if opts.task == "classification" else []
+
+            def render(data_file: Path) -> HarnessTask:
+                return render_task(name, data_file, task=opts.task, prompt=opts.prompt, labels=labels,
+                                   max_new_tokens=opts.max_new_tokens)  # fmt: skip
+
+            task = render(write_examples(work / "examples.jsonl", ds.examples))
+            ref, data_version, kind, total = ds.ref, ds.version, opts.task, len(ds.examples)
+        else:
+            task = file_task
+            key = json.dumps([model, version, task.name, task.digest(), limit, opts.batch_size])
+            work = self.root / ".work" / f"{_slug(model)}-{hashlib.sha256(key.encode()).hexdigest()[:20]}.lm-eval"
+            ref, data_version, kind, total = f"{FILE_TASK}:{task.name}", task.digest(), FILE_TASK, 0
+        harness_version = lm_eval_version()
+        pred = load_predictor(folder, threads=threads)
+        t0 = time.monotonic()
+
+        def say(done: int, of: int) -> None:  # requests -> examples where the examples are known
+            if progress is None or not of:
+                return
+            n = total or of
+            ex = min(n, done * n // of)
+            elapsed = time.monotonic() - t0
+            rate = ex / elapsed if elapsed > 0 and ex else None
+            progress(EvalProgress(model, ex, n, elapsed, rate, (n - ex) / rate if rate else None))
+
+        lm_metrics, rows, config = run_harness(pred, task, work, limit=limit, batch_size=opts.batch_size, progress=say)
+        metrics, per_label, notes = ({}, [], []) if ds is None else score(opts.task, rows)
+        metrics = {**metrics, **lm_metrics}
+        if ds is not None and ds.skipped:
+            notes = [*notes, f"{ds.skipped} records without the fields were skipped"]
+        report_id, folder_out = self._new_report()
+        preds = folder_out / "predictions.jsonl"
+        preds.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+        keep = folder_out / "lm-eval"  # the task as lm-eval reads it: `lm_eval --include_path keep --tasks NAME`
+        keep.mkdir()
+        if ds is not None:
+            task = render(write_examples(keep / "examples.jsonl", ds.examples))
+        (keep / f"{task.name}.yaml").write_text(task.yaml, encoding="utf-8")
+        shutil.rmtree(work, ignore_errors=True)  # the finished run's cache; a rerun asks afresh
+        options: dict[str, Any] = {**opts.to_json(), "task": kind}
+        if ds is not None:
+            options.update(input_field=fields[0], target_field=fields[1], labels=list(labels))
+        options["harness"] = {"task": task.name, "lm_eval": harness_version, "output_type": task.output_type,
+                              "yaml": str(keep / f"{task.name}.yaml"), "source": str(file_task.folder) if ds is None
+                              else None, "limit": limit, "config": config}  # fmt: skip
+        report = EvalReport(
+            id=report_id,
+            model=model,
+            model_version=version,
+            dataset=ref,
+            dataset_version=data_version,
+            task=kind,
+            examples=len(rows),
+            metrics=metrics,
+            per_label=per_label,
+            predictions=str(preds),
+            engine=f"lm-eval {harness_version} ({pred.engine})",
+            seconds=time.monotonic() - started,
+            created_at=time.time(),
+            user=self.settings.user,
+            options=options,
+            lineage={
+                "model": model,
+                "model_version": version,
+                "dataset": ref,
+                "dataset_version": data_version,
+                "parent": lineage or None,
+            },
+            notes=notes,
+        )
+        return self._write_report(folder_out, report)
+
+    def _write_report(self, folder_out: Path, report: EvalReport) -> EvalReport:
         tmp = folder_out / ".report.json.tmp"
         tmp.write_text(json.dumps(report.to_json(), indent=1, ensure_ascii=False), encoding="utf-8")
         tmp.replace(folder_out / "report.json")
@@ -443,14 +568,24 @@ class EvalService:
         limit: int | None = None,
         experiment: str | None = None,
         accelerator: str = "cpu",
+        harness: bool = False,
+        harness_task: str | Path | None = None,
     ) -> JobSpec:
         """The evaluation as a job of any backend: store models and the dataset are mounted."""
         opts = replace(options or TaskOptions(), task=task)
         opts.check()
         mounts = [m for m in [model, *baselines] if m.startswith("hf:")]
-        self.dataset(data, input_field=input_field, target_field=target_field, task=task, limit=1)  # fails now
-        if not (os.sep in data or data.startswith(".")):
-            mounts.append(data)
+        if harness_task is not None:
+            from ._harness import load_task_file
+
+            if str(data or "").strip():
+                raise BadInputError("an lm-eval task file names its own data; give --data or --harness-task, not both",
+                                    field="harness_task", hint="drop --data")  # fmt: skip
+            harness_task = str(Path(load_task_file(Path(harness_task)).folder or ".") / Path(harness_task).name)
+        else:
+            self.dataset(data, input_field=input_field, target_field=target_field, task=task, limit=1)  # fails now
+            if not (os.sep in data or data.startswith(".")):
+                mounts.append(data)
         params = {
             "model": model,
             "data": data,
@@ -460,6 +595,8 @@ class EvalService:
             "target_field": target_field,
             "options": opts.to_json(),
             "limit": limit,
+            "harness": bool(harness),
+            "harness_task": None if harness_task is None else str(Path(harness_task).resolve()),
         }
         return JobSpec(
             name="eval",

@@ -33,6 +33,8 @@ def main(params_json: str) -> None:
         options=options,
         limit=params.get("limit"),
         progress=say,
+        harness=bool(params.get("harness")),
+        harness_task=params.get("harness_task"),
     )
     print(run, flush=True)
     print(json.dumps({"eval_reports": [r.id for r in run.reports]}), flush=True)
