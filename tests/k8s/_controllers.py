@@ -1,4 +1,5 @@
-"""Controllers of the test API server: scheduler + kubelet, Indexed Job, JobSet, Kubeflow Trainer.
+"""Controllers of the test API server: scheduler + kubelet, Indexed Job, JobSet, Kubeflow Trainer,
+the training-operator's PyTorchJob.
 
 They run in one background thread and reconcile every ``tick`` seconds, the way the real
 controllers react to watch events. Pods move Pending -> Running -> Succeeded/Failed; a pod
@@ -33,6 +34,7 @@ JOB = next(r for r in BUILTIN if r.plural == "jobs")
 EVENT = next(r for r in BUILTIN if r.plural == "events")
 JOBSET = CRDS["jobset"]
 TRAINJOB = CRDS["trainjob"]
+PYTORCHJOB = CRDS["pytorchjob"]
 
 
 @dataclass(frozen=True)
@@ -151,10 +153,173 @@ class Controllers:
         self.store.mutate(POD, namespace, name, mark)
 
     def reconcile(self) -> None:
+        self._pytorchjobs()
         self._trainjobs()
         self._jobsets()
         self._jobs()
         self._pods()
+
+    # -- Kubeflow training-operator v1: PyTorchJob -> pods ------------------------------
+    def _pytorchjobs(self) -> None:
+        """The training-operator's PyTorchJob controller (v1.9: kubeflow/training-operator
+        ``pkg/controller.v1/common/{job,pod}.go``, ``pkg/core/job.go``, ``pytorch/envvar.go``;
+        https://www.kubeflow.org/docs/components/trainer/legacy-v1/user-guides/pytorch/), per job:
+
+        - ``runPolicy.backoffLimit`` first: the job fails ("has reached the specified backoff limit")
+          when a new pod failure came while not all replicas are active and ``NumRequeues + 1 >
+          backoffLimit`` (the operator's work queue always answers 0 requeues: only a limit of 0
+          fires), or when the container ``restartCount``s of the running pods reach it
+          (``PastBackoffLimit``; 0 for the ``Never`` pods an ``ExitCode`` replica gets);
+        - each Failed pod: with ``restartPolicy: ExitCode`` a retryable exit code (128 and up,
+          ``IsRetryableExitCode``) deletes the pod (it is recreated under its name, a
+          ``PyTorchJobRestarting`` event and a ``Restarting`` condition), a permanent one (1-127)
+          fails the job (``job "<name>" is failing because "<Type>" replica(s) failed.``);
+          ``OnFailure``/``Always`` restart it too, ``Never`` fails the job;
+        - every missing replica pod ``<job>-<type>-<index>`` is created from its template, with
+          ``restartPolicy: Never`` for ``ExitCode``, the ``training.kubeflow.org/*`` labels and
+          ``MASTER_ADDR``/``MASTER_PORT``/``WORLD_SIZE``/``RANK``/``PET_NODE_RANK``/
+          ``PET_NPROC_PER_NODE``/``PET_NNODES``; it passes pod admission (``FailedCreate`` otherwise);
+        - the job succeeds when its Master succeeded; once it ended, ``cleanPodPolicy`` ``Running``
+          (``All``) stops its running (all) pods, ``None`` leaves them.
+        """
+        for pj in self.store.list(PYTORCHJOB, None)[0]:
+            ns, name = pj["metadata"]["namespace"], pj["metadata"]["name"]
+            mine = [p for p in self.store.list(POD, ns)[0] if _owned_by(p, pj)]
+            if _finished(pj) or _condition(pj, "Succeeded") is not None:
+                self._clean_pods(pj, mine)
+                continue
+            replicas = pj["spec"]["pytorchReplicaSpecs"]
+            run_policy = pj["spec"].get("runPolicy") or {}
+            total = sum(int(r.get("replicas", 1)) for r in replicas.values())
+            failed = [p for p in mine if p["status"]["phase"] == "Failed"]
+            active = [p for p in mine if p["status"]["phase"] in ("Pending", "Running")]
+            limit = run_policy.get("backoffLimit")
+            before = sum(
+                int(st.get("failed") or 0) for st in ((pj.get("status") or {}).get("replicaStatuses") or {}).values()
+            )
+            if limit is not None:
+                exceeds = len(failed) > before and len(active) != total and 0 + 1 > int(limit)
+                restarted = sum(
+                    int(cs.get("restartCount") or 0)
+                    for p in active
+                    if p["status"]["phase"] == "Running"
+                    for cs in p["status"].get("containerStatuses") or []
+                )
+                past = restarted > 0 if int(limit) == 0 else restarted >= int(limit)
+                if exceeds or past:
+                    msg = f"Job {name} has failed because it has reached the specified backoff limit"
+                    self._pytorch_condition(pj, "Failed", "PyTorchJobFailed", msg)
+                    continue
+            verdict: tuple[str, str] | None = None
+            counts: dict[str, int] = {}
+            gone: set[str] = set()
+            for pod in failed:
+                rtype = _replica_type(pod)
+                counts[rtype] = counts.get(rtype, 0) + 1
+                policy = (replicas.get(rtype) or {}).get("restartPolicy", "Never")
+                code = _exit_code(pod) or 0
+                if (policy == "ExitCode" and code >= 128) or policy in ("OnFailure", "Always"):
+                    self.store.delete(POD, ns, pod["metadata"]["name"], "Background", {r.plural: r for r in BUILTIN})
+                    gone.add(pod["metadata"]["name"])
+                    msg = f"job {name} is restarting because {rtype} replica(s) failed."
+                    self.event(pj, "Warning", "PyTorchJobRestarting", msg, component="pytorchjob-controller")
+                    self._pytorch_condition(pj, "Restarting", "PyTorchJobRestarting", msg)
+                elif verdict is None:
+                    verdict = ("PyTorchJobFailed", f'job "{name}" is failing because "{rtype}" replica(s) failed.')
+            self.store.mutate(
+                PYTORCHJOB,
+                ns,
+                name,
+                lambda o, c=counts: o.setdefault("status", {}).update(
+                    replicaStatuses={t: {"failed": c.get(t, 0)} for t in replicas}
+                ),
+            )
+            if verdict is not None:
+                self._pytorch_condition(pj, "Failed", *verdict)
+                continue
+            master = [p for p in mine if _replica_type(p) == "Master" and p["status"]["phase"] == "Succeeded"]
+            if "Master" in replicas and master:
+                self._pytorch_condition(
+                    pj, "Succeeded", "PyTorchJobSucceeded", f"PyTorchJob {name} is successfully completed."
+                )
+                continue
+            self._pytorch_pods(pj, {p["metadata"]["name"] for p in mine} - gone, total)
+
+    def _pytorch_condition(self, pj: Obj, type_: str, reason: str, message: str) -> None:
+        def put(o: Obj) -> None:
+            conds = o.setdefault("status", {}).setdefault("conditions", [])
+            conds[:] = [c for c in conds if c["type"] != type_]
+            conds.append(
+                {"type": type_, "status": "True", "reason": reason, "message": message, "lastTransitionTime": _now()}
+            )
+
+        meta = pj["metadata"]
+        self.store.mutate(PYTORCHJOB, meta["namespace"], meta["name"], put)
+
+    def _pytorch_pods(self, pj: Obj, have: set[str], total: int) -> None:
+        meta, spec = pj["metadata"], pj["spec"]
+        ns, name = meta["namespace"], meta["name"]
+        uid = meta["uid"]
+        if time.monotonic() < self._retry_at.get(uid, 0.0):
+            return
+        for rtype, rs in spec["pytorchReplicaSpecs"].items():
+            for index in range(int(rs.get("replicas", 1))):
+                pod_name = f"{name}-{rtype.lower()}-{index}"
+                if pod_name in have:
+                    continue
+                template = copy.deepcopy(rs["template"])
+                pmeta = template.setdefault("metadata", {})
+                pmeta["name"] = pod_name
+                pmeta["labels"] = {
+                    **(pmeta.get("labels") or {}),
+                    "training.kubeflow.org/job-name": name,
+                    "training.kubeflow.org/operator-name": "pytorchjob-controller",
+                    "training.kubeflow.org/replica-type": rtype.lower(),
+                    "training.kubeflow.org/replica-index": str(index),
+                    **({"training.kubeflow.org/job-role": "master"} if rtype == "Master" else {}),
+                }
+                pmeta["ownerReferences"] = [_owner(pj)]
+                if rs.get("restartPolicy") == "ExitCode":
+                    template["spec"]["restartPolicy"] = "Never"
+                else:
+                    template["spec"]["restartPolicy"] = rs.get("restartPolicy", "Never")
+                rank = index + (1 if rtype == "Worker" else 0)
+                nproc = spec.get("nprocPerNode")
+                env = [
+                    {"name": "PYTHONUNBUFFERED", "value": "1"},
+                    {"name": "MASTER_PORT", "value": "23456"},
+                    {"name": "MASTER_ADDR", "value": f"{name}-master-0"},
+                    {"name": "WORLD_SIZE", "value": str(total * int(nproc or 1))},
+                    {"name": "RANK", "value": str(rank)},
+                    {"name": "PET_NODE_RANK", "value": str(rank)},
+                    *([{"name": "PET_NPROC_PER_NODE", "value": str(nproc)}] if nproc is not None else []),
+                    {"name": "PET_NNODES", "value": str(total)},
+                ]
+                for c in template["spec"].get("containers") or []:
+                    c["env"] = [*(c.get("env") or []), *env]
+                template["status"] = {"phase": "Pending"}
+                try:
+                    if self.admit is not None:
+                        self.admit(ns, template)
+                    self.store.create(POD, ns, template)
+                except ApiError as err:
+                    self.event(
+                        pj,
+                        "Warning",
+                        "FailedCreate",
+                        f"Error creating: {err.message}",
+                        component="pytorchjob-controller",
+                    )
+                    self._retry_at[uid] = time.monotonic() + self.create_retry
+                    return
+
+    def _clean_pods(self, pj: Obj, mine: list[Obj]) -> None:
+        policy = (pj["spec"].get("runPolicy") or {}).get("cleanPodPolicy", "None")
+        for pod in mine:
+            running = pod["status"]["phase"] in ("Pending", "Running")
+            if (policy == "Running" and running) or (policy == "All" and running):
+                if not pod["metadata"].get("deletionTimestamp"):
+                    self.terminate(pod["metadata"]["namespace"], pod["metadata"]["name"])
 
     # -- Kubeflow Trainer: TrainJob -> JobSet from its runtime ------------------------
     def _trainjobs(self) -> None:
@@ -600,6 +765,11 @@ def trainer_jobset(tj: Obj, runtime: Obj) -> Obj:
         },
         "spec": spec,
     }
+
+
+def _replica_type(pod: Obj) -> str:
+    """A PyTorchJob pod's replica type as the spec spells it (``Master``, ``Worker``)."""
+    return str((pod["metadata"].get("labels") or {}).get("training.kubeflow.org/replica-type", "")).capitalize()
 
 
 def _finished(obj: Obj) -> bool:

@@ -35,7 +35,7 @@ from tests.k8s.apiserver import KubeServer, PodPlan, serve_kube
 
 @pytest.fixture
 def kube(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubeServer]:
-    with serve_kube(tmp_path, crds=("jobset", "trainjob")) as server:
+    with serve_kube(tmp_path, crds=("jobset", "trainjob", "pytorchjob")) as server:
         monkeypatch.setenv("KUBECONFIG", str(server.kubeconfig))
         monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
         yield server
@@ -366,3 +366,77 @@ def test_node_0_preempted_the_group_re_forms_at_its_dns_name(kube: KubeServer, s
     causes = sorted(e["cause"] for e in _record(done)["events"])
     assert "node 0" in causes[0] and "disrupted" in causes[0]
     assert "node 1" in causes[1] and "lost the rendezvous store of node 0" in causes[1], causes
+
+
+class _BootThenRun:
+    """Every pod (by name) first runs the pod command's start (a refusal ends it with that code),
+    then runs until :attr:`release`."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.exits: list[tuple[str, int, str]] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, pod: dict[str, Any]) -> PodPlan:
+        code, said = _boot(pod)
+        if code:
+            with self.lock:
+                self.exits.append((pod["metadata"]["name"], code, said))
+            return PodPlan(lines=(f"[boot]:{said}",), exit_code=code, run_seconds=0, message=said)
+        return PodPlan(lines=("[default0]:step",), run_seconds=0, until=self.release)
+
+
+def _running_pod(kube: KubeServer, name: str, not_uid: str = "") -> dict[str, Any] | None:
+    for pod in kube.objects("pods"):
+        meta = pod["metadata"]
+        if meta["name"] == name and meta["uid"] != not_uid and pod["status"]["phase"] == "Running":
+            return pod
+    return None
+
+
+def test_a_preempted_pytorchjob_worker_restarts_in_the_cluster_until_the_budget_ends_it(
+    kube: KubeServer, settings: Settings
+) -> None:
+    """The training-operator deletes a pod that ended with a retryable code (143 after SIGTERM) and
+    recreates it under its name, with no client; its ``backoffLimit`` cannot bound that (it counts
+    container restarts of ``Never`` pods: 0), so the pod command counts its pod's starts on the run
+    folder's volume and, past the preemption budget, exits 86: a permanent code (1-127) for the
+    operator, which fails the job, and ``cleanPodPolicy: Running`` stops the master."""
+    plan = _BootThenRun()
+    kube.set_plan(plan)
+    backend = KubernetesBackend(settings, kind="pytorchjob", preempt_restarts=1)
+    job = backend.submit(_spec(max_restarts=0))
+    worker = f"{job.id}-worker-0"
+    pod = _until(lambda: _running_pod(kube, worker), "the worker runs")
+    _until(lambda: _running_pod(kube, f"{job.id}-master-0"), "the master runs")
+    calls = kube.count()
+    for n in (1, 2):  # the second preemption is one more than the budget of 1
+        kube.evict(worker)
+        if n == 1:
+            pod = _until(lambda old=pod["metadata"]["uid"]: _running_pod(kube, worker, old), "worker recreated")
+    assert _until(lambda: _done(kube, "pytorchjobs", job.id), "the PyTorchJob ended") == "Failed"
+    assert kube.count() == calls  # the cluster alone restarted it, then stopped it
+    (pj,) = kube.objects("pytorchjobs")
+    (failed,) = [c for c in pj["status"]["conditions"] if c["type"] == "Failed"]
+    assert failed["message"] == f'job "{job.id}" is failing because "Worker" replica(s) failed.'
+    assert [(name, code) for name, code, _ in plan.exits] == [(worker, 86)]
+    assert "preempted 2 times" in plan.exits[0][2]
+    restarting = [e for e in kube.objects("events") if e["reason"] == "PyTorchJobRestarting"]
+    assert restarting and restarting[0]["count"] == 2
+    master = _until(
+        lambda: next((p for p in kube.objects("pods") if p["metadata"]["name"] == f"{job.id}-master-0"
+                      and p["status"]["phase"] == "Failed"), None),
+        "the master stopped (cleanPodPolicy Running)",
+    )  # fmt: skip
+    assert _exit(master) == 143
+    done = backend.get(job.id)
+    assert done.state is JobState.FAILED and done.restarts == 2
+    assert "preempted more often than the preemption budget allows" in (done.reason or ""), done.reason
+    assert "preemption budget 1 per node used" in (done.reason or ""), done.reason
+
+
+def _exit(pod: dict[str, Any]) -> int | None:
+    for cs in pod["status"].get("containerStatuses") or []:
+        if "terminated" in (cs.get("state") or {}):
+            return int(cs["state"]["terminated"]["exitCode"])
+    return None

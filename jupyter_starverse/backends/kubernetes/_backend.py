@@ -45,7 +45,7 @@ from ._inputs import (
     KubeLaunch,
 )
 from ._logs import PodStream, fan_in, saved_logs
-from ._manifests import TRAINER_NODE, make_manifests, make_mode, pool_for, to_dict, warmup_image
+from ._manifests import STARTS, TRAINER_NODE, make_manifests, make_mode, pool_for, to_dict, warmup_image
 from ._names import is_dns_label, make_job_id
 from ._restart import (
     AttemptEnd,
@@ -55,6 +55,7 @@ from ._restart import (
     index_restarts,
     pod_restarts,
     recovers_in_cluster,
+    start_restarts,
     stopping_node,
 )
 from ._status import job_state, latest_per_node, parse_time
@@ -431,6 +432,8 @@ class KubernetesBackend(LaunchBackend):
             if in_cluster
             else budget_of(obj).restarts
         )
+        if obj.get("kind") == "PyTorchJob" and run_dir:  # its operator deletes the pods it replaces
+            restarts = max(restarts, start_restarts(Path(run_dir) / STARTS))
         state = st.state
         reason = st.reason
         if restarts and resuming(state, nodes, spec.nodes):

@@ -47,8 +47,11 @@ _IMAGE_FIX = (
 #: agent that lost its rendezvous store (:data:`RDZV_LOST`: node 0 was preempted). Before anything,
 #: a pod whose node was preempted more than ``STARVERSE_PREEMPT_RESTARTS`` times (its
 #: ``STARVERSE_NODE_PREEMPTIONS``, the Job controller's ignored-failure count of the index, read
-#: through the downward API) exits :data:`BUDGET_EXIT`. Why a pod stopped goes to its termination
-#: message (``/dev/termination-log``: the kubelet copies it into the pod's status).
+#: through the downward API; in a PyTorchJob's pod, which the training-operator recreates under the
+#: same name with no count of its own, the starts of ``STARVERSE_POD_NAME`` before this one, kept in
+#: ``STARVERSE_STARTS_DIR`` on the run folder's volume) exits :data:`BUDGET_EXIT`. Why a pod
+#: stopped goes to its termination message (``/dev/termination-log``: the kubelet copies it into
+#: the pod's status).
 BOOT = (
     "import importlib.util, os, runpy, sys\n"
     "def _say(text, code):\n"
@@ -61,6 +64,22 @@ BOOT = (
     "            pass\n"
     "    sys.exit(code)\n"
     "seen = os.environ.get('STARVERSE_NODE_PREEMPTIONS', '')\n"
+    "starts, me = os.environ.get('STARVERSE_STARTS_DIR', ''), os.environ.get('STARVERSE_POD_NAME', '')\n"
+    "if starts and me:  # an operator recreates the pod under its own name: count its starts on the volume\n"
+    "    path = os.path.join(starts, me)\n"
+    "    try:\n"
+    "        with open(path) as f:\n"
+    "            seen = f.read().strip()\n"
+    "    except OSError:\n"
+    "        seen = '0'\n"
+    "    seen = seen if seen.isdigit() else '0'\n"
+    "    try:\n"
+    "        os.makedirs(starts, exist_ok=True)\n"
+    "        with open(path + '.tmp', 'w') as f:\n"
+    "            f.write(str(int(seen) + 1))\n"
+    "        os.replace(path + '.tmp', path)\n"
+    "    except OSError:\n"
+    "        pass\n"
     "budget = os.environ.get('STARVERSE_PREEMPT_RESTARTS', '')\n"
     "if seen.isdigit() and budget.isdigit() and int(seen) > int(budget):\n"
     "    _say('this node was preempted ' + seen + ' times: no restarts left (preemption budget '\n"

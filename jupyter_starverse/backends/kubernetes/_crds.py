@@ -241,7 +241,7 @@ class PyTorchJob:
             replicas["Worker"] = self.worker.to_dict()
         run_policy = _drop_none(
             {
-                "cleanPodPolicy": "None",
+                "cleanPodPolicy": "Running",  # a job that ended stops its running pods (they checkpoint)
                 "backoffLimit": self.backoff_limit,
                 "ttlSecondsAfterFinished": self.ttl_seconds_after_finished,
                 "schedulingPolicy": {"queue": self.queue} if self.queue else None,

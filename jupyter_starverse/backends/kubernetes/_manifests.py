@@ -66,6 +66,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LABEL_JOB",
+    "STARTS",
     "TRAINER_NODE",
     "LABEL_MANAGED",
     "ClusterConfig",
@@ -270,16 +271,20 @@ def _annotations(launch: KubeLaunch) -> dict[str, str]:
 #: (https://kubernetes.io/docs/reference/labels-annotations-taints/ ; k8s.io/api batch/v1
 #: ``JobIndexIgnoredFailureCountAnnotation``): the preemptions of that node so far
 IGNORED_FAILURES = "batch.kubernetes.io/job-index-ignored-failure-count"
+#: the run folder's record of each PyTorchJob pod's starts (one file per pod name, a count)
+STARTS = "starts"
 
 
 def make_env(
-    launch: KubeLaunch, cluster: ClusterConfig, mode: ModeTranslation, *, indexed: bool = False
+    launch: KubeLaunch, cluster: ClusterConfig, mode: ModeTranslation, *, indexed: bool = False, counted: bool = False
 ) -> list[V1EnvVar]:
     """Environment of the trainer container: the local backend's job env + mode + secrets.
 
     ``indexed`` (a pod of an Indexed Job, as the default kind and JobSet make): the pod also reads
     its node's preemptions so far from its own annotation (downward API) and the budget, which
-    the pod command (``_checks.BOOT``) compares before it starts anything."""
+    the pod command (``_checks.BOOT``) compares before it starts anything. ``counted`` (a
+    PyTorchJob's pod, recreated by the operator under the same name, with no count): the pod
+    command counts the starts of its pod name in the run folder (:data:`STARTS`) instead."""
     from kubernetes import client as c
 
     spec = launch.spec
@@ -305,12 +310,17 @@ def make_env(
     )
     if "STARVERSE_WORKDIR" in env:  # unpacked by the init step into the pod's own read-only folder
         env["STARVERSE_WORKDIR"] = WORKDIR_MOUNT
-    if indexed:
+    if indexed or counted:
         base["STARVERSE_PREEMPT_RESTARTS"] = str(launch.preempt_restarts)
+    if counted:
+        base["STARVERSE_STARTS_DIR"] = f"{launch.run_dir}/{STARTS}"
     out = [c.V1EnvVar(name=k, value=v) for k, v in {**base, **env, **launch.cost_env}.items()]
     if indexed:
         field = c.V1ObjectFieldSelector(field_path=f"metadata.annotations['{IGNORED_FAILURES}']")
         out.append(c.V1EnvVar(name="STARVERSE_NODE_PREEMPTIONS", value_from=c.V1EnvVarSource(field_ref=field)))
+    if counted:
+        field = c.V1ObjectFieldSelector(field_path="metadata.name")
+        out.append(c.V1EnvVar(name="STARVERSE_POD_NAME", value_from=c.V1EnvVarSource(field_ref=field)))
     for name, (secret, key) in kube_secret_refs(spec).items():  # env:/file: refused with a kubectl hint
         source = c.V1EnvVarSource(secret_key_ref=c.V1SecretKeySelector(name=secret, key=key))
         out.append(c.V1EnvVar(name=name, value_from=source))
@@ -453,7 +463,7 @@ def _small_resources(pool: NodePool) -> Any:
 
 
 def make_container(
-    launch: KubeLaunch, cluster: ClusterConfig, *, master: str | None, name: str = CONTAINER
+    launch: KubeLaunch, cluster: ClusterConfig, *, master: str | None, name: str = CONTAINER, counted: bool = False
 ) -> V1Container:
     """The trainer container of every node pod."""
     from kubernetes import client as c
@@ -464,7 +474,7 @@ def make_container(
         name=name,
         image=mode.image,
         command=make_command(launch, cluster, master=master),
-        env=make_env(launch, cluster, mode, indexed=master is not None),
+        env=make_env(launch, cluster, mode, indexed=master is not None, counted=counted),
         resources=mode.resources,
         volume_mounts=mounts,
         ports=[c.V1ContainerPort(container_port=PORT, name="rendezvous")] if master else None,
@@ -481,6 +491,7 @@ def make_pod_template(
     subdomain: str | None,
     wait_for_store: bool,
     container_name: str = CONTAINER,
+    counted: bool = False,
 ) -> V1PodTemplateSpec:
     """Pod template of a node: trainer, optional store init container, volumes, placement."""
     from kubernetes import client as c
@@ -510,7 +521,7 @@ def make_pod_template(
             restart_policy="Never",
             subdomain=subdomain,
             init_containers=init,
-            containers=[make_container(launch, cluster, master=master, name=container_name)],
+            containers=[make_container(launch, cluster, master=master, name=container_name, counted=counted)],
             volumes=volumes,
             node_selector=mode.node_selector or None,
             tolerations=list(mode.tolerations) or None,
@@ -757,10 +768,20 @@ def make_trainjob(launch: KubeLaunch, cluster: ClusterConfig) -> tuple[TrainingR
 
 
 def make_pytorchjob(launch: KubeLaunch, cluster: ClusterConfig) -> PyTorchJob:
-    """Kubeflow training-operator PyTorchJob: one Master and ``nodes - 1`` Workers."""
+    """Kubeflow training-operator PyTorchJob: one Master and ``nodes - 1`` Workers, ``ExitCode`` replicas.
+
+    The operator (https://www.kubeflow.org/docs/components/trainer/legacy-v1/user-guides/pytorch/;
+    kubeflow/training-operator ``pkg/controller.v1/common/pod.go``) recreates a pod under the same
+    name when it ended with a retryable code (128+: 143 after SIGTERM and the checkpoint, 137) and
+    fails the job on a permanent one (1-127: a script failure, a usage error, ``BUDGET_EXIT``).
+    Its ``runPolicy.backoffLimit`` counts the container restarts of running pods, which are 0 for
+    the ``Never`` pods it recreates, so it cannot bound preemptions: each pod counts its own starts
+    on the run folder's volume and exits ``BUDGET_EXIT`` past ``preempt_restarts`` (``_checks.BOOT``).
+    ``cleanPodPolicy: Running`` stops the other pods once the job ended.
+    """
     # The operator finds the trainer by the container name "pytorch".
     template = make_pod_template(
-        launch, cluster, master=None, subdomain=None, wait_for_store=True, container_name="pytorch"
+        launch, cluster, master=None, subdomain=None, wait_for_store=True, container_name="pytorch", counted=True
     )
     workers = launch.spec.nodes - 1
     return PyTorchJob(
@@ -768,8 +789,8 @@ def make_pytorchjob(launch: KubeLaunch, cluster: ClusterConfig) -> PyTorchJob:
         master=PyTorchReplicaSpec(1, template, "ExitCode"),
         worker=PyTorchReplicaSpec(workers, template, "ExitCode") if workers else None,
         nproc_per_node=launch.spec.procs_per_node,
-        # the operator restarts a pod that ended with a retryable code (143: SIGTERM, checkpoint)
-        # and fails the job past this many restarts
+        # 0 fails the job at the first failed pod (the operator's exceedsBackoffLimit): then no
+        # restart is allowed at all; any other value leaves the budget to the pod command
         backoff_limit=agent_restarts(launch),
         ttl_seconds_after_finished=cluster.ttl_seconds,
         queue=cluster.kueue_queue,

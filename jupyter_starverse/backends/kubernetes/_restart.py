@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from jupyter_starverse.backends._restarts import PREEMPT_EXIT, USAGE_EXIT, RestartBudget
@@ -38,6 +39,7 @@ __all__ = [
     "index_restarts",
     "pod_restarts",
     "recovers_in_cluster",
+    "start_restarts",
     "stopping_node",
 ]
 
@@ -235,3 +237,19 @@ def pod_restarts(pods: Iterable[Mapping[str, Any]]) -> list[tuple[str, AttemptEn
         if end is not None:
             out.append((str((pod.get("metadata") or {}).get("name")), end))
     return out
+
+
+def start_restarts(starts: Path) -> int:
+    """Pods a PyTorchJob's operator recreated, from the starts each pod command counted in the
+    run folder (``_checks.BOOT``: one file per pod name; a count of 3 is 2 restarts): right once the
+    replaced pods are gone (the operator deletes them)."""
+    total = 0
+    for path in starts.iterdir() if starts.is_dir() else ():
+        if path.suffix == ".tmp":
+            continue
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        total += max(0, int(text) - 1) if text.isdigit() else 0
+    return total
