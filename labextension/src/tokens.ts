@@ -500,7 +500,7 @@ export interface ISwitchResult {
 // Owned by the pipelines area; mirrors the to_json() of jupyter_starverse/pipelines/.
 
 /** Node kinds of a `.svpipeline` document: catalog entries and steps. */
-export type PipelineNodeKind = 'dataset' | 'model' | 'train' | 'recipe' | 'prep';
+export type PipelineNodeKind = 'dataset' | 'model' | 'train' | 'recipe' | 'prep' | 'eval';
 
 /** A train step's parameters (every one optional; the server fills the defaults). */
 export interface ITrainParams {
@@ -528,6 +528,11 @@ export interface ITrainParams {
   options?: Record<string, unknown>;
   /** a data preparation step as a job of N ranks ("NxP": nodes x processes); unset: one */
   shards?: number | string;
+  /** eval steps (`pipelines.EVAL_PARAMS`): the task kind, the fields, the first N examples */
+  task?: EvalTask;
+  input_field?: string;
+  target_field?: string;
+  limit?: number;
 }
 
 /** `Node.to_json()`: one box of the canvas. */
