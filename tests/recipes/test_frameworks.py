@@ -103,6 +103,19 @@ def test_llamafactory_sft_runs_under_torchrun_where_installed(store: Starverse) 
     assert list((Path(done.experiment_dir) / "model").glob("checkpoint-*"))  # checkpoints on the schedule
 
 
+def test_a_framework_process_that_fails_names_its_error_in_the_job(client: Starverse) -> None:
+    """A command job's ranks run no worker of ours (no error record): the job's reason still names the error."""
+    import sys
+
+    from jupyter_starverse.jobmodel import JobSpec
+
+    crash = "import sys; print('loading', flush=True); raise ValueError('assign use_cpu to train on CPU')"
+    spec = JobSpec(name="framework-fails", command=(sys.executable, "-c", crash), procs_per_node=2)
+    done = client.backend("local").wait(client.launch(spec).id, timeout=180)
+    assert done.state.value == "failed"
+    assert "exited with code 1: ValueError: assign use_cpu to train on CPU" in (done.reason or ""), done.reason
+
+
 def test_megatron_indexed_dataset_round_trips_in_megatron_core_layout(tmp_path: Path) -> None:
     docs = [[5, 6, 7, 1], [9, 1], [300, 2, 1]]
     written = write_indexed_dataset(docs, tmp_path / "text_document", vocab_size=450)

@@ -31,6 +31,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -579,6 +580,9 @@ class _Supervisor:
         if root is None:
             cause = next((x for x in (self.last_log_line(i) for i in failed_nodes) if x), None)
             root = Event(time.time(), "failed", cause or "the job's processes ended before the last step")
+        elif root.kind == "failed" and _CODE_ONLY.fullmatch(root.cause):  # a command rank: no error record
+            said = next((x for x in (self.last_log_line(i) for i in failed_nodes) if x), None)
+            root = replace(root, cause=f"{root.cause}: {said.split(': ', 1)[1]}" if said else root.cause)
         per_second, currency = self.per_second()
         event = lost_work(
             self.run, attempt=attempt, started=self.attempt_started, when=root.time,
@@ -627,16 +631,19 @@ class _Supervisor:
         )
 
     def last_log_line(self, index: int) -> str | None:
-        """The agent's last words, when no rank recorded an error (it failed before any rank ran)."""
+        """The node's words on its failure, when no rank recorded an error: the first exception a rank
+        printed in this attempt (a command job's rank has no error record), else the agent's last error."""
         try:
             with self.run.node_log(index).open("rb") as f:
-                f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
+                end = f.seek(0, os.SEEK_END)
+                f.seek(max(self.log_offsets.get(index, 0), end - (1 << 16)))
                 lines = [x.strip() for x in f.read().decode(errors="replace").splitlines() if x.strip()]
         except OSError:
             return None
         lines = [x for x in lines if any(c.isalnum() for c in x)]
+        raised = [x for x in lines if _RAISED.match(x) and "ChildFailedError" not in x]
         errors = [x for x in lines if "Error" in x or "error:" in x]
-        last = errors[-1] if errors else lines[-1] if lines else None
+        last = raised[0] if raised else errors[-1] if errors else lines[-1] if lines else None
         return f"node {index}: {last[:300]}" if last else None
 
     def hold_mounts(self) -> None:
@@ -766,6 +773,10 @@ class _Supervisor:
         for log in self.logs.values():
             log.close()
 
+
+#: a cause that names only an exit code (the agent's failure table), and a line that is a raised exception
+_CODE_ONLY = re.compile(r"rank \d+ \(node \d+\) exited with code -?\d+")
+_RAISED = re.compile(r"(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)(?::|$)")
 
 def _umask() -> int:
     mask = os.umask(0o077)
