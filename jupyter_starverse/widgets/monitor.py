@@ -13,19 +13,16 @@ import threading
 import time
 from collections.abc import Sequence
 from html import escape
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import ipywidgets as widgets
 
 from jupyter_starverse._format import format_count, format_metric, format_rate, format_step
 from jupyter_starverse.jobmodel import Job, JobState, LogLine
 from jupyter_starverse.runtime import reference_series
-from jupyter_starverse.watch import JobProgress, format_duration
+from jupyter_starverse.watch import JobProgress, JobWatch, format_duration
 
 from ._chart import loss_svg
-
-if TYPE_CHECKING:
-    from ._handle import JobHandle
 
 __all__ = ["JobMonitor"]
 
@@ -115,7 +112,7 @@ class JobMonitor(widgets.VBox):  # type: ignore[misc]
         Start the polling thread right away (tests call :meth:`refresh` themselves).
     """
 
-    def __init__(self, handle: JobHandle, *, interval: float = 1.0, log_lines: int = 20, start: bool = True) -> None:
+    def __init__(self, handle: JobWatch, *, interval: float = 1.0, log_lines: int = 20, start: bool = True) -> None:
         self.handle = handle
         self.interval = interval
         self.log_lines = log_lines
