@@ -4,6 +4,11 @@ The worker (:mod:`._worker`) is a separate process, not a thread of the kernel o
 a long generation never blocks a cell, a widget or the event loop, and the kernel can be
 interrupted or restarted without losing the worker's state or vice versa. It stops on its own
 when its parent goes away (stdin closes).
+
+Most of a worker's cold start is importing torch and transformers, not the model's load.
+:meth:`ChatSessions.prewarm` starts a *spare* worker that has imported them and waits for a
+model (the panel asks for one when its chat section lists the models): the chat that starts next
+takes it and waits only for the model's load. A spare nobody takes exits after the chat idle time.
 """
 
 from __future__ import annotations
@@ -29,7 +34,9 @@ from jupyter_starverse.catalog import Catalog
 from jupyter_starverse.errors import BackendUnavailableError, BadInputError, NotFoundError, PermissionDeniedError
 from jupyter_starverse.experiments import ExperimentPaths, list_runs
 
-__all__ = ["ChatSession", "ChatSessions", "ChatTurn", "EndpointChatSession", "EndpointTarget", "resolve_model"]
+__all__ = [
+    "ChatSession", "ChatSessions", "ChatTurn", "EndpointChatSession", "EndpointTarget", "SpareWorker", "resolve_model",
+]  # fmt: skip
 
 _OUTPUT_DIRS = ("output", "model", "final")
 _MAX_MESSAGES = 200
@@ -148,6 +155,58 @@ def _check_messages(messages: object) -> tuple[dict[str, str], ...]:
     return tuple(out)
 
 
+def _start_worker(folder: str, idle_seconds: float, log_path: Path) -> subprocess.Popen[str]:
+    """A worker process loading ``folder`` (``-``: a spare that waits for ``{"load": FOLDER}``)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    argv = [sys.executable, "-m", "jupyter_starverse.feedback._worker", folder, f"{idle_seconds:g}"]
+    with open(log_path, "ab") as err:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            env=env,
+            text=True,
+            encoding="utf-8",
+            start_new_session=True,  # a kernel interrupt (SIGINT to its group) leaves it alone
+        )
+
+
+def _end(proc: subprocess.Popen[str], grace: float = 5.0) -> None:
+    """Stop a worker: closing stdin ends it; SIGTERM, then SIGKILL, if it lingers."""
+    if proc.stdin is not None:
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@dataclass
+class SpareWorker:
+    """A worker that imported torch and transformers and waits for the model a chat names."""
+
+    proc: subprocess.Popen[str]
+    log_path: Path
+    started_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        """End it now: it holds no model and no answer (SIGTERM: it may still be importing)."""
+        self.proc.terminate()
+        _end(self.proc)
+
+
 class ChatSession:
     """A model loaded in a worker process; :meth:`ask` streams its answer.
 
@@ -157,6 +216,9 @@ class ChatSession:
         What the user picked (``hf:ORG/REPO@REV``, ``exp:NAME``, a folder): recorded with feedback.
     folder
         The model folder the worker loads.
+    spare
+        A spare worker to load it in (:meth:`ChatSessions.prewarm`): the start then waits only for
+        the model's load, not for the imports. A spare that is gone is replaced by a new worker.
     """
 
     def __init__(
@@ -167,6 +229,7 @@ class ChatSession:
         log_dir: Path,
         start_timeout: float = 120.0,
         idle_seconds: float = 0.0,
+        spare: SpareWorker | None = None,
     ) -> None:
         self.id = uuid.uuid4().hex[:12]
         self.model = model
@@ -178,40 +241,61 @@ class ChatSession:
         self._start_timeout = start_timeout
         self._turns: dict[str, ChatTurn] = {}
         self._lock = threading.Lock()
+        #: What the last start cost, in seconds: the worker's ``imports`` (0 when a spare had them
+        #: done), ``tokenizer`` and ``model`` loads, and ``ready``: the whole wait here.
+        self.load_seconds: dict[str, float] = {}
         log_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = log_dir / f"chat-{self.id}.log"
-        self._spawn()
+        self.log_path = spare.log_path if spare is not None else log_dir / f"chat-{self.id}.log"
+        self._spawn(spare)
 
-    def _spawn(self) -> None:
-        """Start the worker with the model and wait for its ``ready`` line."""
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-        argv = [sys.executable, "-m", "jupyter_starverse.feedback._worker", str(self.folder), f"{self.idle_seconds:g}"]
-        with open(self.log_path, "ab") as err:
-            self._proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=err,
-                env=env,
-                text=True,
-                encoding="utf-8",
-                start_new_session=True,  # a kernel interrupt (SIGINT to its group) leaves it alone
-            )
-        assert self._proc.stdout is not None
-        ready = self._first_line(self._proc.stdout, self._start_timeout)
+    def _spawn(self, spare: SpareWorker | None = None) -> None:
+        """Start the worker with the model (or hand the model to ``spare``) and wait for its ``ready`` line."""
+        began = time.monotonic()
+        ready: dict[str, Any] = {}
+        if spare is not None and spare.alive:
+            self._proc = spare.proc
+            assert self._proc.stdin is not None and self._proc.stdout is not None
+            try:
+                self._proc.stdin.write(json.dumps({"load": str(self.folder)}, ensure_ascii=False) + "\n")
+                self._proc.stdin.flush()
+                ready = self._first_line(self._proc.stdout, self._start_timeout)
+            except (OSError, ValueError):
+                ready = {}
+            if not ready.get("ready") and not ready.get("error"):  # it exited (idle) as it was taken
+                _end(self._proc)
+                spare = None
+        if spare is None or not ready:
+            self._proc = _start_worker(str(self.folder), self.idle_seconds, self.log_path)
+            assert self._proc.stdout is not None
+            ready = self._first_line(self._proc.stdout, self._start_timeout)
+            spare = None
         if not ready.get("ready"):
             self.close()
             raise BackendUnavailableError(
                 f"the chat worker could not load {self.model or self.folder}: {ready.get('error') or 'it exited'}",
                 hint=f"see {self.log_path}",
             )
+        raw = ready.get("seconds")
+        got = {k: float(v) for k, v in raw.items() if isinstance(v, int | float)} if isinstance(raw, dict) else {}
+        if spare is not None:
+            got["imports"] = 0.0  # the spare had them done before this chat asked
+        self.load_seconds = {**got, "ready": round(time.monotonic() - began, 3)}
         self._asleep = False
         self._reader = threading.Thread(target=self._read, args=(self._proc,), name=f"chat-{self.id}", daemon=True)
         self._reader.start()
 
     def _first_line(self, out: IO[str], timeout: float) -> dict[str, Any]:
+        """The worker's ``ready`` line (a spare's ``warm`` line before it is skipped)."""
         box: list[str] = []
-        t = threading.Thread(target=lambda: box.append(out.readline()), daemon=True)
+
+        def read() -> None:
+            while True:
+                line = out.readline()
+                if not line or '"warm"' not in line:
+                    box.append(line)
+                    return
+
+        t = threading.Thread(target=read, daemon=True)
         t.start()
         t.join(timeout)
         if not box or not box[0]:
@@ -326,15 +410,7 @@ class ChatSession:
     def close(self) -> None:
         """Stop the worker (closing stdin ends it; SIGTERM if it lingers)."""
         self._asleep = False
-        self._close_stdin(self._proc)
-        try:
-            self._proc.wait(5)
-        except subprocess.TimeoutExpired:
-            self._proc.terminate()
-            try:
-                self._proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
+        _end(self._proc)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -556,7 +632,27 @@ class ChatSessions:
         self.catalog = catalog
         self._endpoints = endpoints  # a local endpoint id -> where it answers (the facade gives client.serve's)
         self._sessions: dict[str, ChatSession | EndpointChatSession] = {}
+        self._spare: SpareWorker | None = None
         self._lock = threading.Lock()
+
+    def prewarm(self) -> bool:
+        """Start a spare worker (torch and transformers imported, no model) unless one is waiting, so
+        that the next chat with a model waits only for the model's load. The panel asks for one when
+        its chat section lists the models. A spare nobody takes exits after the chat idle time.
+        Returns whether this call started one."""
+        with self._lock:
+            if self._spare is not None and self._spare.alive:
+                return False
+            log_dir = self.settings.home / "chat"
+            log_dir.mkdir(parents=True, exist_ok=True)
+            log = log_dir / f"chat-spare-{uuid.uuid4().hex[:12]}.log"
+            self._spare = SpareWorker(_start_worker("-", self.settings.chat_idle_minutes * 60, log), log)
+            return True
+
+    def _take_spare(self) -> SpareWorker | None:
+        with self._lock:
+            spare, self._spare = self._spare, None
+        return spare if spare is not None and spare.alive else None
 
     def models(self) -> list[str]:
         """What a chat can pick: cached store models, then experiments with a saved model (``exp:NAME``)."""
@@ -589,6 +685,7 @@ class ChatSessions:
                 folder,
                 log_dir=self.settings.home / "chat",
                 idle_seconds=self.settings.chat_idle_minutes * 60,
+                spare=self._take_spare(),
             )
         with self._lock:
             self._sessions[session.id] = session
@@ -620,13 +717,17 @@ class ChatSessions:
         return list(self._sessions.values())
 
     def close(self, session_id: str | None = None) -> None:
+        """Close one session, or (no id) every session and the spare worker."""
         with self._lock:
             ids = [session_id] if session_id else list(self._sessions)
             found = [self._sessions.pop(i) for i in ids if i in self._sessions]
+            spare, self._spare = (self._spare, None) if session_id is None else (None, self._spare)
         if session_id and not found:
             raise NotFoundError(f"no chat session {session_id!r}", hint="it may have been closed already")
         for s in found:
             s.close()
+        if spare is not None:
+            spare.close()
 
 
 def _object(value: Any) -> dict[str, Any]:

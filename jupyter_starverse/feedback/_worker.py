@@ -1,14 +1,21 @@
 """The chat worker process: loads one model and streams answers, one JSON line per piece.
 
 Run as ``python -m jupyter_starverse.feedback._worker MODEL_FOLDER [IDLE_SECONDS]``; it outlives
-no one: it stops when its stdin closes (the kernel or server that started it is gone). After
-IDLE_SECONDS without a request it says ``{"idle": true}``; the session then closes its stdin
-unless a question is on its way (the session's lock decides, so none is lost), and starts a new
-worker at the next question. Protocol, JSON lines:
+no one: it stops when its stdin closes (the kernel or server that started it is gone), at once
+(``os._exit`` once its output is flushed: an interpreter holding torch and transformers takes
+seconds to tear down, which the one-prompt CLI would wait for). After IDLE_SECONDS without a
+request it says ``{"idle": true}``; the session then closes its stdin unless a question is on its
+way (the session's lock decides, so none is lost), and starts a new worker at the next question.
+
+MODEL_FOLDER ``-`` starts a *spare*: it imports torch and transformers (most of a cold start),
+says ``{"warm": true}`` and waits for ``{"load": FOLDER}`` as its first line, so a chat that
+takes it pays only the model's load; a spare nobody takes exits after IDLE_SECONDS. Protocol,
+JSON lines:
 
 - in: ``{"id", "messages": [{"role", "content"}], "max_new_tokens", "temperature", "seed"}``
-- out: ``{"ready": true, "model"}`` once; per request ``{"id", "piece"}`` ... then
-  ``{"id", "done": true, "text", "tokens", "seconds"}`` or ``{"id", "error"}``.
+- out: ``{"ready": true, "model", "seconds": {"imports", "tokenizer", "model"}}`` once (what the
+  load cost); per request ``{"id", "piece"}`` ... then ``{"id", "done": true, "text", "tokens",
+  "seconds"}`` or ``{"id", "error"}``.
 """
 
 from __future__ import annotations
@@ -112,23 +119,63 @@ def _requests(idle: float) -> Iterator[str | None]:
         yield line
 
 
+def _exit(code: int) -> None:
+    """End now: output flushed, no interpreter teardown (nothing of ours needs it: no files open for writing)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+def _load_request(line: str | None) -> str | None:
+    """The folder a spare's first line names (``{"load": FOLDER}``)."""
+    try:
+        folder = json.loads(line or "").get("load")
+    except (ValueError, AttributeError):
+        return None
+    return folder if isinstance(folder, str) and folder else None
+
+
 def main(argv: list[str]) -> int:
     folder = argv[0]
+    idle = float(argv[1]) if len(argv) > 1 else 0.0
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    started = time.monotonic()
     try:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         torch.set_num_threads(int(os.environ.get("STARVERSE_CHAT_THREADS", "1")))
-        tok = AutoTokenizer.from_pretrained(folder)
-        model: Any = AutoModelForCausalLM.from_pretrained(folder)
-        model.eval()
     except Exception as e:  # the parent shows this to the user
         _emit({"ready": False, "error": f"{type(e).__name__}: {e}"})
         return 1
-    _emit({"ready": True, "model": folder})
-    idle = float(argv[1]) if len(argv) > 1 else 0.0
-    for line in _requests(idle):
+    seconds = {"imports": round(time.monotonic() - started, 3)}
+    requests = _requests(idle)
+    if folder == "-":  # a spare: warm, waiting for the model to load
+        _emit({"warm": True, "seconds": seconds})
+        line = next(requests, None)  # None: nobody took it within `idle` seconds, or its parent is gone
+        if line is None:
+            return 0
+        named = _load_request(line)
+        if named is None:
+            _emit({"ready": False, "error": f"a spare worker's first line must be {{'load': FOLDER}}: {line[:100]!r}"})
+            return 1
+        folder = named
+    try:
+        mark = time.monotonic()
+        tok = AutoTokenizer.from_pretrained(folder)
+        seconds["tokenizer"] = round(time.monotonic() - mark, 3)
+        mark = time.monotonic()
+        model: Any = AutoModelForCausalLM.from_pretrained(folder)
+        model.eval()
+        seconds["model"] = round(time.monotonic() - mark, 3)
+    except Exception as e:  # the parent shows this to the user
+        _emit({"ready": False, "error": f"{type(e).__name__}: {e}"})
+        return 1
+    _emit({"ready": True, "model": folder, "seconds": seconds})
+    for line in requests:
         if line is None:  # nobody asked for `idle` seconds: offer to go (the session closes stdin if so)
             _emit({"idle": True, "seconds": idle})
             continue
@@ -144,4 +191,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    _exit(main(sys.argv[1:]))

@@ -7,7 +7,7 @@
     POST   feedback/records   {log, model, prompt, answer, vote?, better?, comment?,
                                answer_id?, session?}          -> FeedbackRecord (201)
     POST   feedback/snapshot  {log}                            -> FeedbackSnapshot (201)
-    GET    chat/models                          -> [str]
+    GET    chat/models                          -> [str] (and a spare chat worker warms up)
     GET    chat/sessions                        -> [ChatSession]
     POST   chat/sessions      {model} | {endpoint: ID|URL, token?: env:NAME|file:PATH} -> ChatSession (201)
     DELETE chat/sessions/ID                     -> 204
@@ -88,7 +88,10 @@ class SnapshotHandler(StarverseHandler):
 class ModelsHandler(StarverseHandler):
     @web.authenticated
     async def get(self) -> None:
-        self.finish_json(await self.run(self.client.chats.models))
+        models = await self.run(self.client.chats.models)
+        if models:  # the chat section lists what to pick: a spare worker imports torch meanwhile
+            await self.run(self.client.chats.prewarm)
+        self.finish_json(models)
 
 
 class SessionsHandler(StarverseHandler):

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from pathlib import Path
 
 import pytest
 
+from jupyter_starverse._settings import Settings
 from jupyter_starverse.client import Starverse
 from jupyter_starverse.errors import BadInputError, NotFoundError
+from jupyter_starverse.feedback import ChatSession
 
 
 def test_chat_streams_and_two_concurrent_writers_label_it(client: Starverse, tiny_ref: str) -> None:
@@ -95,3 +98,41 @@ def test_an_idle_worker_gives_its_memory_back_and_the_next_question_starts_it_ag
     finally:
         session.close()
     assert not session.alive
+
+
+def test_a_spare_worker_takes_the_next_chat_and_answers_as_a_fresh_one(client: Starverse, tiny_folder: Path) -> None:
+    """The panel's chat section warms a spare (torch and transformers imported, no model): the next
+    chat loads only the model in it, and answers exactly as a chat in a new worker does."""
+    assert client.chats.prewarm() is True
+    assert client.chats.prewarm() is False  # one spare at a time: a second call starts nothing
+    spare = client.chats._spare
+    assert spare is not None
+    warm = client.chats.start(str(tiny_folder))
+    cold = client.chats.start(str(tiny_folder))
+    try:
+        assert isinstance(warm, ChatSession) and isinstance(cold, ChatSession)
+        assert warm._proc is spare.proc and client.chats._spare is None  # the spare was taken, not kept
+        assert warm.load_seconds["imports"] == 0.0 and cold.load_seconds["imports"] > 0
+        assert {"tokenizer", "model", "ready"} <= warm.load_seconds.keys()
+        a = warm.ask("How many cards do I need?", max_new_tokens=8).wait(60)
+        b = cold.ask("How many cards do I need?", max_new_tokens=8).wait(60)
+        assert a.text and a.text == b.text  # same model, greedy: the spare changes nothing but the wait
+    finally:
+        client.chats.close()
+    # closing a chat ends its worker by itself (stdin closed: it exits at once), never by a signal
+    assert warm._proc.returncode == 0 and cold._proc.returncode == 0
+
+
+def test_a_spare_that_nobody_takes_exits_by_itself(settings: Settings) -> None:
+    from jupyter_starverse.feedback import ChatSessions
+
+    settings = dataclasses.replace(settings, chat_idle_minutes=1 / 60)  # a second
+    chats = ChatSessions(settings, Starverse(settings).catalog)
+    assert chats.prewarm() is True
+    spare = chats._spare
+    assert spare is not None
+    assert spare.proc.wait(60) == 0  # nobody took it within the idle time: it went, its memory with it
+    assert chats._take_spare() is None  # the next chat starts a worker of its own
+    assert chats.prewarm() is True  # and the panel's next look at the models warms a new one
+    chats.close()
+    assert not spare.alive and chats._spare is None
