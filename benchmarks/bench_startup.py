@@ -102,6 +102,7 @@ def main() -> None:
     env = dict(os.environ)
     env.setdefault("STARVERSE_HOME", tempfile.mkdtemp(prefix="sv-bench-startup-"))  # an empty job index
     rows = _rows(has_tb)
+    load_before = os.getloadavg()[0]
     times: dict[str, list[float]] = {name: [] for name in rows}
     widgets: dict[str, str] = {}
     for _ in range(args.repeat):  # interleaved: each round runs every row once
@@ -113,12 +114,21 @@ def main() -> None:
     medians = {name: statistics.median(ts) for name, ts in times.items()}
     cli_anchor = medians["starverse jobs ls (anchor)"]
     nb_anchor = medians.get("%load_ext tensorboard (anchor)")
-    print(f"medians of {args.repeat}, fresh interpreters, machine load {os.getloadavg()[0]:.1f}")
+    print(f"medians of {args.repeat}, fresh interpreters, machine load {load_before:.1f} -> {os.getloadavg()[0]:.1f}")
     print(f"{'door':<34} {'median':>8} {'vs jobs ls':>11} {'vs tb':>7}  heaviest imports")
     for name, median in medians.items():
         vs_tb = f"{median / nb_anchor:6.2f}x" if nb_anchor and name.startswith(("%", "IPython")) else "      -"
         note = f" [{widgets[name]}]" if name in widgets else ""
         print(f"{name:<34} {median:7.2f}s {median / cli_anchor:10.2f}x {vs_tb}  {_heaviest(rows[name], env)}{note}")
+    helps = {name: m for name, m in medians.items() if name.endswith("--help")}
+    worst = max(helps, key=helps.__getitem__)
+    print(f"goal: every --help <= jobs ls: {'met' if helps[worst] <= cli_anchor else 'NOT met'} "
+          f"(slowest {worst!r}, {helps[worst] / cli_anchor:.2f}x jobs ls)")  # fmt: skip
+    if nb_anchor:
+        ours = medians["%load_ext jupyter_starverse"]
+        met = "met" if ours <= nb_anchor else "NOT met"
+        print(f"goal: %load_ext jupyter_starverse <= %load_ext tensorboard: {met} "
+              f"({ours / nb_anchor:.2f}x)")  # fmt: skip
 
 
 if __name__ == "__main__":

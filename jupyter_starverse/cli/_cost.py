@@ -15,22 +15,21 @@ from __future__ import annotations
 
 import argparse
 from decimal import Decimal, InvalidOperation
-
-from jupyter_starverse.client import Starverse
-from jupyter_starverse.costs import (
-    Comparison,
-    Cost,
-    Estimate,
-    MixedPlan,
-    PriceTable,
-    Resources,
-    UserTotal,
-    parse_duration,
-)
-from jupyter_starverse.errors import BadInputError
-from jupyter_starverse.jobmodel import BILLING_MODES
+from typing import TYPE_CHECKING
 
 from ._common import add_json_flag
+
+if TYPE_CHECKING:
+    from jupyter_starverse.client import Starverse
+    from jupyter_starverse.costs import (
+        Comparison,
+        Cost,
+        Estimate,
+        MixedPlan,
+        PriceTable,
+        Resources,
+        UserTotal,
+    )
 
 __all__ = ["register"]
 
@@ -53,6 +52,9 @@ def _count(text: str) -> int:
 
 
 def _duration(args: argparse.Namespace) -> Decimal:
+    from jupyter_starverse.costs import parse_duration
+    from jupyter_starverse.errors import BadInputError
+
     if args.hours is not None and args.duration is not None:
         raise BadInputError("give either --hours or --duration, not both", field="duration")
     if args.hours is not None:
@@ -63,6 +65,8 @@ def _duration(args: argparse.Namespace) -> Decimal:
 
 
 def _resources(client: Starverse, args: argparse.Namespace) -> Resources:
+    from jupyter_starverse.costs import Resources
+
     accelerator = args.gpu
     if accelerator is None:
         mode = client.mode
@@ -71,6 +75,8 @@ def _resources(client: Starverse, args: argparse.Namespace) -> Resources:
 
 
 def _estimate(client: Starverse, args: argparse.Namespace) -> Estimate | Comparison | MixedPlan:
+    from jupyter_starverse.errors import BadInputError
+
     if args.mixed is not None:
         if args.gpu is not None or args.compare is not None or args.billing == "all":
             raise BadInputError(
@@ -107,6 +113,8 @@ def _job(client: Starverse, args: argparse.Namespace) -> Cost:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from jupyter_starverse.jobmodel import BILLING_MODES
+
     cost = sub.add_parser("cost", help="prices, estimates before launch, running costs, per-user totals")
     cmds = cost.add_subparsers(dest="cost_command", metavar="SUBCOMMAND", parser_class=type(cost))
 

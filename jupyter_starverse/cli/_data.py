@@ -22,24 +22,20 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-from jupyter_starverse.client import Starverse
-from jupyter_starverse.data import (
-    ACTIONS,
-    PII_TYPES,
-    STEPS,
-    DataReport,
-    Progress,
-    ReportList,
-    StepEstimate,
-    StepProgress,
-    parse_shards,
-)
-from jupyter_starverse.errors import BadInputError
+from typing import TYPE_CHECKING, Any
 
 from ._common import StatusLine, add_json_flag
 from ._store import parse_size
+
+if TYPE_CHECKING:
+    from jupyter_starverse.client import Starverse
+    from jupyter_starverse.data import (
+        DataReport,
+        Progress,
+        ReportList,
+        StepEstimate,
+        StepProgress,
+    )
 
 __all__ = ["register"]
 
@@ -71,6 +67,8 @@ def _say(args: argparse.Namespace) -> tuple[Callable[[str], None], Progress, Cal
 
 
 def _actions(pairs: list[str] | None) -> dict[str, str]:
+    from jupyter_starverse.errors import BadInputError
+
     out: dict[str, str] = {}
     for pair in pairs or ():
         kind, sep, action = pair.partition("=")
@@ -87,6 +85,8 @@ def _types(text: str | None) -> list[str] | None:
 
 
 def _examples(args: argparse.Namespace) -> list[str]:
+    from jupyter_starverse.errors import BadInputError
+
     texts = list(args.example or ())
     if args.examples_file:
         path = Path(args.examples_file).expanduser()
@@ -158,6 +158,8 @@ def _score(client: Starverse, args: argparse.Namespace) -> object:
 
 def _step(client: Starverse, args: argparse.Namespace, opts: dict[str, Any], run: Callable[..., DataReport]) -> object:
     """The step here (``client.data``), or with ``--backend`` the whole step as a job there (``client.data_job``)."""
+    from jupyter_starverse.errors import BadInputError
+
     if args.backend:
         if args.estimate:
             raise BadInputError(
@@ -193,6 +195,9 @@ def _report(client: Starverse, args: argparse.Namespace) -> object:
 
 def _shards(text: str) -> tuple[int, int]:
     """``N`` or ``NxP``, read by the core's parser (the REST routes and pipeline nodes use it too)."""
+    from jupyter_starverse.data import parse_shards
+    from jupyter_starverse.errors import BadInputError
+
     try:
         return parse_shards(text)
     except BadInputError as e:
@@ -230,6 +235,10 @@ def _common(p: argparse.ArgumentParser, step: str, *, output: bool = True) -> No
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from ._names import DATA_STEPS as STEPS
+    from ._names import PII_ACTIONS as ACTIONS
+    from ._names import PII_TYPES
+
     data = sub.add_parser("data", help="data preparation: sensitive fields, dedup, quality, as new dataset versions")
     verbs = data.add_subparsers(dest="data_command", metavar="VERB", parser_class=type(data))
 

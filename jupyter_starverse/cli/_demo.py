@@ -12,16 +12,14 @@ import time
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from jupyter_starverse._format import format_bytes, format_count, format_duration, format_metric, format_step
-from jupyter_starverse.client import Starverse
-from jupyter_starverse.errors import StarverseError
-from jupyter_starverse.experiments import MetricPoint, read_metrics
-from jupyter_starverse.jobmodel import Job, JobSpec, JobState, LaunchBackend
-from jupyter_starverse.watch import read_rank_records, startup_phase
+from typing import TYPE_CHECKING, Any
 
 from ._common import add_json_flag, tracking
+
+if TYPE_CHECKING:
+    from jupyter_starverse.client import Starverse
+    from jupyter_starverse.experiments import MetricPoint
+    from jupyter_starverse.jobmodel import Job, LaunchBackend
 
 __all__ = ["DEMO_DATASET", "DemoEvent", "make_demo_text", "register"]
 
@@ -65,6 +63,10 @@ def _phase(kind: str, message: str, **data: Any) -> DemoEvent:
 
 
 def _demo(client: Starverse, args: argparse.Namespace) -> Iterator[DemoEvent]:
+    from jupyter_starverse._format import format_bytes, format_count, format_duration, format_metric
+    from jupyter_starverse.errors import StarverseError
+    from jupyter_starverse.jobmodel import JobSpec, JobState
+
     t0 = time.monotonic()
     yield _phase("phase", f"creating the demo dataset {DEMO_DATASET} in the store", phase="dataset")
     catalog = client.catalog
@@ -118,6 +120,10 @@ def _follow(
     backend: LaunchBackend, job: Job, steps: int, t0: float
 ) -> Generator[DemoEvent, None, tuple[Job, list[MetricPoint]]]:
     """Say what the job does while it starts (nodes, rendezvous, process group), then every few steps."""
+    from jupyter_starverse._format import format_duration, format_metric, format_step
+    from jupyter_starverse.experiments import read_metrics
+    from jupyter_starverse.watch import read_rank_records, startup_phase
+
     shown = -1
     said = ""
     every = max(1, steps // 6)

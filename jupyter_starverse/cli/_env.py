@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import Any
-
-from jupyter_starverse.client import Starverse
+from typing import TYPE_CHECKING, Any
 
 from ._common import add_json_flag
+
+if TYPE_CHECKING:
+    from jupyter_starverse.client import Starverse
 
 __all__ = ["register"]
 

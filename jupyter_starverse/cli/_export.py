@@ -9,17 +9,20 @@ job: ``--gpu TYPE`` launches it (``--dry-run`` shows it); without a GPU it is re
 from __future__ import annotations
 
 import argparse
-
-from jupyter_starverse.client import Starverse
-from jupyter_starverse.errors import ConflictError
-from jupyter_starverse.export import FORMATS, GPU_FORMATS
+from typing import TYPE_CHECKING
 
 from ._common import add_json_flag
+
+if TYPE_CHECKING:
+    from jupyter_starverse.client import Starverse
 
 __all__ = ["register"]
 
 
 def _export(client: Starverse, args: argparse.Namespace) -> object:
+    from jupyter_starverse.errors import ConflictError
+    from jupyter_starverse.export import GPU_FORMATS
+
     if args.format in GPU_FORMATS:
         gpu = args.gpu or (client.default_accelerator() if client.default_accelerator() != "cpu" else None)
         spec = client.export.tensorrt_spec(args.model, gpu=gpu, experiment=args.experiment)
@@ -49,6 +52,9 @@ def _export(client: Starverse, args: argparse.Namespace) -> object:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from ._names import EXPORT_FORMATS as FORMATS
+    from ._names import EXPORT_GPU_FORMATS as GPU_FORMATS
+
     p = sub.add_parser(
         "export",
         help="export a model to ONNX (fp32, INT8, INT4) with a parity report, or build a TensorRT-LLM engine",

@@ -20,14 +20,13 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import asdict, dataclass
-from typing import Any
-
-from jupyter_starverse.client import Starverse
-from jupyter_starverse.errors import BadInputError
-from jupyter_starverse.feedback import EXPORT_KINDS
+from typing import TYPE_CHECKING, Any
 
 from ._common import add_json_flag
 from ._launch import add_job_options, job_fields, run_spec
+
+if TYPE_CHECKING:
+    from jupyter_starverse.client import Starverse
 
 __all__ = ["ChatAnswer", "register"]
 
@@ -88,6 +87,8 @@ def _export(client: Starverse, args: argparse.Namespace) -> object:
 
 
 def _chat(client: Starverse, args: argparse.Namespace) -> object:
+    from jupyter_starverse.errors import BadInputError
+
     if args.feedback is None and (_vote(args) or args.better or args.comment):
         raise BadInputError("--up/--down/--better/--comment need --feedback LOG", field="feedback",
                             hint="name the log the vote goes to, e.g. --feedback chat")  # fmt: skip
@@ -129,6 +130,8 @@ def _chat(client: Starverse, args: argparse.Namespace) -> object:
 
 
 def _align(client: Starverse, args: argparse.Namespace) -> object:
+    from jupyter_starverse.errors import BadInputError
+
     if getattr(args, "recipe", None) is not None or getattr(args, "data", None):
         raise BadInputError("align picks the recipe and the data from the feedback", field="recipe",
                             hint="leave out --recipe/--data; use --method dpo|kto|reward")  # fmt: skip
@@ -157,6 +160,8 @@ def _vote_flags(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from ._names import FEEDBACK_EXPORT_KINDS as EXPORT_KINDS
+
     top = sub.add_parser("feedback", help="thumbs up/down on answers: logs, versions, preference pairs and labels")
     cmds = top.add_subparsers(dest="feedback_command", metavar="SUBCOMMAND", parser_class=type(top))
     cmds.required = True

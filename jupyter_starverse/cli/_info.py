@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from ..client import Info, Starverse
 from ._common import add_json_flag
+
+if TYPE_CHECKING:
+    from ..client import Info, Starverse
 
 __all__ = ["register"]
 

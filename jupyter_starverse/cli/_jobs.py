@@ -12,32 +12,18 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
-from typing import Any
-
-from jupyter_starverse._format import (
-    format_count,
-    format_duration,
-    format_metric,
-    format_rate,
-    format_step,
-    html_table,
-    pretty_text,
-    state_badge,
-)
-from jupyter_starverse.client import Starverse
-from jupyter_starverse.errors import BadInputError, StarverseError
-from jupyter_starverse.experiments import (
-    JobSummary,
-    Progress,
-    latest_checkpoint,
-    progress,
-    read_metrics,
-    skipped_text,
-)
-from jupyter_starverse.jobmodel import Job, JobState
-from jupyter_starverse.watch import JobProgress
+from typing import TYPE_CHECKING, Any
 
 from ._common import add_json_flag, tracking
+
+if TYPE_CHECKING:
+    from jupyter_starverse.client import Starverse
+    from jupyter_starverse.experiments import (
+        JobSummary,
+        Progress,
+    )
+    from jupyter_starverse.jobmodel import Job
+    from jupyter_starverse.watch import JobProgress
 
 __all__ = ["JobDetail", "JobList", "detail", "parse_since", "register"]
 
@@ -50,6 +36,8 @@ def _ago(t: float | None) -> str:
 
 
 def _duration(job: Job) -> str:
+    from jupyter_starverse._format import format_duration
+
     if job.started is None:
         return "-"
     return format_duration((job.finished or time.time()) - job.started)
@@ -79,6 +67,8 @@ def _row_topology(s: JobSummary) -> str:
 
 
 def _row_runtime(s: JobSummary) -> str:
+    from jupyter_starverse._format import format_duration
+
     if s.started is None:
         return "-"
     return format_duration((s.finished or time.time()) - s.started)
@@ -97,6 +87,8 @@ class JobList:
     @property
     def footer(self) -> str | None:
         """``2 run folders skipped: ...`` when the list left folders out."""
+        from jupyter_starverse.experiments import skipped_text
+
         return skipped_text(self.warnings)
 
     def to_json(self) -> list[dict[str, Any]]:
@@ -110,6 +102,8 @@ class JobList:
         ]  # fmt: skip
 
     def _paging(self) -> list[str]:
+        from jupyter_starverse._format import format_count
+
         if self.total is None or (self.offset == 0 and self.total <= len(self.jobs)):
             return []
         last = self.offset + len(self.jobs)
@@ -128,9 +122,13 @@ class JobList:
         return "\n".join([text, *self._paging(), *(f"note: {n}" for n in self.notes), *footer])
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        from jupyter_starverse._format import pretty_text
+
         pretty_text(p, str(self))
 
     def _repr_html_(self) -> str:
+        from jupyter_starverse._format import html_table, state_badge
+
         notes = "".join(f"<div><small>{escape(n)}</small></div>" for n in self._paging())
         notes += "".join(f"<div><small>note: {escape(n)}</small></div>" for n in self.notes)
         if self.footer:
@@ -164,6 +162,8 @@ class JobDetail:
         return data
 
     def _fields(self) -> list[tuple[str, str]]:
+        from jupyter_starverse._format import format_count, format_duration, format_metric, format_rate, format_step
+
         j, p = self.job, self.progress
         out = [("job", f"{j.id} ({j.backend})")]
         if _title(j) != j.spec.name:
@@ -204,6 +204,8 @@ class JobDetail:
         return out
 
     def _rank_rows(self) -> list[tuple[str, ...]]:
+        from jupyter_starverse._format import format_step
+
         if self.live is None:
             return []
         rows: list[tuple[str, ...]] = []
@@ -226,9 +228,13 @@ class JobDetail:
         return "\n".join(lines)
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        from jupyter_starverse._format import pretty_text
+
         pretty_text(p, str(self))
 
     def _repr_html_(self) -> str:
+        from jupyter_starverse._format import html_table, state_badge
+
         rows = [(k, state_badge(self.job.state.value) + (f" {escape(self.job.reason)}" if self.job.reason else ""))
                 if k == "state" else (k, escape(v)) for k, v in self._fields()]  # fmt: skip
         for n in self.job.nodes:
@@ -248,6 +254,9 @@ class JobDetail:
 
 def detail(job: Job, client: Starverse | None = None) -> JobDetail:
     """A job with its progress (from metrics), latest checkpoint step and, with ``client``, ranks and cost."""
+    from jupyter_starverse.errors import StarverseError
+    from jupyter_starverse.experiments import latest_checkpoint, progress, read_metrics
+
     points = read_metrics(Path(job.experiment_dir)) if Path(job.experiment_dir).is_dir() else []
     ckpt = latest_checkpoint(Path(job.experiment_dir)) if Path(job.experiment_dir).is_dir() else None
     live = None
@@ -261,6 +270,8 @@ def detail(job: Job, client: Starverse | None = None) -> JobDetail:
 
 def parse_since(text: str | None, *, now: float | None = None) -> float | None:
     """``--since``: ``30m``, ``2h``, ``7d``, ``90s`` ago, or a date/time ``2026-12-01[T10:00]`` (UTC)."""
+    from jupyter_starverse.errors import BadInputError
+
     if text is None:
         return None
     now = time.time() if now is None else now
@@ -321,6 +332,9 @@ def _logs(client: Starverse, args: argparse.Namespace) -> Iterator[Any]:
 
 
 def _wait(client: Starverse, args: argparse.Namespace) -> JobDetail:
+    from jupyter_starverse.errors import StarverseError
+    from jupyter_starverse.jobmodel import JobState
+
     job = client.backend(_backend_of(client, args)).wait(args.job_id, timeout=args.timeout)
     if job.state in (JobState.FAILED, JobState.CANCELLED) and not args.json:
         raise StarverseError(
@@ -339,6 +353,8 @@ def _preempt(client: Starverse, args: argparse.Namespace) -> JobDetail:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from jupyter_starverse.jobmodel import JobState
+
     p = sub.add_parser("jobs", help="list, inspect, follow, wait for and cancel jobs (alone: jobs ls)")
     jobs = p.add_subparsers(dest="jobs_command", metavar="ACTION", parser_class=type(p))
     # `starverse jobs` / `%sv jobs` alone lists the jobs, as `jobs ls` with its defaults does

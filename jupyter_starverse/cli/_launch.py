@@ -15,22 +15,16 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jupyter_starverse._settings import BACKENDS, KUBE_KINDS, Settings
-from jupyter_starverse.client import LaunchPreview, Starverse
-from jupyter_starverse.errors import BadInputError, StarverseError
-from jupyter_starverse.jobmodel import (
-    BILLING_MODES,
-    FRAMEWORKS,
-    TEMPLATES,
-    Job,
-    JobSpec,
-    parse_secret_ref,
-    secret_env_warnings,
-)
-
 from ._common import StatusLine, add_json_flag, tracking
 from ._jobs import detail
 from ._recipes import add_recipe_options, recipe_spec
+
+if TYPE_CHECKING:
+    from jupyter_starverse.client import LaunchPreview, Starverse
+    from jupyter_starverse.jobmodel import (
+        Job,
+        JobSpec,
+    )
 
 if TYPE_CHECKING:  # modes and watch load asyncio and the experiments: a command imports them when it runs
     from jupyter_starverse.modes import SmokeResult
@@ -47,6 +41,8 @@ def _env_pair(text: str) -> tuple[str, str]:
 
 def _secret_pair(text: str) -> tuple[str, str]:
     """``NAME=REF`` of ``--secret``; a ``file:`` path becomes absolute. Never echoes REF (it may be the secret)."""
+    from jupyter_starverse.jobmodel import parse_secret_ref
+
     key, sep, ref = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError("write NAME=REF, e.g. HF_TOKEN=env:HF_TOKEN or HF_TOKEN=file:~/.hf_token")
@@ -62,6 +58,8 @@ def _secret_pair(text: str) -> tuple[str, str]:
 
 def job_fields(args: argparse.Namespace, *, default_accelerator: str = "cpu") -> dict[str, Any]:
     """The JobSpec fields that the options of :func:`add_job_options` describe."""
+    from jupyter_starverse.errors import BadInputError
+
     if args.procs is not None and args.gpus_per_node is not None and args.procs != args.gpus_per_node:
         raise BadInputError(
             f"--procs {args.procs} and --gpus-per-node {args.gpus_per_node} disagree",
@@ -107,6 +105,7 @@ def _env_from(args: argparse.Namespace) -> str | None:
 def spec_from_launch_args(args: argparse.Namespace, *, default_accelerator: str = "cpu") -> JobSpec:
     """The :class:`JobSpec` the ``launch`` options describe (``--gpu`` or else ``default_accelerator``)."""
     from jupyter_starverse.backends import example_script
+    from jupyter_starverse.jobmodel import JobSpec
 
     script = args.script or str(example_script(args.template))
     fields = job_fields(args, default_accelerator=default_accelerator)
@@ -125,6 +124,10 @@ def run_spec(client: Starverse, args: argparse.Namespace, spec: JobSpec) -> Laun
 
     ``--kind`` picks the Kubernetes object kind, ``--port`` the local rendezvous port.
     """
+    from jupyter_starverse._settings import Settings
+    from jupyter_starverse.client import Starverse
+    from jupyter_starverse.jobmodel import secret_env_warnings
+
     if args.kind is not None:
         client = Starverse(client.settings.replace(kube_kind=args.kind))
     pod = _pod_overrides(args)
@@ -168,6 +171,7 @@ def _smoke_result() -> type[SmokeResult]:
 
 
 def _smoke_experiment(client: Starverse, spec: JobSpec) -> str | None:
+    from jupyter_starverse.errors import StarverseError
     from jupyter_starverse.modes import make_smoke_spec
 
     try:
@@ -206,6 +210,8 @@ class _SmokeFollower:
             self._thread.join(timeout=2.0)
 
     def _run(self) -> None:
+        from jupyter_starverse.errors import StarverseError
+
         assert self.experiment is not None
         while not self._stop.wait(0.5):
             try:
@@ -226,6 +232,8 @@ def _run_with_progress(client: Starverse, args: argparse.Namespace, spec: JobSpe
     On a terminal the line then follows the new job until it trains (or ends); Ctrl-C leaves
     the job running and says its id and how to cancel or follow it.
     """
+    from jupyter_starverse.jobmodel import Job
+
     line: StatusLine = args.presenter.status()
     follower = _SmokeFollower(client, spec, line) if args.smoke else None
     where = args.backend or client.settings.backend
@@ -265,6 +273,8 @@ def _run_with_progress(client: Starverse, args: argparse.Namespace, spec: JobSpe
 
 
 def _launch(client: Starverse, args: argparse.Namespace) -> object:
+    from jupyter_starverse.jobmodel import Job
+
     fields = job_fields(args, default_accelerator=client.default_accelerator())
     spec = recipe_spec(client, args, fields) or spec_from_launch_args(args, default_accelerator=fields["accelerator"])
     if getattr(args, "mixed", None):
@@ -279,6 +289,9 @@ def _launch(client: Starverse, args: argparse.Namespace) -> object:
 
 def _launch_mixed(client: Starverse, args: argparse.Namespace, spec: JobSpec) -> object:
     """``launch --mixed``: the pools' shapes come from the plan, so --gpu/--nodes/--gpus-per-node are refused."""
+    from jupyter_starverse.client import Starverse
+    from jupyter_starverse.errors import BadInputError
+
     if args.gpu is not None or args.nodes != 1 or args.gpus_per_node is not None or args.smoke:
         raise BadInputError(
             "--mixed sizes every pool's job itself: it takes no --gpu, --nodes, --gpus-per-node or --smoke",
@@ -295,6 +308,10 @@ def _launch_mixed(client: Starverse, args: argparse.Namespace, spec: JobSpec) ->
 
 def add_job_options(p: argparse.ArgumentParser) -> None:
     """Options every launching command shares (``starverse launch``, ``%%sv train``)."""
+    from jupyter_starverse.jobmodel import BILLING_MODES, FRAMEWORKS, TEMPLATES
+
+    from ._names import BACKENDS, KUBE_KINDS
+
     p.add_argument("--nodes", type=int, default=1, help="number of nodes (default: 1)")
     p.add_argument("--procs", type=int, default=None, help="processes per node (default: 1)")
     p.add_argument("--gpus-per-node", type=int, default=None, metavar="N", help="GPUs (= processes) per node")

@@ -17,12 +17,13 @@ In a notebook the kernel's variables are saved before anything changes (see
 from __future__ import annotations
 
 import argparse
-
-from jupyter_starverse.client import Starverse
-from jupyter_starverse.errors import BadInputError
-from jupyter_starverse.modes import RestoreReport, SwitchResult
+from typing import TYPE_CHECKING
 
 from ._common import add_json_flag
+
+if TYPE_CHECKING:
+    from jupyter_starverse.client import Starverse
+    from jupyter_starverse.modes import RestoreReport, SwitchResult
 
 __all__ = ["register"]
 
@@ -59,6 +60,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _mode(client: Starverse, args: argparse.Namespace) -> object:
+    from jupyter_starverse.errors import BadInputError
+    from jupyter_starverse.modes import SwitchResult
+
     action = args.action
     if action in ("cpu", "gpu") and args.state:
         raise BadInputError(f"unexpected argument {args.state!r}", hint="usage: mode cpu|gpu [--gpu TYPE]")
@@ -100,6 +104,7 @@ def _mode(client: Starverse, args: argparse.Namespace) -> object:
 
 
 def _discard(client: Starverse, args: argparse.Namespace) -> str:
+    from jupyter_starverse.errors import BadInputError
     from jupyter_starverse.modes import discard_state
 
     if not args.state:
@@ -109,6 +114,7 @@ def _discard(client: Starverse, args: argparse.Namespace) -> str:
 
 
 def _restore(client: Starverse, args: argparse.Namespace) -> RestoreReport:
+    from jupyter_starverse.errors import BadInputError
     from jupyter_starverse.modes import restore_here
 
     if not getattr(args, "notebook", False):

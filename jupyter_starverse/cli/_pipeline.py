@@ -16,14 +16,13 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from jupyter_starverse._settings import BACKENDS
-from jupyter_starverse.client import Starverse
-from jupyter_starverse.errors import BadInputError, StarverseError
-from jupyter_starverse.pipelines import EXPORT_FORMATS, Pipeline, PipelineCheck, PipelineRun, StepRun
+from typing import TYPE_CHECKING, Any
 
 from ._common import add_json_flag
+
+if TYPE_CHECKING:
+    from jupyter_starverse.client import Starverse
+    from jupyter_starverse.pipelines import Pipeline, PipelineCheck, PipelineRun, StepRun
 
 __all__ = ["register"]
 
@@ -55,6 +54,8 @@ class PipelineCost:
 
 
 def _check_or_fail(result: PipelineCheck, notebook: bool) -> object:
+    from jupyter_starverse.errors import BadInputError
+
     if notebook or result.ok:
         return result
 
@@ -119,6 +120,8 @@ def _run(client: Starverse, args: argparse.Namespace) -> object:
 
 
 def _run_or_fail(run: PipelineRun, notebook: bool) -> object:
+    from jupyter_starverse.errors import StarverseError
+
     if notebook or run.state == "succeeded":
         return run
 
@@ -150,6 +153,9 @@ def _drive(client: Starverse, args: argparse.Namespace) -> object:
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from ._names import BACKENDS
+    from ._names import PIPELINE_EXPORT_FORMATS as EXPORT_FORMATS
+
     p = sub.add_parser("pipeline", help="check, price, export and run .svpipeline files")
     cmds = p.add_subparsers(dest="pipeline_command", metavar="COMMAND")
 

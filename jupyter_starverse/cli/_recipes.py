@@ -18,13 +18,13 @@ of the recipe's trainer, with the same arguments.
 from __future__ import annotations
 
 import argparse
-from typing import Any
-
-from jupyter_starverse.client import Starverse
-from jupyter_starverse.errors import BadInputError
-from jupyter_starverse.jobmodel import JobSpec
+from typing import TYPE_CHECKING, Any
 
 from ._common import add_json_flag
+
+if TYPE_CHECKING:
+    from jupyter_starverse.client import Starverse
+    from jupyter_starverse.jobmodel import JobSpec
 
 __all__ = ["add_recipe_options", "recipe_spec", "register"]
 
@@ -54,6 +54,8 @@ def recipe_spec(
     client: Starverse, args: argparse.Namespace, fields: dict[str, Any], *, code: str | None = None
 ) -> JobSpec | None:
     """The JobSpec of ``--recipe`` (``None`` without it); ``fields`` are the launch options' JobSpec fields."""
+    from jupyter_starverse.errors import BadInputError
+
     if getattr(args, "recipe", None) is None:
         for flag in ("model", "data", "param"):
             if getattr(args, flag, None):

@@ -9,11 +9,12 @@ lineage, ``serve stop ID`` stops one and frees its port, ``serve token ID`` prin
 from __future__ import annotations
 
 import argparse
-
-from jupyter_starverse.client import Starverse
-from jupyter_starverse.errors import BadInputError
+from typing import TYPE_CHECKING
 
 from ._common import add_json_flag
+
+if TYPE_CHECKING:
+    from jupyter_starverse.client import Starverse
 
 __all__ = ["register"]
 
@@ -21,6 +22,8 @@ _ENGINES = ("auto", "transformers", "onnxruntime", "vllm")
 
 
 def _serve(client: Starverse, args: argparse.Namespace) -> object:
+    from jupyter_starverse.errors import BadInputError
+
     if args.backend not in (None, "local"):
         if not args.dry_run:
             raise BadInputError(
@@ -40,6 +43,8 @@ def _serve(client: Starverse, args: argparse.Namespace) -> object:
 
 
 def _main(client: Starverse, args: argparse.Namespace) -> object:
+    from jupyter_starverse.errors import BadInputError
+
     words = list(args.words)
     action = words[0]
     if action in ("stop", "token"):

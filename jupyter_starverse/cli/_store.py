@@ -28,21 +28,19 @@ import json
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-from jupyter_starverse.catalog import (
-    Entry,
-    EntryStatus,
-    PullProgress,
-    StoreListing,
-    VerifyReport,
-    check_pull_options,
-    parse_ref,
-)
-from jupyter_starverse.client import Starverse
-from jupyter_starverse.errors import BadInputError, ConflictError
+from typing import TYPE_CHECKING, Any
 
 from ._common import Presenter, add_json_flag
+
+if TYPE_CHECKING:
+    from jupyter_starverse.catalog import (
+        Entry,
+        EntryStatus,
+        PullProgress,
+        StoreListing,
+        VerifyReport,
+    )
+    from jupyter_starverse.client import Starverse
 
 __all__ = ["parse_size", "register"]
 
@@ -51,6 +49,8 @@ _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
 def parse_size(text: str) -> int:
     """``'10G'`` -> bytes (binary units; ``B``/``iB`` suffixes allowed)."""
+    from jupyter_starverse.errors import BadInputError
+
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", text.lower())
     if not m:
         raise BadInputError(f"{text!r} is not a size", field="max_bytes", hint="write bytes or e.g. 500M, 20G")
@@ -63,6 +63,8 @@ def _progress(args: argparse.Namespace, ref: str) -> tuple[Callable[[PullProgres
 
 
 def _ls(client: Starverse, args: argparse.Namespace) -> StoreListing:
+    from jupyter_starverse.catalog import StoreListing
+
     return StoreListing(tuple(client.catalog.ls()))
 
 
@@ -74,6 +76,8 @@ def _add(client: Starverse, args: argparse.Namespace) -> Entry:
 
 def _pull(client: Starverse, args: argparse.Namespace) -> EntryStatus:
     # bad options, then a mistyped dataset (did you mean?), refused before any progress bar is drawn
+    from jupyter_starverse.catalog import check_pull_options, parse_ref
+
     check_pull_options(parse_ref(args.ref), connections=args.connections, allow=args.allow or None,
                        ignore=args.ignore or None)  # fmt: skip
     if not str(args.ref).startswith("hf:"):
@@ -108,6 +112,8 @@ def _import(client: Starverse, args: argparse.Namespace) -> Entry:
 
 
 def _verify(client: Starverse, args: argparse.Namespace) -> VerifyReport:
+    from jupyter_starverse.errors import ConflictError
+
     report = client.catalog.verify(args.ref)
     if report.ok or args.notebook:
         return report

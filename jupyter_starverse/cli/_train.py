@@ -8,24 +8,30 @@ are those of ``starverse launch`` (:func:`~._launch.add_job_options`).
 from __future__ import annotations
 
 import argparse
-
-from jupyter_starverse.client import LaunchPreview, Starverse
-from jupyter_starverse.errors import BadInputError
-from jupyter_starverse.jobmodel import JobSpec
-from jupyter_starverse.modes import SmokeResult
+from typing import TYPE_CHECKING
 
 from ._launch import add_job_options, job_fields, run_spec
 from ._recipes import recipe_spec
+
+if TYPE_CHECKING:
+    from jupyter_starverse.client import Starverse
+    from jupyter_starverse.jobmodel import JobSpec
 
 __all__ = ["register", "spec_from_args"]
 
 
 def spec_from_args(args: argparse.Namespace, code: str, *, default_accelerator: str = "cpu") -> JobSpec:
     """The :class:`JobSpec` the ``train`` options describe, with ``code`` as the script."""
+    from jupyter_starverse.jobmodel import JobSpec
+
     return JobSpec(name=args.name, code=code, **job_fields(args, default_accelerator=default_accelerator))
 
 
 def _train(client: Starverse, args: argparse.Namespace) -> object:
+    from jupyter_starverse.client import LaunchPreview
+    from jupyter_starverse.errors import BadInputError
+    from jupyter_starverse.modes import SmokeResult
+
     code = args.cell
     if code is None and args.recipe is not None and args.notebook:
         code = ""  # `%sv train --recipe NAME ...` (a line): the recipe's own trainer
