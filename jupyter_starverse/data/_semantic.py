@@ -42,6 +42,8 @@ __all__ = [
 
 _BATCH = 256
 _BLOCK = 2048  # rows of a cluster compared at once
+SPILL = 2  # a row is compared in up to this many clusters ...
+MARGIN = 0.05  # ... those whose centroid is this close to its nearest one
 
 
 def _np() -> Any:
@@ -130,10 +132,18 @@ def train_centroids(work: Path, k: int, *, sample: int = 50_000, iters: int = 12
     return k
 
 
-def assign_shard(work: Path, rank: int, groups: int, *, batch: int = 1 << 15) -> None:
-    """Stage 3: this shard's rows to the group files of their nearest centroid."""
+def assign_shard(
+    work: Path, rank: int, groups: int, *, batch: int = 1 << 15, nearest: int = SPILL, margin: float = MARGIN
+) -> None:
+    """Stage 3: this shard's rows to the group files of their nearest centroid.
+
+    A row also goes to its next nearest centroids (up to ``nearest`` in all) when they are
+    within ``margin`` of the nearest: two near-identical documents on either side of a
+    boundary still meet in one cluster (a probe of two lists, as an IVF index does).
+    """
     np = _np()
     c = np.load(work / "sem" / "centroids.npy")
+    nearest = max(1, min(nearest, len(c)))
     for r, ids, vecs in _shards(work):
         if r != rank:
             continue
@@ -141,17 +151,23 @@ def assign_shard(work: Path, rank: int, groups: int, *, batch: int = 1 << 15) ->
         try:
             for at in range(0, len(ids), batch):
                 v = np.asarray(vecs[at : at + batch])
-                cl = np.argmax(v @ c.T, axis=1)
-                for g in np.unique(cl % groups).tolist():
-                    sel = cl % groups == g
-                    if g not in files:
-                        files[g] = (
-                            open(work / "sem" / f"grp-{g:04d}-{rank:04d}.ids", "wb"),  # noqa: SIM115
-                            open(work / "sem" / f"grp-{g:04d}-{rank:04d}.vec", "wb"),  # noqa: SIM115
-                        )
-                    rec = np.stack([cl[sel].astype(np.int64), np.asarray(ids[at : at + batch])[sel]], axis=1)
-                    files[g][0].write(rec.tobytes())
-                    files[g][1].write(v[sel].tobytes())
+                sims = v @ c.T
+                order = np.argsort(-sims, axis=1)[:, :nearest]
+                top = np.take_along_axis(sims, order, axis=1)
+                rid = np.asarray(ids[at : at + batch])
+                for j in range(nearest):
+                    keep = top[:, j] >= top[:, 0] - margin if j else np.ones(len(v), dtype=bool)
+                    cl = order[:, j]
+                    for g in np.unique(cl[keep] % groups).tolist():
+                        sel = keep & (cl % groups == g)
+                        if g not in files:
+                            files[g] = (
+                                open(work / "sem" / f"grp-{g:04d}-{rank:04d}.ids", "wb"),  # noqa: SIM115
+                                open(work / "sem" / f"grp-{g:04d}-{rank:04d}.vec", "wb"),  # noqa: SIM115
+                            )
+                        home = np.full(int(sel.sum()), int(j == 0), dtype=np.int64)  # 1: its nearest cluster
+                        files[g][0].write(np.stack([cl[sel].astype(np.int64), rid[sel], home], axis=1).tobytes())
+                        files[g][1].write(v[sel].tobytes())
         finally:
             for a, b in files.values():
                 a.close()
@@ -168,11 +184,11 @@ def group_pairs(cfg: StageConfig, work: Path, group: int, *, dim: int) -> tuple[
     recs: list[Any] = []
     vecs: list[Any] = []
     for path in sorted((work / "sem").glob(f"grp-{group:04d}-*.ids")):
-        rec = np.fromfile(path, dtype=np.int64).reshape(-1, 2)
+        rec = np.fromfile(path, dtype=np.int64).reshape(-1, 3)
         if not len(rec):
             continue
         where = np.stack([np.full(len(rec), len(vecs), np.int64), np.arange(len(rec), dtype=np.int64)], axis=1)
-        recs.append(np.concatenate([rec, where], axis=1))  # cluster, document, file, row
+        recs.append(np.concatenate([rec, where], axis=1))  # cluster, document, home, file, row
         vecs.append(np.memmap(path.with_suffix(".vec"), dtype=np.float32, mode="r").reshape(-1, dim))
     out: list[Any] = []
     compared = 0
@@ -186,14 +202,17 @@ def group_pairs(cfg: StageConfig, work: Path, group: int, *, dim: int) -> tuple[
                 continue
             docs = rec[s:e, 1]
             v = np.empty((e - s, dim), dtype=np.float32)
-            for f in np.unique(rec[s:e, 2]).tolist():
-                sel = rec[s:e, 2] == f
-                v[sel] = vecs[f][rec[s:e, 3][sel]]
+            for f in np.unique(rec[s:e, 3]).tolist():
+                sel = rec[s:e, 3] == f
+                v[sel] = vecs[f][rec[s:e, 4][sel]]
+            home = rec[s:e, 2] == 1  # a spilled row is an earlier candidate here, never a query
             for a in range(0, e - s, _BLOCK):
-                sims = v[a : a + _BLOCK] @ v[: a + _BLOCK].T  # later rows against every earlier one
+                q = np.flatnonzero(home[a : a + _BLOCK]) + a
+                if not len(q):
+                    continue
+                sims = v[q] @ v[: a + _BLOCK].T  # later rows against every earlier one
                 compared += sims.size
-                r_idx = np.arange(sims.shape[0])[:, None]
-                sims[np.arange(sims.shape[1])[None, :] >= r_idx + a] = -np.inf  # only earlier documents
+                sims[np.arange(sims.shape[1])[None, :] >= q[:, None]] = -np.inf  # only earlier documents
                 top = min(cfg.max_checks, sims.shape[1])  # a document's most similar earlier ones, no more
                 best = np.argpartition(-sims, top - 1, axis=1)[:, :top]
                 best_sims = np.take_along_axis(sims, best, axis=1)
@@ -201,7 +220,7 @@ def group_pairs(cfg: StageConfig, work: Path, group: int, *, dim: int) -> tuple[
                 cols = best[rows, k]
                 if len(rows):
                     p = np.zeros(len(rows), dtype=_pair_dtype())
-                    p["later"], p["earlier"] = docs[rows + a], docs[cols]
+                    p["later"], p["earlier"] = docs[q[rows]], docs[cols]
                     p["sim"] = sims[rows, cols]
                     p["method"] = METHODS.index("semantic")
                     out.append(p)

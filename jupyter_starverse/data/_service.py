@@ -709,6 +709,7 @@ class DataPrep:
                 res.docs_out += 1
         else:
             res.docs_out = res.docs_in
+        res.ranks = rank_figures(out, world)
         res.notes.append(f"ran as {shards[0]} x {shards[1]} ranks, merged in document order")
         return res
 

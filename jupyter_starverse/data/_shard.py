@@ -89,6 +89,7 @@ def _job(args: argparse.Namespace) -> None:
         if d.idx % world == rank
     )
     n = 0
+    began = time.perf_counter()
     summary: dict[str, Any] = {"rank": rank, "world": world}
     if args.step in ("scan", "clean"):
         deid = (
@@ -116,6 +117,8 @@ def _job(args: argparse.Namespace) -> None:
                         before_after.append([doc.idx, doc.where, mask_text(doc.text), mask_text(text), len(acted)])
                 rows.write(json.dumps({"i": doc.idx, "row": row}, ensure_ascii=False, default=str) + "\n")
         rows_tmp.replace(rows_path)
+        summary["stages"] = [{"stage": args.step, "wall_s": round(time.perf_counter() - began, 3),
+                              "peak_rss_mib": _peak_mib(), "docs": n}]  # fmt: skip
         summary["tally"] = _tally_json(tally, tally.firsts)
         summary["before_after"] = before_after
     elif args.step == "dedup":

@@ -131,3 +131,39 @@ def test_a_static_encoder_distilled_from_a_transformer_finds_reordered_copies_in
     assert {m.doc.idx: c.kept.idx for c in res.clusters for m in c.members} == {80 + i: i for i in range(5)}
     (note,) = [n for n in res.notes if n.startswith("semantic:")]
     assert "(static)" in note and "documents/s" in note and "k-means 4 clusters" in note and "threshold 0.999" in note
+
+
+def test_two_near_identical_documents_either_side_of_a_cluster_boundary_are_still_compared(tmp_path: Path) -> None:
+    import json
+
+    import numpy as np
+
+    from jupyter_starverse.data import _semantic as sem
+
+    class Fixed:  # unit vectors by document text: a and b almost the same, on either side of the diagonal
+        table = {"a": (1.0, 0.97), "b": (0.97, 1.0), "c": (1.0, -0.6), "d": (-0.6, 1.0)}
+        name, kind = "fixed", "static"
+
+        def embed(self, texts: list[str]) -> object:
+            v = np.array([self.table[t] for t in texts], dtype=np.float32)
+            return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    cfg = st.StageConfig(semantic_threshold=0.99, paragraph_share=None, partitions=2)
+    docs = [Doc(i, "c.jsonl", i + 1, t) for i, t in enumerate("cadb")]
+    sem.embed_shard(iter(docs), Fixed(), tmp_path, 0)
+    np.save(tmp_path / "sem" / "centroids.npy", np.eye(2, dtype=np.float32))  # a nearest (1,0), b nearest (0,1)
+    (tmp_path / "sem" / "centroids.json").write_text(json.dumps({"k": 2}))
+
+    def pairs(**kw: object) -> list[tuple[int, int]]:
+        for f in (tmp_path / "sem").glob("grp-*"):
+            f.unlink()
+        sem.assign_shard(tmp_path, 0, 2, **kw)  # type: ignore[arg-type]
+        found = []
+        for g in range(2):
+            sem.group_pairs(cfg, tmp_path, g, dim=2)
+            rec = np.fromfile(tmp_path / "pairs" / f"sem-{g:04d}.bin", dtype=st._pair_dtype())
+            found += list(zip(rec["later"].tolist(), rec["earlier"].tolist(), strict=True))
+        return sorted(found)
+
+    assert pairs(nearest=1) == []  # nearest centroid only: a and b never meet
+    assert pairs() == [(3, 1)]  # b (3) meets a (1) where a spilled, once; c and d stay apart
