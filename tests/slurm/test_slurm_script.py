@@ -43,11 +43,12 @@ def test_cpu_script_has_the_topology_requeue_and_no_gpus(settings: Settings) -> 
     text = SlurmBackend(settings).render(spec)
     _bash_n(text)
     flags = _directives(text)
-    assert "--nodes=2" in flags and "--ntasks-per-node=1" in flags
+    assert "--nodes=2" in flags and "--ntasks-per-node=3" in flags  # a task per rank, no agent
     assert "--requeue" in flags and "--signal=B:TERM@120" in flags and "--open-mode=append" in flags
     assert not any(f.startswith(("--gpus", "--gres", "--partition", "--account", "--qos", "--time")) for f in flags)
-    assert "--nnodes=2 --nproc-per-node=3" in text and "--rdzv-backend=static" in text
-    assert '--rdzv-endpoint="$head:$port"' in text and "jupyter_starverse.backends.slurm._rank" in text
+    assert "torch.distributed.run" not in text and "srun --kill-on-bad-exit=1 --ntasks-per-node=3" in text
+    assert 'export MASTER_ADDR="$head" MASTER_PORT="$port"' in text and "WORLD_SIZE=6 LOCAL_WORLD_SIZE=3" in text
+    assert '"$PYTHON" -m jupyter_starverse.backends.slurm._rank' in text
     assert "export A='it'\"'\"'s $HOME `x`\nnext'" in text  # quoted: no expansion, no command
     assert f"{settings.experiments}/cpu/runs/'\"$STARVERSE_JOB_ID\"'/logs/node%n.log" in text
 
@@ -70,7 +71,7 @@ def test_gpu_script_asks_for_gpus_in_the_mapped_partition_with_account_qos_and_t
         "--qos=high",
         "--time=2-00:00:00",
         "--mem=512G",
-        "--cpus-per-task=64",
+        "--cpus-per-task=8",  # 64 per node over its 8 ranks
     ):
         assert flag in flags, (flag, flags)
     gres = SlurmBackend(s.replace(slurm_gpu_flag="gres")).render(spec)
@@ -112,8 +113,8 @@ def test_mounts_commands_resume_and_odd_paths_all_pass_bash_n(settings: Settings
     text = render_script(launch)
     _bash_n(text)
     assert "for path in /store/hub/llama '/store/wiki v1'; do" in text
-    # torchrun never restarts (a retried group cannot rejoin); the batch script requeues, up to the budgets
-    assert "--max-restarts=0" in text and "--max-restarts=2" not in text and "'a b'" in text
+    # no agent restarts ranks (a retried group cannot rejoin); the batch script requeues, up to the budgets
+    assert "--max-restarts" not in text and "'a b'" in text
     assert "requeued 2 time(s) (max_restarts)" in text and f"_requeue end {weird} " in text
     assert text.rstrip().endswith('exit "$rc"') and "scontrol requeue" in text
     for output in ("sbatch", "yaml", "json"):
@@ -233,13 +234,14 @@ def test_cpus_and_memory_per_node_from_the_gpu_type_and_rank_count_overridable(s
     backend = SlurmBackend(settings)
     gpu = JobSpec(name="g", code=TINY, nodes=2, procs_per_node=8, accelerator="rtx4090")
     flags = _directives(backend.render(gpu))
-    assert "--cpus-per-task=48" in flags and "--mem=224G" in flags  # 6 CPUs + 28 GiB per 4090: a 64 / 256 GiB host
+    # per rank (a task each): 6 CPUs + 28 GiB per 4090, a 64 / 256 GiB host's share; memory per node
+    assert "--cpus-per-task=6" in flags and "--ntasks-per-node=8" in flags and "--mem=224G" in flags
     flags = _directives(backend.render(gpu.replace(accelerator="a100-80g", procs_per_node=4)))
-    assert "--cpus-per-task=40" in flags and "--mem=480G" in flags  # the same share a Kubernetes pod asks
+    assert "--cpus-per-task=10" in flags and "--mem=480G" in flags  # the same share a Kubernetes pod asks
     cpu = _directives(backend.render(JobSpec(name="c", code=TINY, procs_per_node=8)))
-    assert "--cpus-per-task=8" in cpu and not any(f.startswith("--mem") for f in cpu)  # 8 ranks, 8 cores
+    assert "--cpus-per-task=1" in cpu and not any(f.startswith("--mem") for f in cpu)  # 8 ranks, 8 cores
     mine = _directives(backend.render(gpu.replace(cpu="20", memory="200Gi")))
-    assert "--cpus-per-task=20" in mine and "--mem=200G" in mine
+    assert "--cpus-per-task=3" in mine and "--mem=200G" in mine  # 20 per node over 8 ranks, rounded up
     with pytest.raises(BadInputError, match="not a CPU count"):
         backend.render(gpu.replace(cpu="lots"))
 
@@ -284,3 +286,13 @@ def test_spot_runs_on_the_clusters_preemptible_qos_or_partition(settings: Settin
     assert "--qos=normal" in _directives(on_demand) and spot != on_demand
     part = SlurmBackend(base.replace(slurm_spot_partition="gpu-spot")).render(spec.replace(billing="spot"))
     assert "--partition=gpu-spot" in _directives(part) and "--qos=normal" in _directives(part)
+
+
+def test_each_rank_takes_torchruns_variables_from_its_slurm_task() -> None:
+    from jupyter_starverse.backends.slurm._rank import rank_env
+
+    task = {"SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_NODEID": "2", "WORLD_SIZE": "6", "LOCAL_WORLD_SIZE": "2"}
+    env = rank_env(task)
+    assert (env["RANK"], env["LOCAL_RANK"], env["GROUP_RANK"], env["STARVERSE_NODE_INDEX"]) == ("5", "1", "2", "2")
+    assert env["ROLE_WORLD_SIZE"] == "6" and env["OMP_NUM_THREADS"] == "1"  # as torchrun: 2 ranks a node
+    assert "OMP_NUM_THREADS" not in rank_env({**task, "OMP_NUM_THREADS": "4"})

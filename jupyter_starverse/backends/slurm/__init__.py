@@ -1,4 +1,4 @@
-"""The Slurm backend: a JobSpec as a readable sbatch script (``srun`` + torchrun), submitted with
+"""The Slurm backend: a JobSpec as a readable sbatch script (``srun``, one task per rank), submitted with
 ``sbatch --parsable``, read back from ``scontrol`` / ``sacct`` and the run folder."""
 
 from __future__ import annotations

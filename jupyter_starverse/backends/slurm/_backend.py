@@ -87,7 +87,7 @@ def _last_words(path: Path) -> str | None:
 
 
 class SlurmBackend(RunFolderBackend):
-    """Jobs as sbatch scripts: ``srun`` starts one torchrun agent per node.
+    """Jobs as sbatch scripts: ``srun`` starts one task per rank (no torchrun agent).
 
     Parameters
     ----------
@@ -189,7 +189,7 @@ class SlurmBackend(RunFolderBackend):
         return plan_resume(exp.root, new_world_size=spec.world_size, data_parallel=spec.data_parallel)
 
     def _entry(self, spec: JobSpec, run: RunPaths) -> list[str]:
-        """What torchrun runs for each rank: the script under the worker, or the command."""
+        """What each rank's task runs: the script under the worker, or the command."""
         extra = framework_args(spec, run_dir=str(run.root))
         if spec.command:
             return ["-m", RANK_MODULE, "--exec", *spec.command, *spec.args, *extra]

@@ -1,10 +1,11 @@
 """What a Slurm job asks besides nodes and GPUs: CPUs and memory per node, the time limit's figures.
 
-CPUs and memory: one task per node (the torchrun agent) holds every rank of the node, so
-``--cpus-per-task`` is the node's share for all its ranks. Without ``JobSpec.cpu`` / ``memory``
-(``launch --cpu/--memory``) a GPU job asks, per GPU, the share of the GPU type's typical 8-GPU
-host that a Kubernetes pod asks too (``kube.HOST_SHARE``: one table of hosts); a CPU job asks one
-core per rank (so 8 ranks never share one core) and leaves memory to the cluster's ``DefMemPerCPU``.
+CPUs and memory: the figures here are per node, for all its ranks; the script asks
+``--cpus-per-task`` of each rank's task (one task per rank) as that share over the ranks.
+Without ``JobSpec.cpu`` / ``memory`` (``launch --cpu/--memory``) a GPU job asks, per GPU, the
+share of the GPU type's typical 8-GPU host that a Kubernetes pod asks too (``kube.HOST_SHARE``:
+one table of hosts); a CPU job asks one core per rank (so 8 ranks never share one core) and
+leaves memory to the cluster's ``DefMemPerCPU``.
 
 Time limit: the batch shell gets SIGTERM ``margin`` seconds before the limit (``--signal``), and
 every rank checkpoints. A limit too short for start-up plus one checkpoint interval before that

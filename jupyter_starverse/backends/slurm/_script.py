@@ -17,9 +17,8 @@ from jupyter_starverse.backends._restarts import PREEMPT_RESTARTS
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.jobmodel import JobSpec
 
-__all__ = ["JOB_ID_TOKEN", "NODE_MODULE", "RANK_MODULE", "TERM_BEFORE_LIMIT_S", "SlurmLaunch", "render_script"]
+__all__ = ["JOB_ID_TOKEN", "RANK_MODULE", "TERM_BEFORE_LIMIT_S", "SlurmLaunch", "render_script"]
 
-NODE_MODULE = "jupyter_starverse.backends.slurm._node"
 RANK_MODULE = "jupyter_starverse.backends.slurm._rank"
 REQUEUE_MODULE = "jupyter_starverse.backends.slurm._requeue"
 
@@ -38,7 +37,7 @@ class SlurmLaunch:
     spec: JobSpec
     run_dir: str
     python: str
-    entry: tuple[str, ...]  # what torchrun runs per rank: ``-m RANK_MODULE script args`` or ``... --exec cmd``
+    entry: tuple[str, ...]  # what each rank's task runs: ``-m RANK_MODULE script args`` or ``... --exec cmd``
     env: Mapping[str, str] = field(default_factory=dict)
     mounts: Mapping[str, str] = field(default_factory=dict)
     partition: str | None = None
@@ -48,7 +47,7 @@ class SlurmLaunch:
     gpu_flag: str = "gpus-per-node"
     resume_from: str | None = None
     preempt_restarts: int = PREEMPT_RESTARTS  # requeues after preemptions; failures: spec.max_restarts
-    cpus: int | None = None  # --cpus-per-task of the node's one task (the agent and all its ranks)
+    cpus: int | None = None  # CPUs of a node for all its ranks (--cpus-per-task: this / procs_per_node)
     memory: str | None = None  # --mem per node
     resources_note: str = ""
     signal_margin: int = TERM_BEFORE_LIMIT_S  # --signal=B:TERM@margin
@@ -111,8 +110,8 @@ def render_script(launch: SlurmLaunch) -> str:
         f"# Slurm batch script of the starverse job {launch.job_id} (jupyter_starverse {__version__}).",
         f"# Job {spec.name!r}, experiment {spec.experiment_name!r}: {spec.nodes} node(s) x "
         f"{spec.procs_per_node} process(es) = world size {spec.world_size} ({device}), template {spec.template}.",
-        "# One torchrun agent per node (srun), static rendezvous on the first node; every rank runs the",
-        "# script under jupyter_starverse's worker, which writes logs/rankN.log, pids/ and errors/.",
+        "# One Slurm task per rank (srun), static rendezvous on the first node (rank 0 hosts the store);",
+        "# every rank runs the script under jupyter_starverse's worker (logs/rankN.log, pids/, errors/).",
         f"# Run folder (must be on a file system every node sees): {_one_line(run)}",
         "# Preemption, a lost node, or the time limit: SIGTERM -> every rank checkpoints -> the job",
         f"# is requeued and resumes from its latest checkpoint ({launch.preempt_restarts} time(s) at most); a failure",
@@ -125,14 +124,15 @@ def render_script(launch: SlurmLaunch) -> str:
     if not launch.standalone:
         lines += _directive("comment", f"starverse:{launch.job_id}")
     lines += _directive("nodes", spec.nodes)
-    lines += _directive("ntasks-per-node", 1, "one torchrun agent per node")
+    lines += _directive("ntasks-per-node", spec.procs_per_node, "one task per rank")
     lines += _directive("partition", launch.partition, partition_note)
     if spec.is_gpu:
         if launch.gpu_flag == "gres":
             lines += _directive("gres", f"gpu:{spec.procs_per_node}", "one GPU per process")
         else:
             lines += _directive("gpus-per-node", spec.procs_per_node, "one GPU per process")
-    lines += _directive("cpus-per-task", launch.cpus, f"node's agent and ranks: {launch.resources_note}")
+    per_rank = -(-launch.cpus // spec.procs_per_node) if launch.cpus else None
+    lines += _directive("cpus-per-task", per_rank, f"per rank, {launch.cpus} per node: {launch.resources_note}")
     lines += _directive("mem", _slurm_memory(launch.memory) if launch.memory else None, "memory per node")
     lines += _directive("time", launch.time_limit, "STARVERSE_SLURM_TIME")
     lines += _directive("account", launch.account, "STARVERSE_SLURM_ACCOUNT")
@@ -176,16 +176,31 @@ def render_script(launch: SlurmLaunch) -> str:
             "",
         ]
     lines += [
-        "# -- rendezvous: the first node (this one) hosts torchrun's store on a free port. Static (node",
-        "#    rank = SLURM_NODEID, set by `_node`): a try never changes its nodes, a requeue is a new try",
+        "# -- rendezvous: rank 0, on the first node (this one), hosts the store on a free port. Static",
+        "#    (RANK = SLURM_PROCID, set by `_rank`): a try never changes its nodes, a requeue is a new try",
         "#    with a new port, and the elastic c10d round would add ~1 s of polling before the first step --",
         f"PYTHON={_q(launch.python)}",
         "head=$(hostname)",
-        'port=$("$PYTHON" -c \'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])\')',
+        "# a free port below the kernel's ephemeral range (32768+): no outgoing connection of this busy",
+        "# node can take it in the seconds before rank 0 listens on it",
+        'port=$("$PYTHON" -c \'',
+        "import random, socket",
+        "for p in random.sample(range(20000, 32768), 64):",
+        "    s = socket.socket()",
+        "    try:",
+        '        s.bind(("", p))',
+        "    except OSError:",
+        "        continue",
+        "    print(p)",
+        "    break",
+        "')",
+        '[ -n "$port" ] || { echo "starverse: no free port for the rendezvous on $head" >&2; exit 1; }',
         "attempt=${SLURM_RESTART_COUNT:-0}",
         "try=$(( attempt + 1 ))",
         "started=$(date +%s)",
         "export STARVERSE_ATTEMPT=$attempt",
+        'export MASTER_ADDR="$head" MASTER_PORT="$port" TORCHELASTIC_RUN_ID="$SLURM_JOB_ID-$try"',
+        f"export WORLD_SIZE={spec.world_size} LOCAL_WORLD_SIZE={spec.procs_per_node} GROUP_WORLD_SIZE={spec.nodes}",
         'echo "starverse: Slurm job $SLURM_JOB_ID, try $try, nodes $SLURM_JOB_NODELIST, rendezvous $head:$port"',
         "# a requeue slurmctld made on its own (a lost node) spends the preemption budget too; a first",
         "# try has none to count, so its record is written beside the start, not before it",
@@ -196,17 +211,13 @@ def render_script(launch: SlurmLaunch) -> str:
         f'    "$PYTHON" -m {REQUEUE_MODULE} begin {_q(run)} "$attempt" {launch.preempt_restarts} || exit 1',
         "fi",
         "",
-        "# -- one torchrun agent per node; its output goes to logs/node<N>.log. `_node` sets",
-        "#    STARVERSE_NODE_INDEX and blocks SIGTERM in the agent, so that a Slurm signal reaches each",
-        "#    rank once (through `_rank`), not twice: every rank checkpoints before it stops. --",
-        "srun --kill-on-bad-exit=1 --ntasks-per-node=1 \\",
+        "# -- one task per rank, no agent between Slurm and the ranks (as submitit does): `_rank` sets",
+        "#    RANK/LOCAL_RANK/GROUP_RANK from SLURM_PROCID/LOCALID/NODEID; a Slurm signal reaches each rank",
+        "#    once and every rank checkpoints (a collective save) before it stops. A node's ranks write",
+        "#    logs/node<N>.log. --",
+        f"srun --kill-on-bad-exit=1 --ntasks-per-node={spec.procs_per_node} \\",
         f"    --output={_q(logs + '/node%n.log')} --open-mode=append \\",
-        f'    "$PYTHON" -m {NODE_MODULE} \\',
-        '    "$PYTHON" -m torch.distributed.run \\',
-        f"    --nnodes={spec.nodes} --nproc-per-node={spec.procs_per_node} \\",
-        '    --rdzv-backend=static --rdzv-endpoint="$head:$port" --rdzv-id="$SLURM_JOB_ID-$try" \\',
-        "    --max-restarts=0 \\",
-        "    " + " ".join(_q(a) for a in launch.entry) + " &",
+        '    "$PYTHON" ' + " ".join(_q(a) for a in launch.entry) + " &",
         "agents=$!",
         "",
         "# SIGTERM to this shell (time limit, preemption): pass it to the ranks (not to srun, which",
