@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,9 @@ from jupyter_starverse.recipes import get_recipe
 from jupyter_starverse.recipes._llamafactory import dataset_info, find_llamafactory, llamafactory_config, render_yaml
 from jupyter_starverse.recipes._megatron import megatron_args, read_index, write_indexed_dataset
 from tests.recipes.conftest import MODEL
+
+#: LLaMA-Factory's environment, read before the isolated test environment drops STARVERSE_* variables
+LLAMAFACTORY = os.environ.get("STARVERSE_LLAMAFACTORY")
 
 
 def test_llamafactory_yaml_and_dataset_info_follow_the_recipe_parameters() -> None:
@@ -35,6 +41,11 @@ def test_llamafactory_yaml_and_dataset_info_follow_the_recipe_parameters() -> No
         values, objective="sft", model_dir="/m", dataset_dir="/d", output_dir="/o", accumulation=1, checkpoint_every=5
     )
     assert every["save_steps"] == 5 and every["save_only_model"] is False
+    assert every["include_num_input_tokens_seen"] is True and "use_cpu" not in every  # the monitor's tokens/s
+    cpu = llamafactory_config(
+        values, objective="sft", model_dir="/m", dataset_dir="/d", output_dir="/o", accumulation=1, on_gpu=False
+    )
+    assert (cpu["bf16"], cpu["use_cpu"]) == (False, True)  # HF refuses bf16 on CPU without use_cpu
     info = dataset_info("sft", ["/store/chat"])["starverse"]
     assert info["formatting"] == "sharegpt" and info["columns"] == {"messages": "messages"}
     assert dataset_info("dpo", ["/p"])["starverse"]["ranking"] is True
@@ -50,12 +61,16 @@ def test_llamafactory_steps_reach_the_monitor_and_a_restart_resumes_its_newest_c
 
     (monitor,) = make_callbacks(tmp_path)
     control = SimpleNamespace(should_save=False, should_training_stop=False)
-    for step, loss in ((1, 6.1), (2, 5.4)):
-        state = SimpleNamespace(global_step=step, is_world_process_zero=True)
-        monitor.on_log(None, state, control, logs={"loss": loss, "learning_rate": 1e-4, "grad_norm": 0.5})
+    state = SimpleNamespace(global_step=0, is_world_process_zero=True, num_input_tokens_seen=0)
+    monitor.on_train_begin(None, state, control)
+    for step, loss in ((1, 6.1), (2, "5.4")):  # LLaMA-Factory's trainer may log formatted strings
+        state = SimpleNamespace(global_step=step, is_world_process_zero=True, num_input_tokens_seen=192 * step)
+        logs = {"loss": loss, "learning_rate": 1e-4, "grad_norm": 0.5, "train_runtime": 0.5 * step, "epoch": "0.5"}
+        monitor.on_log(None, state, control, logs=logs)
     monitor.on_log(None, state, control, logs={"train_runtime": 3.0, "train_loss": 5.7})  # the summary: no step
     points = read_metrics(tmp_path, from_logs=False)
     assert [(p.step, p.values["loss"], p.values["lr"]) for p in points] == [(0, 6.1, 1e-4), (1, 5.4, 1e-4)]
+    assert all(p.values["tokens"] == 192 and p.values["tokens_per_s"] > 0 for p in points)  # per step, every rank
 
     import os
     import signal
@@ -74,33 +89,69 @@ def test_llamafactory_steps_reach_the_monitor_and_a_restart_resumes_its_newest_c
     assert found is not None and found.name == "checkpoint-4"
 
 
-def test_llamafactory_launch_needs_its_environment(store: Starverse) -> None:
+def test_llamafactory_launch_needs_its_environment(store: Starverse, monkeypatch: pytest.MonkeyPatch) -> None:
     if find_llamafactory() is not None:
         pytest.skip("LLaMA-Factory is installed here: the refusal cannot be shown")
     with pytest.raises(BadInputError, match="llamafactory-cli` is not on PATH") as e:
         store.recipes.spec("llamafactory-sft", model=MODEL, data="chat")
     assert "own environment" in (e.value.hint or "") and "pip install llamafactory" in (e.value.hint or "")
+    # STARVERSE_LLAMAFACTORY naming a Python without llamafactory is refused, not taken for absent
+    with pytest.raises(BadInputError, match="cannot import llamafactory") as e:
+        find_llamafactory(sys.executable)
+    assert "STARVERSE_LLAMAFACTORY" in (e.value.hint or "")
+
+
+@pytest.fixture
+def lf_env(monkeypatch: pytest.MonkeyPatch) -> str:
+    """LLaMA-Factory's environment for the store's settings: STARVERSE_LLAMAFACTORY, else PATH; skip without."""
+    python = find_llamafactory(LLAMAFACTORY)
+    if python is None:
+        pytest.skip("LLaMA-Factory is not installed (STARVERSE_LLAMAFACTORY unset, no llamafactory-cli on PATH)")
+    if LLAMAFACTORY:
+        monkeypatch.setenv("STARVERSE_LLAMAFACTORY", LLAMAFACTORY)
+    return python
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
 
 
 @pytest.mark.slow
-def test_llamafactory_sft_runs_under_torchrun_where_installed(store: Starverse) -> None:
-    if find_llamafactory() is None:
-        pytest.skip("LLaMA-Factory's environment is absent (llamafactory-cli not on PATH): run not tested here")
-    spec = store.recipes.spec(
-        "llamafactory-sft",
-        model=MODEL,
-        data="chat",
-        procs_per_node=2,
-        params={"steps": 4, "global_batch": 4, "micro_batch": 2, "seq_len": 64},
-    )
-    done = store.backend("local").wait(store.launch(spec).id, timeout=600)
-    assert done.state.value == "succeeded", done.reason
-    assert (Path(done.experiment_dir) / "model" / "config.json").is_file()
+def test_llamafactory_sft_trains_under_the_monitor_is_cancelled_and_resumes(lf_env: str, store: Starverse) -> None:
+    """The real LLaMA-Factory on the tiny Llama, 2 ranks: steps and loss in the monitor, checkpoints on the
+    job's schedule, a cancel checkpoints and stops, a --resume continues from the newest checkpoint-N."""
     from jupyter_starverse.experiments import read_metrics
 
-    points = read_metrics(Path(done.experiment_dir), from_logs=False)
-    assert [p.step for p in points] == [0, 1, 2, 3] and all("loss" in p.values for p in points)  # the monitor's step
-    assert list((Path(done.experiment_dir) / "model").glob("checkpoint-*"))  # checkpoints on the schedule
+    params = {"steps": 500, "warmup_steps": 1, "global_batch": 4, "micro_batch": 2, "seq_len": 64, "lr": 1e-3}
+    job = {"procs_per_node": 2, "checkpoint_every": 2}
+    backend = store.backend("local")  # 500 steps: still running when the cancel comes
+    first = store.launch(store.recipes.spec("llamafactory-sft", model=MODEL, data="chat", params=params, **job))
+    run = Path(backend.get(first.id).experiment_dir)
+    _wait_for(lambda: (run / "model" / "checkpoint-2" / "trainer_state.json").is_file(), 600, "checkpoint-2")
+    cancelled = backend.cancel(first.id, timeout=120)
+    assert cancelled.state.value == "cancelled", cancelled.reason
+    before = read_metrics(run, from_logs=False)
+    assert [p.step for p in before] == list(range(len(before))) and len(before) >= 2  # the monitor's steps
+    assert all(p.values["loss"] > 0 and p.values["tokens_per_s"] > 0 for p in before)
+    stops = json.loads((run / "stops" / "rank0.json").read_text())  # SIGTERM -> checkpoint of the last step
+    saved = run / "model" / f"checkpoint-{stops['checkpoint_step'] + 1}"
+    assert (saved / "trainer_state.json").is_file() and stops["checkpoint_step"] == before[-1].step
+    assert (run / "logs" / "rank1.log").is_file()  # each rank's own log, as for our own scripts
+
+    end = before[-1].step + 4  # the resumed run: three more steps
+    params |= {"steps": end}
+    spec = store.recipes.spec("llamafactory-sft", model=MODEL, data="chat", params=params, resume=True, **job)
+    assert spec.command is not None and spec.command[-2:] == ("--resume-from", str(saved))
+    done = backend.wait(store.launch(spec).id, timeout=600)
+    assert done.state.value == "succeeded", done.reason
+    again = Path(done.experiment_dir)
+    after = read_metrics(again, from_logs=False)
+    assert [p.step for p in after] == list(range(before[-1].step + 1, end))  # the step continues
+    assert f"resumed from {saved.name}" in (again / "logs" / "rank0.log").read_text()
+    assert (again / "model" / "config.json").is_file() and list((again / "model").glob("checkpoint-*"))
 
 
 def test_a_framework_process_that_fails_names_its_error_in_the_job(client: Starverse) -> None:

@@ -159,7 +159,7 @@ def run_ppo(
                 ratio = torch.exp(_answer_logps(model, seq, start, mask) - old)
                 objective = torch.min(ratio * advantage, ratio.clamp(1 - clip, 1 + clip) * advantage)
                 loss = -objective.sum()
-                (loss * (ctx.world_size / (plan.global_batch * k))).backward()  # type: ignore[no-untyped-call]
+                (loss * (ctx.world_size / (plan.global_batch * k))).backward()
                 loss_sum += float(loss.detach())
             max_norm = float(p.get("max_grad_norm", 0.0))
             torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm if max_norm > 0 else float("inf"))
