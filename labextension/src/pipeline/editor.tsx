@@ -68,6 +68,9 @@ const PREP: IPaletteItem[] = [
   { kind: 'prep', label: 'Prep · score (quality)', step: 'score' }
 ];
 
+/** An evaluation step: `starverse eval` on the model drawn into it (or the training step before it). */
+const EVAL: IPaletteItem = { kind: 'eval', label: 'Eval · score a model on a labelled set' };
+
 const TEMPLATES: IPaletteItem[] = [
   { kind: 'train', label: 'Train · DDP (data parallel)', template: 'ddp' },
   { kind: 'train', label: 'Train · FSDP (sharded)', template: 'fsdp' },
@@ -81,7 +84,7 @@ function PaletteItem(props: { item: IPaletteItem; detail?: string }): JSX.Elemen
       className={`jp-SvPipeline-paletteItem jp-SvPipeline-${props.item.kind}`}
       draggable
       data-palette-kind={props.item.kind}
-      data-palette-ref={props.item.ref ?? props.item.template ?? ''}
+      data-palette-ref={props.item.ref ?? props.item.template ?? props.item.step ?? props.item.recipe ?? ''}
       title={props.detail ?? 'drag onto the canvas'}
       onDragStart={event => {
         event.dataTransfer.setData(DRAG_TYPE, JSON.stringify(props.item));
@@ -118,6 +121,8 @@ function Palette(props: {
       ))}
       {props.prep && <h3>Data preparation</h3>}
       {props.prep && PREP.map(p => <PaletteItem key={p.step} item={p} detail="runs in the workspace; drop a dataset onto it" />)}
+      <h3>Evaluation</h3>
+      <PaletteItem item={EVAL} detail="drop a model (or draw a training step) and a labelled dataset onto it" />
       {props.recipes.length > 0 && <h3>Recipes</h3>}
       {props.recipes.map(r => (
         <PaletteItem
@@ -423,6 +428,14 @@ function Editor(props: {
           recipes={recipes.map(r => r.name)}
           entries={entries}
           onNode={(id, change) => onDoc(setParams(doc, id, change))}
+          onFeed={(id, item) => {
+            // one model and one dataset feed an eval step: the pick replaces the entry of its kind fed before
+            const stale = doc.edges.filter(
+              e => e.target === id && doc.nodes.find(n => n.id === e.source)?.kind === item.kind
+            );
+            const base = removeEdges(doc, stale);
+            onDoc(item.ref ? dropEntryOnStep(base, item, id).doc : base);
+          }}
           onDoc={change => onDoc({ ...doc, ...change })}
           onDelete={id => {
             onDoc(removeNodes(doc, [id]));

@@ -3,6 +3,7 @@ import * as React from 'react';
 
 import {
   BILLING_MODES,
+  EvalTask,
   IPipelineCheck,
   IPipelineDoc,
   IPipelineIssue,
@@ -10,6 +11,7 @@ import {
   IStoreEntry,
   ITrainParams
 } from '../tokens';
+import { IPaletteItem } from './graph';
 
 type Change = Partial<IPipelineNode['params']>;
 
@@ -228,6 +230,58 @@ function PrepForm(props: { node: IPipelineNode; issues: IPipelineIssue[]; onChan
   );
 }
 
+/** Task kinds of `starverse eval` (`evals.TASKS`). */
+const EVAL_TASKS: EvalTask[] = ['classification', 'extraction', 'qa', 'generation', 'perplexity'];
+
+/**
+ * The form of an evaluation step: the model and the labelled dataset it is fed (picking one here
+ * wires its catalog node into the step, in place of the one fed before), the task and its fields.
+ */
+function EvalForm(props: {
+  doc: IPipelineDoc;
+  node: IPipelineNode;
+  issues: IPipelineIssue[];
+  entries: IStoreEntry[];
+  onChange: (c: Change) => void;
+  onFeed: (item: IPaletteItem) => void;
+}): JSX.Element {
+  const p = props.node.params;
+  const on = props.onChange;
+  const fed = props.doc.edges
+    .filter(e => e.target === props.node.id)
+    .map(e => props.doc.nodes.find(n => n.id === e.source))
+    .filter((n): n is IPipelineNode => n !== undefined);
+  const trainer = fed.find(n => n.kind === 'train' || n.kind === 'recipe');
+  const model = fed.find(n => n.kind === 'model')?.params.ref;
+  const data = fed.find(n => n.kind === 'dataset')?.params.ref;
+  const refs = (kinds: string[]): string[] => props.entries.filter(e => kinds.includes(e.kind)).map(e => e.ref);
+  const f = (label: string, field: string, child: React.ReactNode): JSX.Element => (
+    <Field label={label} field={field} issues={props.issues}>
+      {child}
+    </Field>
+  );
+  return (
+    <>
+      {f('Model', 'model', <Select field="model" value={model} options={refs(['model'])}
+        empty={trainer ? `output of ${trainer.id}` : '(pick one, or draw a training step in)'}
+        onChange={v => props.onFeed({ kind: 'model', label: v ?? '', ref: v })} />)}
+      {f('Labelled dataset', 'data', <Select field="data" value={data} options={refs(['dataset', 'hf-dataset'])}
+        empty="(pick one)" onChange={v => props.onFeed({ kind: 'dataset', label: v ?? '', ref: v })} />)}
+      {f('Task', 'task', <Select field="task" value={p.task ?? 'classification'} options={EVAL_TASKS}
+        onChange={v => on({ task: v as EvalTask | undefined })} />)}
+      {f('Input field', 'input_field', <TextInput field="input_field" value={p.input_field} placeholder="input" onChange={on} />)}
+      {f('Target field', 'target_field', <TextInput field="target_field" value={p.target_field} placeholder="target" onChange={on} />)}
+      {f('Only the first N examples', 'limit', <NumberInput field="limit" value={p.limit} placeholder="every example" onChange={on} />)}
+      {f('Backend', 'backend', <Select field="backend" value={p.backend} options={['local', 'kubernetes', 'slurm']} empty="the pipeline's"
+        onChange={v => on({ backend: v as ITrainParams['backend'] })} />)}
+      <p className="jp-SvPipeline-help">
+        Baselines: score them with `starverse eval MODEL --data D --baseline M2`, or add an eval step per model
+        and compare the chain with `starverse eval compare`.
+      </p>
+    </>
+  );
+}
+
 /** The side form: the selected node's, or the pipeline's own when nothing is selected. */
 export function SideForm(props: {
   doc: IPipelineDoc;
@@ -238,6 +292,8 @@ export function SideForm(props: {
   recipes: string[];
   entries: IStoreEntry[];
   onNode: (id: string, change: Change) => void;
+  /** an eval step's model or dataset picked in its form: wire that catalog entry into the step */
+  onFeed: (id: string, item: IPaletteItem) => void;
   onDoc: (change: Partial<Pick<IPipelineDoc, 'name' | 'backend'>>) => void;
   onDelete: (id: string) => void;
 }): JSX.Element {
@@ -270,7 +326,10 @@ export function SideForm(props: {
       <h3>
         {selected.id} <span className="jp-SvPipeline-tag">{selected.kind}</span>
       </h3>
-      {selected.kind === 'prep' ? (
+      {selected.kind === 'eval' ? (
+        <EvalForm doc={props.doc} node={selected} issues={issues} entries={props.entries} onChange={change}
+          onFeed={item => props.onFeed(selected.id, item)} />
+      ) : selected.kind === 'prep' ? (
         <PrepForm node={selected} issues={issues} onChange={change} />
       ) : selected.kind === 'train' || selected.kind === 'recipe' ? (
         <TrainForm node={selected} issues={issues} info={props.check?.info[selected.id] ?? null} gpus={props.gpus}
@@ -283,7 +342,8 @@ export function SideForm(props: {
       {issues
         .filter(i => !i.field || !['template', 'script', 'nodes', 'gpus_per_node', 'gpu', 'data_parallel',
           'tensor_parallel', 'pipeline_parallel', 'steps', 'hours', 'budget', 'billing', 'backend', 'ref',
-          'recipe', 'step', 'options', 'shards'].includes(i.field))
+          'recipe', 'step', 'options', 'shards', 'task', 'input_field', 'target_field', 'limit',
+          ...(selected.kind === 'eval' ? ['model', 'data'] : [])].includes(i.field))
         .map((i, n) => (
           <div key={n} className={`jp-SvPipeline-issue jp-mod-${i.level}`} title={i.hint ?? ''}>
             {i.message}

@@ -20,9 +20,9 @@ export interface IPaletteItem {
   step?: ITrainParams['step'];
 }
 
-/** Node kinds that run: jobs, and data preparation. */
+/** Node kinds that run: jobs, data preparation, and evaluation. */
 export function isStep(kind: PipelineNodeKind): boolean {
-  return kind === 'train' || kind === 'recipe' || kind === 'prep';
+  return kind === 'train' || kind === 'recipe' || kind === 'prep' || kind === 'eval';
 }
 
 /** The drag data type of palette items. */
@@ -103,6 +103,10 @@ export function nodeFor(
   }
   if (item.kind === 'prep') {
     return { id: freshId(doc, item.step ?? 'prep'), kind: 'prep', params: { step: item.step }, position: rounded };
+  }
+  if (item.kind === 'eval') {
+    // a model (or the training step before it) and one labelled dataset are drawn into it
+    return { id: freshId(doc, 'eval'), kind: 'eval', params: { task: 'classification' }, position: rounded };
   }
   if (item.kind === 'recipe') {
     const params: ITrainParams = { recipe: item.recipe, nodes: 1, gpus_per_node: 1, hours: 1 };

@@ -18,6 +18,7 @@ export type FlowData = {
 export type StepNode = Node<FlowData, 'train' | 'recipe'>;
 export type EntryNode = Node<FlowData, 'entry'>;
 export type PrepNode = Node<FlowData, 'prep'>;
+export type EvalNode = Node<FlowData, 'eval'>;
 
 function Issues(props: { issues: IPipelineIssue[] }): JSX.Element | null {
   if (props.issues.length === 0) {
@@ -175,4 +176,54 @@ export function PrepNodeView(props: NodeProps<PrepNode>): JSX.Element {
   );
 }
 
-export const NODE_TYPES = { train: TrainNodeView, recipe: TrainNodeView, prep: PrepNodeView, entry: EntryNodeView };
+/** What the check says of an eval step (`EvalPlan.to_json()`): the model it scores, on which dataset. */
+type EvalInfo = { model?: string; data?: string; from_node?: string | null; data_from?: string | null };
+
+/** An evaluation step: the model it scores (a store model or the training step before it) on a labelled set. */
+export function EvalNodeView(props: NodeProps<EvalNode>): JSX.Element {
+  const { data } = props;
+  const p = data.node.params;
+  const ev = (data.info ?? {}) as EvalInfo;
+  const model = ev.from_node ? `output of ${ev.from_node}` : ev.model;
+  const dataset = ev.data_from ? `output of ${ev.data_from}` : ev.data;
+  return (
+    <div
+      className={`jp-SvPipeline-node jp-SvPipeline-step jp-SvPipeline-eval ${stateClass(data)}`}
+      data-node-id={data.node.id}
+    >
+      <Handle type="target" position={Position.Left} />
+      <div className="jp-SvPipeline-nodeTitle">
+        <span>{data.node.id}</span>
+        <span className="jp-SvPipeline-tag">eval {p.task ?? 'classification'}</span>
+      </div>
+      <div className="jp-SvPipeline-nodeLine" data-role="scores">
+        {model ? `scores ${model}` : 'draw a model or a training step into it'}
+      </div>
+      <div className="jp-SvPipeline-nodeLine" data-role="on">
+        {dataset ? `on ${dataset}` : 'drop a labelled dataset onto it'}
+        {p.limit ? ` (first ${p.limit})` : ''}
+      </div>
+      {data.cost !== null && (
+        <div className="jp-SvPipeline-nodeLine jp-SvPipeline-cost" data-role="cost">
+          {data.cost}
+        </div>
+      )}
+      <Issues issues={data.issues} />
+      <RunBadge run={data.run} onOpen={data.onOpenJob} />
+      {data.run?.reason && data.run.state === 'succeeded' && (
+        <div className="jp-SvPipeline-nodeLine" data-role="report" title={data.run.reason}>
+          {data.run.reason}
+        </div>
+      )}
+      <Handle type="source" position={Position.Right} />
+    </div>
+  );
+}
+
+export const NODE_TYPES = {
+  train: TrainNodeView,
+  recipe: TrainNodeView,
+  prep: PrepNodeView,
+  eval: EvalNodeView,
+  entry: EntryNodeView
+};
