@@ -44,6 +44,7 @@ from ._fetch import LeaseLostError, SourceFile, check_space, publish_part, trans
 from ._follow import BlobFollower
 from ._lease import Lease
 from ._localbatch import discard, discard_others
+from ._multiget import Get, GetFailed, fetch_many
 from ._names import ModelRef, safe_join
 from ._perms import make_dirs, make_writable
 from ._progress import ProgressTracker
@@ -344,58 +345,68 @@ def _stage_small(
     errors: list[BaseException] = []
     lock = threading.Lock()
     finished = threading.Event()
-    cursor = iter(range(len(todo)))
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+    dir_fd = os.open(staging, flags)
+    blobs_fd = os.open(blobs, flags)
+    report = [0, 0]  # files and bytes not yet reported: progress goes in groups
+    reported = [time.monotonic()]
 
-    def fetch(name: str, f: Any) -> None:
+    def target(f: Any) -> Target:
         size = int(f.size)
         sha = str(f.lfs.sha256) if f.lfs is not None else None
         extra = {} if f.lfs is not None else {"git": hashlib.sha1(f"blob {size}\0".encode(), usedforsecurity=False)}
-        target = Target(f.path, size, sha, extra)
-        dest = staging / name
+        return Target(f.path, size, sha, extra)
 
-        def move() -> Downloaded:
-            data, got = _download.fetch_small(HttpOrigin(url(f), headers=headers), target)
-            if f.lfs is None and got.extra["git"] != str(f.blob_id):
-                raise ChecksumError(f"git blob id {got.extra['git']} does not match the listed {f.blob_id}")
-            fd = os.open(dest, _STAGE_FLAGS, 0o444)
+    def done(get: Get, body: memoryview, got: Downloaded) -> None:
+        name, f = get.key
+        if f.lfs is None and got.extra["git"] != str(f.blob_id):
+            raise ChecksumError(f"git blob id {got.extra['git']} does not match the listed {f.blob_id}")
+        try:
+            fd = os.open(name, _STAGE_FLAGS, 0o444, dir_fd=dir_fd)
             try:
-                while data:
-                    data = data[os.write(fd, data) :]
+                while body:
+                    body = body[os.write(fd, body) :]
             finally:
                 os.close(fd)
-            return got
-
-        digest = transfer(f.path, dest, target, move, auth_hint=auth).sha256
+        except OSError as e:
+            raise GetFailed(get, e) from e
         with lock:
-            digests[name] = digest
+            digests[name] = got.sha256
             staged.append(name)
+        report[0] += 1
+        report[1] += got.size
+        now = time.monotonic()
+        if report[0] >= _REPORT_EVERY or report[1] >= _REPORT_BYTES or now - reported[0] >= _REPORT_SECONDS:
+            tracker.add_files(report[0], report[1])
+            report[:], reported[0] = [0, 0], now
+
+    def check() -> None:
+        if errors:
+            raise errors[0]
+        if lease is not None and lease.lost.is_set():
+            raise LeaseLostError(str(storage))
 
     def run() -> None:
-        nfiles = nbytes = 0
-        last = time.monotonic()
         try:
-            while not errors:
-                with lock:
-                    i = next(cursor, None)
-                if i is None:
-                    return
-                if lease is not None and lease.lost.is_set():
-                    raise LeaseLostError(str(storage))
-                name, f = todo[i]
-                fetch(name, f)
-                nfiles += 1
-                nbytes += int(f.size)
-                now = time.monotonic()
-                if nfiles >= _REPORT_EVERY or nbytes >= _REPORT_BYTES or now - last >= _REPORT_SECONDS:
-                    tracker.add_files(nfiles, nbytes)
-                    nfiles = nbytes = 0
-                    last = now
+            gets = [Get(url(f), target(f), (name, f)) for name, f in todo]
+            fetch_many(gets, headers=headers, connections=connections, done=done, check=check)
+        except GetFailed as e:
+            name, f = e.get.key
+            error = e.error
+
+            def fail() -> Downloaded:
+                raise error
+
+            try:
+                transfer(f.path, staging / name, e.get.target, fail, auth_hint=auth)  # its StarverseError
+            except BaseException as translated:
+                errors.append(translated)
         except BaseException as e:
             errors.append(e)
-            finished.set()
         finally:
-            if nfiles:
-                tracker.add_files(nfiles, nbytes)
+            if report[0]:
+                tracker.add_files(report[0], report[1])
+            finished.set()
 
     def commit_staged() -> None:
         """Every staged file so far durable, then moved into ``blobs/`` (the fence first)."""
@@ -408,27 +419,15 @@ def _stage_small(
         if lease is not None and not lease.renew():
             raise LeaseLostError(str(storage))  # the fence: a holder that was taken over moves nothing in
         for name in batch:
-            (staging / name).replace(blobs / name)
+            os.replace(name, name, src_dir_fd=dir_fd, dst_dir_fd=blobs_fd)
         committed += len(batch)
 
     try:
-        threads = [
-            threading.Thread(target=run, name=f"starverse-small-{k}", daemon=True)
-            for k in range(max(1, min(connections, len(todo))))
-        ]
-        for t in threads:
-            t.start()
-
-        def watch() -> None:
-            for t in threads:
-                t.join()
-            finished.set()
-
-        threading.Thread(target=watch, name="starverse-small-join", daemon=True).start()
+        worker = threading.Thread(target=run, name="starverse-small", daemon=True)  # one loop, N connections
+        worker.start()
         while not finished.wait(COMMIT_SECONDS):
             commit_staged()  # while the batch runs: a killed pull keeps what was committed
-        for t in threads:
-            t.join()
+        worker.join()
         if errors and not isinstance(errors[0], LeaseLostError):
             with contextlib.suppress(OSError, LeaseLostError):
                 commit_staged()  # a failed pull keeps what it verified; the next one fetches the rest
@@ -437,28 +436,36 @@ def _stage_small(
             raise errors[0]
         commit_staged()
         snapshot = storage / "snapshots" / commit
-        made: set[Path] = set()
-        for f in files:
-            link = safe_join(snapshot, f.path)
-            if link.parent not in made:
-                make_dirs(link.parent)
-                made.add(link.parent)
-            blob = blobs / _blob_name(f)
+        made: set[str] = set()
+        snap = str(snapshot)
+        for f in files:  # paths checked against the store when the listing came (pull_model)
+            parent, _, _ = f.path.rpartition("/")
+            if parent not in made:
+                make_dirs(snapshot / parent if parent else snapshot)
+                made.add(parent)
+            # what os.path.relpath gives from snapshots/<commit>/<parent>/ to blobs/<name>, without its cost
+            up = "../" * (f.path.count("/") + 2)
             try:
-                link.symlink_to(os.path.relpath(blob, link.parent))
+                os.symlink(f"{up}blobs/{_blob_name(f)}", f"{snap}/{f.path}")  # noqa: PTH211 (no Path per file)
             except FileExistsError:
-                _link(snapshot, f.path, blob)
+                _link(snapshot, f.path, blobs / _blob_name(f))
         sync_filesystem(blobs)  # the renames and links durable before the manifest names them
     except BaseException as e:
         errors.append(e)  # the workers still running stop at their next file
         discard(staging)
         raise
     finally:
+        os.close(dir_fd)
+        os.close(blobs_fd)
         with contextlib.suppress(OSError):
             staging.rmdir()
         with contextlib.suppress(OSError):
             top.rmdir()
-    return {f.path: FileRecord(f.path, int(f.size), digests[_blob_name(f)], _blob_name(f)) for f in files}
+    out = {}
+    for f in files:
+        name = _blob_name(f)
+        out[f.path] = FileRecord(f.path, int(f.size), digests[name], name)
+    return out
 
 
 _STAGE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)

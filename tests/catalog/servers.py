@@ -9,7 +9,8 @@ count every complete ``GET`` per file, every body byte sent (in total, per file 
 range), limit each response (each connection) to ``throttle`` bytes per second like a CDN,
 and inject faults through ``fault(key, start, end)``: ``"503"``, ``"reset"`` (half the range,
 then the connection drops), ``"norange"`` (the whole file with 200, as if Range were not
-supported) or ``"etag"`` (another ETag, as if the file changed between ranges).
+supported), ``"etag"`` (another ETag, as if the file changed between ranges) or ``"redirect"``
+(a 302 to the same file under ``/_moved/``).
 """
 
 from __future__ import annotations
@@ -184,6 +185,14 @@ class _Base:
         action = None if head or self.fault is None else self.fault(key, start, end)
         if action is not None and action.isdigit():  # "503", "404", "403", ...
             return self.send_error_code(h, int(action), "Injected")
+        if action == "redirect":  # to the same file under another path, as the Hub sends LFS files to its CDN
+            body = b"moved"
+            h.send_response(302)
+            h.send_header("Location", f"/_moved{urlsplit(h.path).path}")
+            h.send_header("Content-Length", str(len(body)))
+            h.end_headers()
+            h.wfile.write(body)
+            return None
         if action == "norange":
             m, start, end, status = None, 0, blob.size, 200
         if action == "etag":
@@ -257,6 +266,7 @@ class HubServer(_Base):
         self.lfs: set[str] = set()  # "commit/path" served as LFS files
         self.tree_page = 1000  # entries per page of the tree listing (the Hub pages it too)
         self.tree_pages = 0  # pages of the tree listing served
+        self._listings: dict[tuple[str, str, bool, bool], list[dict[str, object]]] = {}
 
     def add_repo(
         self,
@@ -330,6 +340,24 @@ class HubServer(_Base):
         recursive = query.get("recursive", ["false"])[0].lower() == "true"
         expand = query.get("expand", ["false"])[0].lower() == "true"
         cursor = int(query.get("cursor", ["0"])[0] or 0)
+        key = (commit, under, recursive, expand)
+        out = self._listings.get(key)
+        if out is None:
+            out = self._listing(commit, under, recursive, expand)
+            if out is None:
+                return self.send_error_code(h, 404, "EntryNotFound")
+            if len(out) > 2000:  # a benchmark's 100,000 files: built once, not once per page (tests edit small ones)
+                self._listings[key] = out
+        page = out[cursor : cursor + self.tree_page]
+        headers: dict[str, str] = {}
+        if cursor + self.tree_page < len(out):
+            kept = {k: v[0] for k, v in query.items() if k != "cursor"}
+            nxt = f"{self.url}{urlsplit(h.path).path}?{urlencode({**kept, 'cursor': cursor + self.tree_page})}"
+            headers["Link"] = f'<{nxt}>; rel="next"'
+        self.tree_pages += 1
+        return self.send_json(h, page, headers=headers)
+
+    def _listing(self, commit: str, under: str, recursive: bool, expand: bool) -> list[dict[str, object]] | None:
         prefix = f"{under}/" if under else ""
         entries: dict[str, dict[str, object]] = {}
         for p, blob in sorted(self.commits[commit].items()):
@@ -347,19 +375,12 @@ class HubServer(_Base):
                 item["lfs"] = {"oid": sha, "size": blob.size, "pointerSize": 134}
             entries[p] = item
         if not entries and under:
-            return self.send_error_code(h, 404, "EntryNotFound")
+            return None
         out = list(entries.values())
         if expand:
             for item in out:
                 item["lastCommit"] = {"id": commit, "title": "commit", "date": "2026-01-01T00:00:00.000Z"}
-        page = out[cursor : cursor + self.tree_page]
-        headers: dict[str, str] = {}
-        if cursor + self.tree_page < len(out):
-            kept = {k: v[0] for k, v in query.items() if k != "cursor"}
-            nxt = f"{self.url}{urlsplit(h.path).path}?{urlencode({**kept, 'cursor': cursor + self.tree_page})}"
-            headers["Link"] = f'<{nxt}>; rel="next"'
-        self.tree_pages += 1
-        return self.send_json(h, page, headers=headers)
+        return out
 
 
 def _repo_key(kind: str, repo: str) -> str:
@@ -380,6 +401,7 @@ class FileServer(_Base):
 
     def handle(self, h: BaseHTTPRequestHandler, *, head: bool) -> None:
         path = unquote(urlsplit(h.path).path).lstrip("/")
+        path = path.removeprefix("_moved/")  # where a "redirect" fault sends the client
         if path in self.files:
             blob = self.files[path]
             if self.on_get is not None and not head:
