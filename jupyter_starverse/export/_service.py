@@ -1,6 +1,8 @@
 """``export MODEL --format onnx|onnx-int8|onnx-int4``: graph, parity report, new store version.
 
-One run: load the PyTorch model, export the fp32 KV-cache graph, measure it against PyTorch,
+One run: load the PyTorch model, export the fp32 KV-cache graph (or reuse the one an earlier
+export of the same model files made with the same exporter versions: tracing is most of a small
+model's export), measure it against PyTorch,
 quantize (INT8/INT4 formats), measure that too, replay the team's feedback prompts, then
 import the folder (graph, tokenizer, config, ``export_report.json``, ``starverse-lineage.json``) into
 the store as a new revision of the model. A graph that fails its parity check is not imported
@@ -12,6 +14,7 @@ renders that build as a GPU job and refuses a CPU one.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import time
@@ -57,6 +60,59 @@ _REPLAY_PROMPTS = 32
 #: The file recipe outputs carry their lineage in, so `starverse recipes lineage` reads exports too.
 LINEAGE = "starverse-lineage.json"
 _REPLAY_TOKENS = 24
+#: Beside an export's fp32 graph: what it was made from (:func:`graph_key`), so a later export reuses it.
+_GRAPH_KEY = "graph_key.json"
+#: Raised when :func:`export_graph` makes another graph from the same model: older graphs are not reused.
+_GRAPH_VERSION = 1
+
+
+def graph_key(source: Path) -> str:
+    """What the fp32 graph of ``source`` depends on: its config and weight files (path, size, mtime)
+    and the versions of the exporter's packages."""
+    from importlib import metadata
+
+    folder = source.resolve()
+    files = sorted(
+        (p.name, p.stat().st_size, p.stat().st_mtime_ns)
+        for p in folder.iterdir()
+        if p.is_file() and (p.name == "config.json" or p.suffix in (".safetensors", ".bin", ".pt", ".pth"))
+    )
+    versions: dict[str, str | None] = {}
+    for package in ("torch", "transformers", "onnx", "onnxscript"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    record = {"graph": _GRAPH_VERSION, "folder": str(folder), "files": files, "versions": versions}
+    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
+
+
+def _reuse_graph(exports: Path, key: str, out_dir: Path) -> str | None:
+    """Copy into ``out_dir`` the fp32 graph an earlier export made from the same key; its export id."""
+    try:
+        earlier = sorted(exports.glob(f"*/onnx/{_GRAPH_KEY}"), key=lambda p: p.stat().st_mtime, reverse=True)
+    except OSError:
+        return None
+    for record in earlier:
+        try:
+            if json.loads(record.read_text(encoding="utf-8")).get("key") != key:
+                continue
+        except (OSError, ValueError, AttributeError):
+            continue
+        folder = record.parent
+        if not (folder / GRAPH).is_file():
+            continue
+        out_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            for item in folder.iterdir():
+                if item.name == _GRAPH_KEY or not item.is_file() or item.is_symlink():
+                    continue
+                shutil.copy2(item, out_dir / item.name)  # a copy: onnx refuses external data with two links
+        except OSError:
+            shutil.rmtree(out_dir, ignore_errors=True)
+            continue
+        return folder.parent.name
+    return None
 
 
 @dataclass(frozen=True)
@@ -267,8 +323,15 @@ class ExportService:
         work = self.settings.home / "exports" / export_id
         say(f"loading {model}")
         torch_model, tok = load_torch(source)
-        say("exporting the fp32 graph with a KV cache")
-        fp32 = export_graph(torch_model, work / "onnx")
+        key = graph_key(source)
+        reused = _reuse_graph(work.parent, key, work / "onnx")
+        if reused is not None:
+            fp32 = work / "onnx" / GRAPH
+            say(f"reusing the fp32 graph of export {reused} (the same model files and exporter)")
+        else:
+            say("exporting the fp32 graph with a KV cache")
+            fp32 = export_graph(torch_model, work / "onnx")
+        (work / "onnx" / _GRAPH_KEY).write_text(json.dumps({"key": key}), encoding="utf-8")
         say("measuring PyTorch on the fixed prompts")
         ref_run = reference(torch_model, tok, new_tokens=new_tokens)
         replay = self._replay(feedback, torch_model, tok) if feedback is not None else None

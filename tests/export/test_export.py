@@ -98,8 +98,12 @@ def test_a_failed_parity_check_is_not_stored_unless_forced(client: Starverse, ti
             "gold@1", 1.0, figures, tuple(f"{f.graph}: F1 -{f.drop_points:.1f} points" for f in figures[1:])
         )
 
+    said: list[str] = []
     forced = client.export.export(tiny_ref, "onnx", thresholds=strict, force=True, new_tokens=4, gate=dropping,
-                                  gate_formats=("onnx-int8",))  # fmt: skip
+                                  gate_formats=("onnx-int8",), progress=said.append)  # fmt: skip
+    # the same model files again: the first try's fp32 graph is reused, not traced a second time
+    assert f"reusing the fp32 graph of export {failed.id} (the same model files and exporter)" in said
+    assert "exporting the fp32 graph with a KV cache" not in said
     assert scored == [["fp32", "onnx", "onnx-int8"]]  # fp32 first, then the formats in their order
     assert "onnx: F1 -5.0 points" in forced.failures  # the exported format's drop refuses it (forced here) ...
     assert not any(f.startswith("onnx-int8") for f in forced.failures)  # ... a format only scored does not
