@@ -419,6 +419,7 @@ class ChatSession:
             "alive": self.alive,
             "asleep": self.asleep,
             "started_at": self.started_at,
+            "load_seconds": dict(self.load_seconds),
         }
 
     def __enter__(self) -> ChatSession:

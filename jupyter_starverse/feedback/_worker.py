@@ -129,6 +129,24 @@ def _exit(code: int) -> None:
     os._exit(code)
 
 
+def _preload() -> None:
+    """Import what loading any causal LM and its tokenizer imports. transformers loads its modules
+    on first use, so ``from transformers import Auto...`` is cheap and ``from_pretrained`` pays
+    for the rest (the model base class, torch.distributed.tensor, dynamo, the tokenizer classes,
+    jinja2 for chat templates): seconds a spare worker pays before it is taken, not after."""
+    import importlib
+
+    import transformers
+
+    for name in ("PreTrainedModel", "PreTrainedTokenizerFast", "GenerationMixin"):
+        getattr(transformers, name, None)
+    for module in ("transformers.models.auto.modeling_auto", "transformers.models.auto.tokenization_auto", "jinja2"):
+        try:
+            importlib.import_module(module)
+        except ImportError:  # an older transformers, or no chat templates: the load imports what it needs
+            pass
+
+
 def _load_request(line: str | None) -> str | None:
     """The folder a spare's first line names (``{"load": FOLDER}``)."""
     try:
@@ -148,6 +166,7 @@ def main(argv: list[str]) -> int:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         torch.set_num_threads(int(os.environ.get("STARVERSE_CHAT_THREADS", "1")))
+        _preload()
     except Exception as e:  # the parent shows this to the user
         _emit({"ready": False, "error": f"{type(e).__name__}: {e}"})
         return 1

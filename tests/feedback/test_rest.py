@@ -33,6 +33,8 @@ async def test_chat_streams_by_polling_and_two_writers_vote(jp_fetch: Any, tiny_
     assert tiny_ref in models
     code, session = await _call(jp_fetch, "chat", "sessions", method="POST", body={"model": tiny_ref})
     assert code == 201 and session["model"] == tiny_ref and session["alive"]
+    # listing the models warmed a spare worker: this chat waited for the model's load, not torch's import
+    assert session["load_seconds"]["imports"] == 0.0 and session["load_seconds"]["model"] > 0
     sid = session["id"]
     ask = {"messages": [{"role": "user", "content": "How many cards do I need?"}], "max_new_tokens": 10}
     code, turn = await _call(jp_fetch, "chat", "sessions", sid, "turns", method="POST", body=ask)
