@@ -494,14 +494,19 @@ class EvalService:
 
     # -- reference curves ----------------------------------------------------------------------
     def curve(self, run_dir: Path, reference: str, *, tolerance: float | None = None,
-              total_steps: int | None = None) -> CurveCheck:  # fmt: skip
-        """A run's logged loss held against a reproduction's reference curve (``recipes/curves``)."""
+              total_steps: int | None = None, small: bool | None = None) -> CurveCheck:  # fmt: skip
+        """A run's logged loss held against a reproduction's reference curve (``recipes/curves``).
+
+        A ``--small`` run (``small=None``: told by its ``spec.json``) is compared but not held
+        against the full-size curve: its departures are listed, not warned about."""
         curve = ReferenceCurve.load(reference)
         points = [p for p in read_metrics(run_dir) if p.rank == 0 and curve.metric in p.values]
         if not points:
             raise NotFoundError(f"{run_dir} has no {curve.metric!r} logged yet", hint="wait for the first steps")
         live = [(p.step, float(p.values[curve.metric]), p.values.get("tokens")) for p in points]
-        return curve.check(live, total_steps=total_steps or max(p.step for p in points), tolerance=tolerance)
+        held = not (small_run(run_dir, curve.recipe) if small is None else small)
+        return curve.check(live, total_steps=total_steps or max(p.step for p in points), tolerance=tolerance,
+                           held=held)  # fmt: skip
 
     # -- the export gate ---------------------------------------------------------------------------
     def gate(
@@ -607,6 +612,29 @@ class EvalService:
             mounts=tuple(dict.fromkeys(mounts)),
             experiment=experiment or "evals",
         )
+
+
+def small_run(run_dir: Path, recipe: str) -> bool:
+    """Whether the job of ``run_dir`` is a ``--small`` run of reproduction ``recipe``: its spec says
+    ``STARVERSE_REFERENCE_CHECK=draw``, or it mounts the reproduction's toy model or generated data."""
+    try:
+        spec = json.loads((run_dir / "spec.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(spec, dict):
+        return False
+    raw_env = spec.get("env")
+    env: dict[str, Any] = raw_env if isinstance(raw_env, dict) else {}
+    if str(env.get("STARVERSE_REFERENCE_CHECK", "")).strip().lower() == "draw":
+        return True
+    from jupyter_starverse.recipes import get_recipe
+
+    try:
+        repro = get_recipe(recipe).reproduction
+    except (BadInputError, NotFoundError):
+        return False
+    toys = {str(r).split("@")[0] for r in (repro.small_model, repro.small_data) if r} if repro else set()
+    return any(str(m).split("@")[0] in toys for m in spec.get("mounts") or [])
 
 
 # Runs inside the job: the same service, on the store the job sees; the table goes to the log.

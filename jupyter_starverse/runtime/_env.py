@@ -53,6 +53,9 @@ class JobEnv:
     preempt_exit: int | None = None  # exit with this code after a SIGTERM stop (STARVERSE_PREEMPT_EXIT)
     stop_grace: float | None = None  # seconds the launcher allows from SIGTERM to SIGKILL
     reference_curve: str | None = None  # a reproduction's reference loss curve (STARVERSE_REFERENCE_CURVE)
+    # warn: departures from the curve are warned about; draw: drawn beside it only (a --small run's
+    # toy model is no reproduction of the full-size run the curve is) (STARVERSE_REFERENCE_CHECK)
+    reference_check: str = "warn"
 
     @property
     def distributed(self) -> bool:
@@ -93,6 +96,7 @@ class JobEnv:
             attempt=_int(env, "STARVERSE_ATTEMPT", 0) or 0,
             preempt_exit=_int(env, "STARVERSE_PREEMPT_EXIT", None),
             reference_curve=env.get("STARVERSE_REFERENCE_CURVE") or None,
+            reference_check=(env.get("STARVERSE_REFERENCE_CHECK") or "warn").strip().lower(),
             stop_grace=_float(env, "STARVERSE_STOP_GRACE"),
         )
 

@@ -141,7 +141,7 @@ def _check_reference(env: Any, step: int, numbers: dict[str, float]) -> tuple[st
             print(f"warning: reference curve {env.reference_curve!r} not loaded: {e}", file=sys.stderr, flush=True)
             _sinks["reference"] = False
             return None
-        watch = _sinks["reference"] = ReferenceWatch(curve, total_steps=env.steps)
+        watch = _sinks["reference"] = ReferenceWatch(curve, total_steps=env.steps, held=env.reference_check != "draw")
     if watch is False or watch.curve.metric not in numbers:
         return None
     line = watch.see(int(step), numbers[watch.curve.metric], numbers.get("tokens"))

@@ -9,6 +9,11 @@ off as published), the axis (``step``, ``tokens`` or ``fraction`` of the run) an
 Inside a job, :class:`ReferenceWatch` (``STARVERSE_REFERENCE_CURVE``, set by reproduction recipes)
 does the same for each logged loss and prints a warning when the run leaves the tolerance band
 and a line when it comes back (not one line per step).
+
+A curve is the full-size run's: a ``--small`` run (a toy model, random weights, generated data)
+is no reproduction of it. Such a run is drawn beside the curve but not held against it
+(``STARVERSE_REFERENCE_CHECK=draw`` in the job; ``held=False`` here): one line says so, no
+departure is warned about, and a check lists its departures without calling them warnings.
 """
 
 from __future__ import annotations
@@ -110,9 +115,10 @@ class ReferenceCurve:
 
     def check(
         self, live: Sequence[tuple[int, float, float | None]], *, total_steps: int | None = None,
-        tolerance: float | None = None,
+        tolerance: float | None = None, held: bool = True,
     ) -> CurveCheck:  # fmt: skip
-        """``live``: (step, loss, tokens seen or None). Compared at the curve's axis."""
+        """``live``: (step, loss, tokens seen or None). Compared at the curve's axis; ``held=False``
+        (a ``--small`` run): the gaps are listed, not warned about."""
         tol = self.tolerance if tolerance is None else tolerance
         compared, out = 0, []
         for step, loss, tokens in live:
@@ -123,7 +129,12 @@ class ReferenceCurve:
             compared += 1
             if ref and abs(loss - ref) / ref > tol:
                 out.append(Departure(step, float(x or 0.0), loss, ref))
-        return CurveCheck(self, tol, compared, tuple(out))
+        return CurveCheck(self, tol, compared, tuple(out), held)
+
+
+#: What a ``--small`` run is told about its reproduction's curve (once, in its log and its check).
+NOT_HELD = ("a --small run (toy model) is drawn beside the full-size run's curve, not held against it: "
+            "its departures are no finding")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -132,14 +143,18 @@ class CurveCheck:
     tolerance: float
     compared: int
     departures: tuple[Departure, ...]
+    held: bool = True  # False: a --small run, drawn beside the curve only
 
     def to_json(self) -> dict[str, Any]:
         c = self.curve
         return {"recipe": c.recipe, "source": c.source, "kind": c.kind, "x": c.x, "tolerance": self.tolerance,
-                "compared": self.compared, "departures": [d.to_json() for d in self.departures]}  # fmt: skip
+                "compared": self.compared, "departures": [d.to_json() for d in self.departures],
+                "held": self.held}  # fmt: skip
 
     @property
     def warnings(self) -> list[str]:
+        if not self.held:
+            return []
         return [
             f"step {d.step}: loss {d.live:.3f} departs from the reference {d.reference:.3f} by {d.gap:+.1%} "
             f"(tolerance {self.tolerance:.0%}; {self.curve.kind}: {self.curve.source[:80]})"
@@ -149,6 +164,8 @@ class CurveCheck:
     def __str__(self) -> str:
         head = (f"{self.curve.recipe}: {self.compared} points compared with the {self.curve.kind} curve "
                 f"({self.curve.x} axis), {len(self.departures)} beyond {self.tolerance:.0%}")  # fmt: skip
+        if not self.held:
+            return f"{head}\n{self.curve.recipe}: {NOT_HELD}"
         return "\n".join([head, *self.warnings[:20]])
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
@@ -158,15 +175,22 @@ class CurveCheck:
 class ReferenceWatch:
     """The live check of one job: ``see(step, loss, tokens)`` returns a line to print, or None."""
 
-    def __init__(self, curve: ReferenceCurve, *, total_steps: int | None) -> None:
+    def __init__(self, curve: ReferenceCurve, *, total_steps: int | None, held: bool = True) -> None:
         self.curve = curve
         self.total_steps = total_steps
+        self.held = held
         self.departed = False
+        self.told = False
 
     def see(self, step: int, loss: float, tokens: float | None = None) -> str | None:
         check = self.curve.check([(step, loss, tokens)], total_steps=self.total_steps)
         if not check.compared:
             return None
+        if not self.held:  # a --small run: said once, never warned
+            if self.told:
+                return None
+            self.told = True
+            return f"reference curve {self.curve.recipe}: {NOT_HELD}"
         if check.departures and not self.departed:
             self.departed = True
             return f"warning: reference curve: {check.warnings[0]}"
