@@ -205,7 +205,10 @@ class RecipeService:
         """
         r = get_recipe(recipe)
         repro = r.reproduction
-        if repro is not None and repro.small_model and small and (not model or not data):
+        given = (data,) if isinstance(data, str) else tuple(data)
+        own_small = repro is not None and bool({model, *given} & {repro.small_model, repro.small_data})
+        if repro is not None and repro.small_model and small and (not model or not data or own_small):
+            # the panel sends the small model and data it filled in: built on first use all the same
             small_model, small_data = self.small_assets(r.name)
             model, data = model or small_model, data or small_data
         elif repro is not None and repro.model_ref:
@@ -326,7 +329,14 @@ class RecipeService:
             pairs = folder / name / version
             if not (pairs / "captions.jsonl").is_file():
                 write_image_text_dataset(pairs, n=32)
-            self.catalog.add_dataset(
+            # generated here, under this workspace's home: a server's source roots (what a REST body may
+            # name) do not apply to it, so the panel's one-click launch works on a fresh store too
+            from dataclasses import replace
+
+            from jupyter_starverse.catalog import Catalog
+
+            own = Catalog(replace(self.settings, source_roots=()))
+            own.add_dataset(
                 name, str(pairs), version=version, description="generated image-text pairs for --small reproductions"
             )
             self.catalog.pull(data)

@@ -83,3 +83,24 @@ async def test_rest_lists_shows_and_previews_recipes(store: Starverse, jp_fetch:
     with pytest.raises(HTTPClientError) as e:
         await jp_fetch("jupyter-starverse", "recipes", "nope")
     assert e.value.code == 404
+
+
+async def test_the_panels_one_click_reproduction_previews_on_a_store_without_its_small_assets(jp_fetch: Any) -> None:
+    """The panel's Launch form sends what it filled in (the tiny model, the generated data, one CPU process):
+    a store that does not hold them yet builds them, as `--small` without --model/--data does."""
+    from jupyter_starverse.recipes import SMALL_VLM_DATA, SMALL_VLM_MODEL
+
+    body = {
+        "model": SMALL_VLM_MODEL,
+        "data": [SMALL_VLM_DATA],
+        "small": True,
+        "job": {"nodes": 1, "procs_per_node": 1, "accelerator": "cpu"},
+    }
+    reply = await jp_fetch(
+        "jupyter-starverse", "recipes", "cogvlm-stage1", "preview", method="POST", body=json.dumps(body)
+    )
+    preview = json.loads(reply.body)
+    plan = preview["rendered"]
+    assert "--nnodes=1" in plan and "--nproc-per-node=1" in plan and "STARVERSE_ACCELERATOR: cpu" in plan
+    assert f"- {SMALL_VLM_MODEL}\n" in plan and f"- {SMALL_VLM_DATA}\n" in plan  # both in the store now
+    assert "- steps=12\n" in plan and "- train=multi_modal_projector\n" in plan  # the small stage-1 set-up
