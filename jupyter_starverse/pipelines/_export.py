@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -111,8 +111,9 @@ def _specs(pipeline: Pipeline, steps: list[StepPlan], backend: str, tag: str, fa
     """Every step's job; a prep step is a job of its shards (pipelines/_prep.py) reading store references.
 
     The version a prep step writes is named by ``tag`` (sbatch: the submission's stamp, filled in
-    by submit.sh), so the prep step after it reads it without waiting to learn its name. A job step
-    that mounts such a version is refused: its mount must exist when its job text is rendered.
+    by submit.sh), so the prep step after it reads it without waiting to learn its name. A training
+    step fed by a prep step reads that version by its store folder, known before it exists
+    (:func:`_reads_prepared`); a recipe step, which names its datasets to the recipe, is refused.
     """
     out: dict[str, JobSpec] = {}
     targets: dict[str, str] = {}
@@ -120,19 +121,19 @@ def _specs(pipeline: Pipeline, steps: list[StepPlan], backend: str, tag: str, fa
         node = pipeline.by_id[step.node]
         if step.prep is None:
             fed = [n.id for n in pipeline.inputs(step.node) if n.kind == "prep"]
-            if fed:
+            if fed and node.kind != "train":
                 raise BadInputError(
                     f"step {step.node} mounts the data {fed[0]} prepares, which does not exist before the "
                     "pipeline runs",
                     field="format",
                     hint=f"run it (`starverse pipeline run FILE --backend {backend}` mounts the version "
-                    f"{fed[0]} wrote), or export the preparation steps alone",
+                    f"{fed[0]} wrote), feed it to a training step, or export the preparation steps alone",
                 )
             if step.evaluation is not None:  # an eval step is a job in every export, after the one it scores
                 out[step.node] = eval_job_spec(pipeline, node, step.evaluation, facade)
                 continue
             assert step.spec is not None
-            out[step.node] = step.spec
+            out[step.node] = _reads_prepared(pipeline, node, step.spec, targets, facade) if fed else step.spec
             continue
         prep = step.prep
         source = targets.get(prep.from_node or "", prep.source)
@@ -140,6 +141,48 @@ def _specs(pipeline: Pipeline, steps: list[StepPlan], backend: str, tag: str, fa
         out[step.node] = prep_job_spec(pipeline, node, prep, source=source, target=targets[step.node],
                                        backend=backend)  # fmt: skip
     return out
+
+
+def _reads_prepared(pipeline: Pipeline, node: Any, spec: JobSpec, targets: dict[str, str], facade: Facade) -> JobSpec:
+    """A training step's job that reads the versions its prep steps write, by their store folders.
+
+    The plan mounts a prep step's source as a stand-in (the version does not exist yet). Here the
+    stand-in is dropped and the step gets the folder the version will have once published
+    (``DATA_PATH`` for its first dataset, ``DATA_PATH_<STEP>`` for each prep step it reads): a
+    dataset version's folder is a function of its name and version on the shared store, and the
+    job starts only after the prep job succeeded (afterok; the wait container on Kubernetes).
+    """
+    from jupyter_starverse.catalog import DatasetRef, parse_ref
+
+    from ._plan import _data_inputs
+
+    env = dict(spec.env)
+    drop: set[str] = set()
+    keep: set[str] = set()
+    first = True
+    for kind, ref, prep_node in _data_inputs(pipeline, node, {}):
+        if kind != "dataset":
+            continue
+        if prep_node is None:
+            keep.add(ref)
+            first = False
+            continue
+        drop.add(ref)
+        target = targets.get(prep_node)
+        prep = pipeline.by_id[prep_node]
+        if target is None or prep.params.get("step") == "scan":  # scan writes nothing: its source is the data
+            keep.add(ref)
+            first = False
+            continue
+        parsed = parse_ref(target)
+        assert isinstance(parsed, DatasetRef)
+        folder = str(facade.catalog.layout.data_dir(DatasetRef(parsed.name, parsed.version)))
+        env[f"DATA_PATH_{''.join(c if c.isalnum() else '_' for c in prep_node).upper()}"] = folder
+        if first:
+            env["DATA_PATH"] = folder  # the plan gave it the stand-in's folder
+        first = False
+    mounts = tuple(m for m in spec.mounts if m not in drop or m in keep)
+    return replace(spec, mounts=mounts, env=env)
 
 
 def _submit(pipeline: Pipeline, steps: list[StepPlan], specs: dict[str, JobSpec], facade: Facade) -> ExportFile:

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from jupyter_starverse.client import Starverse
-from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.pipelines import Pipeline
 
 from .conftest import doc
@@ -70,13 +69,64 @@ def test_sbatch_export_of_prep_steps_is_a_chain_of_sharded_jobs(client: Starvers
         assert subprocess.run(["bash", "-n"], input=f.text, text=True).returncode == 0, f.name
     submit, clean, dedup = (f.text for f in out.files)
     assert "--dependency=afterok:${sid_0}" in submit and submit.count("sbatch --parsable --dependency") == 1
-    assert "#SBATCH --nodes=2" in dedup and "--nnodes=2" in dedup  # two shard ranks
+    assert "#SBATCH --nodes=2" in dedup and "#SBATCH --ntasks-per-node=1" in dedup  # two shard ranks
     assert "-m jupyter_starverse.data._job dedup tiny@clean-runSUBMITSTAMP-clean" in dedup  # reads what clean writes
     assert "--to tiny@clean-runSUBMITSTAMP-clean" in clean
     assert '"s/runSUBMITSTAMP/run$stamp/g"' in submit  # one stamp per submission names both versions
-    # a training step that mounts what a prep step writes cannot be rendered before it exists
-    fed = {**PREP, "nodes": [*PREP["nodes"], {"id": "train", "kind": "train", "params": {"script": "steps/train.py"}}],
-           "edges": [*PREP["edges"], {"source": "dedup", "target": "train"}]}  # fmt: skip
-    with pytest.raises(BadInputError, match="mounts the data dedup prepares") as e:
-        client.pipelines.export(Pipeline.from_json(fed), "sbatch", base_dir=folder)
-    assert "pipeline run" in (e.value.hint or "")
+
+
+FED = {**PREP, "nodes": [*PREP["nodes"], {"id": "train", "kind": "train", "params": {"script": "steps/train.py"}}],
+       "edges": [*PREP["edges"], {"source": "dedup", "target": "train"}]}  # fmt: skip
+
+
+def test_a_training_step_reads_what_the_prep_step_before_it_writes_in_the_sbatch_export(
+    client: Starverse, folder: Path, dataset: str
+) -> None:
+    from jupyter_starverse.catalog import DatasetRef
+
+    out = client.pipelines.export(Pipeline.from_json(FED), "sbatch", base_dir=folder)
+    assert [f.name for f in out.files] == ["submit.sh", "clean.sbatch", "dedup.sbatch", "train.sbatch"]
+    for f in out.files:
+        assert subprocess.run(["bash", "-n"], input=f.text, text=True).returncode == 0, f.name
+    submit, _, dedup, train = (f.text for f in out.files)
+    assert "--to tiny@dedup-runSUBMITSTAMP-dedup" in dedup
+    # train is submitted after dedup succeeded, and reads the folder dedup's version will have
+    assert submit.count("--dependency=afterok:${sid_1} --kill-on-invalid-dep=yes") == 1
+    assert submit.index("sid_1=") < submit.index("sid_2=") and "afterok:${sid_1}" in submit.split("sid_2=")[1]
+    folder_of = client.catalog.layout.data_dir(DatasetRef("tiny", "dedup-runSUBMITSTAMP-dedup"))
+    assert f"DATA_PATH={folder_of}" in train.replace("'", "").replace('"', "")
+    assert "DATA_PATH_DEDUP" in train
+    assert "mounted catalog entries" not in train  # not the stand-in (the source, tiny@v1): nothing else mounted
+    # one stamp fills both: the version dedup writes and the folder train reads
+    stamped = subprocess.run(["sed", "-e", "s/runSUBMITSTAMP/run20261202-0000/g"], input=train + dedup,
+                             text=True, capture_output=True).stdout  # fmt: skip
+    assert "tiny@dedup-run20261202-0000-dedup" in stamped and "data/tiny/dedup-run20261202-0000-dedup" in stamped
+
+
+def test_a_training_step_reads_what_the_prep_step_before_it_writes_in_the_yaml_export(
+    client: Starverse, folder: Path, dataset: str
+) -> None:
+    import yaml
+
+    from jupyter_starverse.catalog import DatasetRef
+    from tests.k8s._psa import violations
+
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    text = client.pipelines.export(Pipeline.from_json({**FED, "backend": "kubernetes"}), "yaml", base_dir=folder)
+    objs = [o for o in yaml.safe_load_all(text.main.text) if o]
+    for obj in objs:
+        kubernetes_validate.validate(obj, "1.32.0", strict=True)
+    jobs = {o["metadata"]["labels"]["starverse.io/experiment"].removeprefix("prep-chain-"): o
+            for o in objs if o["kind"] == "Job"}  # fmt: skip
+    assert set(jobs) == {"clean", "dedup", "train"}
+    pod = jobs["train"]["spec"]["template"]
+    assert violations(pod) == []
+    (wait,) = [c for c in pod["spec"]["initContainers"] if c["name"] == "wait-for-steps"]
+    assert wait["command"][-1] == f"job/{jobs['dedup']['metadata']['name']}"  # starts after dedup completed
+    trainer = pod["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in trainer["env"]}
+    dedup_cmd = jobs["dedup"]["spec"]["template"]["spec"]["containers"][0]["command"]
+    version = dedup_cmd[dedup_cmd.index("--to") + 1]
+    folder_of = client.catalog.layout.data_dir(DatasetRef("tiny", version.split("@")[1]))
+    assert env["DATA_PATH"] == env["DATA_PATH_DEDUP"] == str(folder_of)
+    assert next(m for m in trainer["volumeMounts"] if m["name"] == "store")["readOnly"]  # it only reads

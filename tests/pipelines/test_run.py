@@ -10,7 +10,6 @@ import pytest
 
 from jupyter_starverse.cli import main
 from jupyter_starverse.client import Starverse
-from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.pipelines import Pipeline
 
 from .conftest import doc, write
@@ -121,5 +120,5 @@ def test_data_preparation_feeds_the_step_after_it(client: Starverse, folder: Pat
     seen = json.loads(next(Path(train.experiment_dir).glob("step-*.json")).read_text())
     text = (Path(seen["data"]) / "data.jsonl").read_text()
     assert "alice@example.com" not in text and "plain text" in text
-    with pytest.raises(BadInputError, match="mounts the data clean prepares"):
-        client.pipelines.export(pipeline, "sbatch", base_dir=folder)
+    exported = client.pipelines.export(pipeline, "sbatch", base_dir=folder).files[-1].text  # the same file, exported
+    assert "raw@v1" not in exported and "/data/raw/clean-runSUBMITSTAMP-clean" in exported
