@@ -41,6 +41,12 @@ def _rate(points: list[MetricPoint], skip: int = 5) -> float:
     return (timed[-1].step - timed[0].step) / ((timed[-1].time or 0) - (timed[0].time or 0))
 
 
+def _load() -> str:
+    """The machine's load (1, 5, 15 min) and cores: ratios hold under load, absolute seconds do not."""
+    one, five, fifteen = os.getloadavg()
+    return f"load {one:.1f}/{five:.1f}/{fifteen:.1f} on {os.cpu_count()} cores"
+
+
 def run_once(backend: LaunchBackend, spec: JobSpec) -> tuple[float, float]:
     """Seconds from the submit call to the first logged step, and steps/s after the first 5."""
     began = time.time()
@@ -116,20 +122,22 @@ def main() -> int:
                 if "submitit" in results and args.script == "tiny":
                     first, rate = run_submitit(tmp, i, TINY, args.steps)
                     results["submitit"].append((first, rate))
-                    print(f"  submitit try {i + 1}: first step after {first:5.2f} s, {rate:6.2f} steps/s")
+                    print(f"  submitit try {i + 1}: first step after {first:5.2f} s, {rate:6.2f} steps/s  {_load()}")
                 for backend in backends:
                     spec = JobSpec(
                         name=f"bench-{backend.name}-{i}", nodes=2, procs_per_node=1, steps=args.steps, **source
                     )
                     first, rate = run_once(backend, spec)
                     results[backend.name].append((first, rate))
-                    print(f"  {backend.name:6s} try {i + 1}: first step after {first:5.2f} s, {rate:6.2f} steps/s")
+                    said = f"first step after {first:5.2f} s, {rate:6.2f} steps/s"
+                    print(f"  {backend.name:6s} try {i + 1}: {said}  {_load()}")
         finally:
             cluster.stop()
     med = {
         name: (statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs)) for name, rs in results.items()
     }
     print(f"\n2 nodes x 1 process, {args.steps} steps of the {args.script} script, {args.repeats} runs each (medians)")
+    print(f"interleaved (submitit, slurm, local per round); {_load()} at the end")
     print(f"{'':8s}{'submit->first step':>20s}{'steps/s':>10s}")
     for name, (first, rate) in med.items():
         print(f"{name:8s}{first:18.2f} s{rate:10.2f}")
