@@ -49,7 +49,15 @@ _THIRD_PARTY_LOGGERS = ("transformers", "torch", "onnxruntime", "onnxscript", "o
 @contextlib.contextmanager
 def third_party_quiet() -> Iterator[None]:
     """No warning or log chatter of a library reaches the user during an export (deprecations of
-    transformers and torch.onnx, their advice): ours still do, and errors still raise."""
+    transformers and torch.onnx, their advice): ours still do, and errors still raise.
+
+    transformers and torch set their loggers' levels when first imported: imported here first
+    (an export needs both), or the import inside the export would undo the quiet levels."""
+    import importlib.util
+
+    for module in ("torch", "transformers.utils.logging"):
+        if importlib.util.find_spec(module.split(".")[0]) is not None:
+            _need(module, "export")
     loggers = [logging.getLogger(n) for n in _THIRD_PARTY_LOGGERS]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
@@ -82,7 +90,7 @@ def _quiet() -> Iterator[None]:
     for lg in loggers:
         lg.setLevel(logging.ERROR)
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(None):  # type: ignore[type-var]
+        with warnings.catch_warnings(), contextlib.redirect_stdout(None):
             warnings.simplefilter("ignore")
             yield
     finally:

@@ -125,3 +125,24 @@ def test_bad_requests_and_tensorrt_on_cpu_are_refused(client: Starverse, tiny_fo
     with pytest.raises(BackendUnavailableError) as refused:
         client.export.tensorrt_spec("hf:team/tiny@main", gpu=None)
     assert "NVIDIA GPU" in refused.value.message and "--gpu" in (refused.value.hint or "")
+
+
+def test_a_library_warning_during_an_export_never_reaches_the_terminal() -> None:
+    """transformers configures its logger when first imported; in a fresh process (a terminal's
+    `starverse export`) that import happens inside the export and must not undo the quiet."""
+    import subprocess
+    import sys
+
+    code = (
+        "import logging\n"
+        "from jupyter_starverse.export._onnx import third_party_quiet\n"
+        "with third_party_quiet():\n"
+        "    from transformers.utils import logging as tlog\n"
+        "    tlog.get_logger('transformers.modeling_utils').warning('library chatter')\n"
+        "    logging.getLogger('jupyter_starverse.export').error('ours still shows')\n"
+        "tlog.get_logger('transformers.modeling_utils').warning('after the export')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "library chatter" not in done.stderr
+    assert "ours still shows" in done.stderr and "after the export" in done.stderr  # levels given back
