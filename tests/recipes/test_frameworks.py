@@ -7,6 +7,7 @@ import os
 import struct
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -89,7 +90,7 @@ def test_llamafactory_steps_reach_the_monitor_and_a_restart_resumes_its_newest_c
     assert found is not None and found.name == "checkpoint-4"
 
 
-def test_llamafactory_launch_needs_its_environment(store: Starverse, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_llamafactory_launch_needs_its_environment(store: Starverse) -> None:
     if find_llamafactory() is not None:
         pytest.skip("LLaMA-Factory is installed here: the refusal cannot be shown")
     with pytest.raises(BadInputError, match="llamafactory-cli` is not on PATH") as e:
@@ -112,7 +113,7 @@ def lf_env(monkeypatch: pytest.MonkeyPatch) -> str:
     return python
 
 
-def _wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+def _wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
