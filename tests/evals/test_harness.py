@@ -136,3 +136,8 @@ def test_team_lm_eval_task_file_exact_match_on_the_cli(
     assert sorted(e.idx for e in wrong.examples) == [1, 3, 5]
     assert main(["eval", store["model"], "--harness-task", str(task), "--data", store["data"]]) != 0
     assert "not both" in capsys.readouterr().err
+    # as a job: the task file (absolute) and the flag travel in its parameters; only the model is mounted
+    spec = client.evals.job_spec(store["model"], "", harness_task=str(task))
+    params = json.loads(spec.args[0])
+    assert params["harness_task"] == str(task.resolve()) and spec.mounts == (store["model"],)
+    assert json.loads(client.evals.job_spec(store["model"], store["data"], harness=True).args[0])["harness"] is True
