@@ -81,6 +81,7 @@ class Row:
     def __init__(self, name: str) -> None:
         self.name = name
         self.runs: list[tuple[float, float]] = []
+        self.loads: list[float] = []  # 1-minute load average at the start of each run
         self.skipped: str | None = None
 
     @property
@@ -90,6 +91,10 @@ class Row:
     @property
     def median_process(self) -> float:
         return statistics.median(p for _, p in self.runs)
+
+    @property
+    def load(self) -> str:
+        return f"load {statistics.median(self.loads):4.1f}" if self.loads else ""
 
 
 def run_cmd(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
@@ -107,6 +112,7 @@ def measure(row: Row, runs: int, once: Callable[[Path], tuple[float, float]], tm
         dest = tmp / f"{row.name.split()[0]}-{i}"
         shutil.rmtree(dest, ignore_errors=True)
         dest.mkdir(parents=True)
+        row.loads.append(os.getloadavg()[0])
         try:
             row.runs.append(once(dest))
         finally:
@@ -205,15 +211,16 @@ def _importable(module: str) -> bool:
 
 
 DURABLE = "curl, then sync --data"
+DURABLE_FS = "curl -Z, then sync -f"
 
 
-def report(title: str, nbytes: int, rows: list[Row], ours_prefix: str = "starverse") -> None:
+def report(title: str, nbytes: int, rows: list[Row], ours_prefix: str = "starverse", durable: str = DURABLE) -> None:
     """One table; the ratio is to the fastest baseline, and for our row also to the durable one."""
     print(f"\n{title}  ({nbytes / MB:,.0f} MiB)")
     done = [r for r in rows if r.runs]
-    baselines = [r for r in done if not r.name.startswith(ours_prefix) and r.name != DURABLE]
+    baselines = [r for r in done if not r.name.startswith(ours_prefix) and r.name != durable]
     best = min(baselines, key=lambda r: r.median) if baselines else None
-    durable = next((r for r in done if r.name == DURABLE), None)
+    durable_row = next((r for r in done if r.name == durable), None)
     for r in rows:
         if r.skipped:
             print(f"  {r.name:34s}  skipped: {r.skipped}")
@@ -221,9 +228,9 @@ def report(title: str, nbytes: int, rows: list[Row], ours_prefix: str = "starver
         rate = nbytes / r.median / 1e6
         proc = f"  [process {r.median_process:6.2f} s]" if abs(r.median_process - r.median) > 0.05 else ""
         ratio = f"  x{best.median / r.median:4.2f} of {best.name}" if best is not None else ""
-        if durable is not None and r.name.startswith(ours_prefix):
-            ratio += f", x{durable.median / r.median:4.2f} of {DURABLE}"
-        print(f"  {r.name:34s} {r.median:7.2f} s  {rate:8.1f} MB/s{ratio}{proc}")
+        if durable_row is not None and r.name.startswith(ours_prefix):
+            ratio += f", x{durable_row.median / r.median:4.2f} of {durable}"
+        print(f"  {r.name:34s} {r.median:7.2f} s  {rate:8.1f} MB/s  {r.load}{ratio}{proc}")
 
 
 def ceilings(mb: int, tmp: Path) -> None:
@@ -330,6 +337,93 @@ def bench_small(args: argparse.Namespace, tmp: Path) -> None:
         report(f"{n:,} files of {kb} KiB over HTTP (starverse: listing + sha256 per file, synced once)", nbytes, rows)
 
 
+def bench_small_hub(args: argparse.Namespace, tmp: Path, n: int) -> None:
+    """A Hub dataset repo of ``n`` small files: curl -Z, aria2c, snapshot_download and the pull, interleaved.
+
+    Every tool fetches the same ``resolve`` URLs from the loopback Hub (the tools without a Hub
+    client get the list of URLs; starverse and snapshot_download list the repo's tree first).
+    Runs alternate tool by tool, so that the load of a shared machine drifts over all of them.
+    """
+    kb = args.small_kb
+    repo = "datasets/org/small"
+    paths = [f"data/d{i // 1000:03d}/f{i:06d}.bin" for i in range(n)]
+    spec = {"hub": {repo: {p: [kb * 1024, 1000 + i] for i, p in enumerate(paths)}}}
+    nbytes = n * kb * 1024
+    c = args.connections
+    store_imports = (
+        "from huggingface_hub import HfApi, snapshot_download\n"
+        "from jupyter_starverse._settings import Settings\n"
+        "from jupyter_starverse.catalog import Catalog\n"
+        "catalog = Catalog(Settings.from_env())"
+    )
+    with serve(spec) as url:
+        urls = [f"{url}/{repo}/resolve/main/{p}" for p in paths]
+
+        def curl(dest: Path) -> tuple[float, float]:
+            config = dest.parent / f"{dest.name}.curl"
+            config.write_text(
+                "".join(f'url = "{u}"\noutput = "{dest / p}"\n' for u, p in zip(urls, paths, strict=True))
+            )
+            try:
+                return run_cmd(
+                    ["curl", "-sS", "--fail", "-Z", "--parallel-max", str(c), "--create-dirs", "-K", str(config)]
+                )
+            finally:
+                config.unlink()
+
+        curl_row = Row(f"curl -Z --parallel-max {c}")
+
+        def curl_sync(dest: Path) -> tuple[float, float]:
+            """One curl run, two rows: curl alone (to the page cache) and curl, then ``sync -f``."""
+            curl_row.loads.append(os.getloadavg()[0])
+            pull, wall = curl(dest)
+            curl_row.runs.append((pull, wall))
+            t, _ = run_cmd(["sync", "-f", str(dest)])  # syncfs: what the pull's batch does once
+            return pull + t, wall + t
+
+        def aria2(dest: Path) -> tuple[float, float]:
+            listing = dest.parent / f"{dest.name}.aria2"
+            listing.write_text("".join(f"{u}\n  out={p}\n" for u, p in zip(urls, paths, strict=True)))
+            argv = ["aria2c", "-q", f"-j{c}", "-x1", "--file-allocation=none", "--allow-overwrite=true"]
+            try:
+                return run_cmd([*argv, "--auto-file-renaming=false", "-d", str(dest), "-i", str(listing)])
+            finally:
+                listing.unlink()
+
+        def snapshot(dest: Path) -> tuple[float, float]:
+            name = repo.split("/", 1)[1]
+            code = f"snapshot_download({name!r}, repo_type='dataset', cache_dir={str(dest)!r}, max_workers={c})"
+            return python_timed(code, clean_env(HF_ENDPOINT=url), "from huggingface_hub import snapshot_download")
+
+        def ours(dest: Path) -> tuple[float, float]:
+            code = f"assert catalog.pull('hf:{repo}', connections={c}).state == 'cached'"
+            return python_timed(code, clean_env(HF_ENDPOINT=url, STARVERSE_HOME=str(dest / "home")), store_imports)
+
+        slow = n > args.slow_peers_max
+        why = f"{n:,} files take this peer many minutes here (--slow-peers-max {n} runs it)"
+        table: list[tuple[Row, Callable[[Path], tuple[float, float]], str | None]] = [
+            (curl_row, curl, None),  # filled by the next row's runs
+            (Row(DURABLE_FS), curl_sync, "curl"),
+            (Row(f"aria2c -i list -j{c}"), aria2, None if slow else "aria2c"),
+            (Row(f"snapshot_download max_workers={c}"), snapshot, None if slow else ""),
+            (Row(f"starverse store pull ({c} conns)"), ours, ""),
+        ]
+        for row, _once, exe in table:
+            if exe is None and row is not curl_row:
+                row.skipped = why
+            elif exe and shutil.which(exe) is None:
+                row.skipped = curl_row.skipped = f"{exe} is not installed"
+        for _ in range(args.runs):
+            for row, once, _exe in table:
+                if row.skipped is None and row is not curl_row:
+                    try:
+                        measure(row, 1, once, tmp)
+                    except RuntimeError as e:
+                        row.skipped = f"failed: {e}"
+        title = f"Hub dataset repo, {n:,} files of {kb} KiB (starverse: tree listing, sha256 per file, synced once)"
+        report(title, nbytes, [row for row, _o, _e in table], durable=DURABLE_FS)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=int, default=1024, help="size of the one file (and of the 4 shards together)")
@@ -340,11 +434,20 @@ def main() -> None:
     ap.add_argument("--small-kb", type=int, default=4)
     ap.add_argument("--http-runs", type=int, default=None, help="runs of the small files over HTTP (default --runs)")
     ap.add_argument("--quick", action="store_true", help="64 MiB, 1,000 small files, one run")
-    ap.add_argument("--only", choices=("hub", "small", "small-local", "small-http"), default=None)
+    ap.add_argument("--only", choices=("hub", "small", "small-local", "small-http", "small-hub"), default=None)
+    ap.add_argument(
+        "--hub-small", default="10000,100000", help="file counts of the Hub dataset rows, comma-separated (empty: skip)"
+    )
+    ap.add_argument(
+        "--slow-peers-max", type=int, default=10_000, help="aria2c and snapshot_download run up to this many files"
+    )
     args = ap.parse_args()
     if args.quick:
-        args.mb, args.small, args.runs = 64, 1000, 1
-    print(f"bench_pull: {os.cpu_count()} CPUs, medians of {args.runs}; origin = loopback Python server (own process)")
+        args.mb, args.small, args.runs, args.hub_small = 64, 1000, 1, "1000"
+    print(
+        f"bench_pull: {os.cpu_count()} CPUs, medians of {args.runs}; origin = loopback Python server (own process); "
+        f"load {os.getloadavg()[0]:.1f} at the start, each row's median load beside it"
+    )
     with tempfile.TemporaryDirectory(prefix="bench-pull-") as d:
         tmp = Path(d)
         if args.only in (None, "hub"):
@@ -353,6 +456,9 @@ def main() -> None:
             bench_hub(args, tmp)
         if args.small and args.only in (None, "small", "small-local", "small-http"):
             bench_small(args, tmp)
+        if args.only in (None, "small-hub"):
+            for count in (int(c) for c in args.hub_small.split(",") if c.strip()):
+                bench_small_hub(args, tmp, count)
 
 
 if __name__ == "__main__":
