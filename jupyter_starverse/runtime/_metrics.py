@@ -106,6 +106,27 @@ _last_rank_record: list[float] = []
 _pending_rank: list[tuple[Path, int, int, dict[str, Any]]] = []
 
 
+_exit_hook: list[bool] = []
+
+
+def _at_exit() -> None:
+    """Write the pending record when the process ends, for a script that logs in a loop of its own
+    (:func:`steps` closes the metrics itself): else ranks 1..N end at their last due step (1 of 6)."""
+    import atexit
+
+    _exit_hook.append(True)
+    atexit.register(_write_pending)
+
+
+def _write_pending() -> None:
+    for run_dir, rank, step, values in _pending_rank:
+        try:
+            _rank_record(run_dir, rank, step, values, check=False)
+        except (OSError, ValueError, TypeError):
+            pass  # the run folder went away or a value is not a number: the record ends earlier
+    _pending_rank.clear()
+
+
 def _rank_due(now: float) -> bool:
     """A rank other than 0 records at most every :data:`RANK_EVERY_S` (the first call always)."""
     if _last_rank_record and now - _last_rank_record[0] < RANK_EVERY_S:
@@ -180,6 +201,8 @@ def log_metrics(step: int, *, all_ranks: bool = False, **values: Any) -> None:
                 _pending_rank.clear()
                 _rank_record(env.run_dir, env.rank, step, values)
             else:  # kept as given (no tensor read here): the last one is written at the end
+                if not _pending_rank and not _exit_hook:
+                    _at_exit()
                 _pending_rank[:] = [(env.run_dir, env.rank, step, dict(values))]
         return
     numbers = {k: _number(v) for k, v in values.items()}
@@ -208,12 +231,7 @@ def log_metrics(step: int, *, all_ranks: bool = False, **values: Any) -> None:
 def close_metrics() -> None:
     """Flush and close every sink (called at the end of :func:`steps`); a rank's last skipped step
     is written first, so every rank's record ends at the step it reached."""
-    for run_dir, rank, step, values in _pending_rank:
-        try:
-            _rank_record(run_dir, rank, step, values, check=False)
-        except (OSError, ValueError, TypeError):
-            pass  # the run folder went away or a value is not a number: the record ends earlier
-    _pending_rank.clear()
+    _write_pending()
     for key, sink in list(_sinks.items()):
         if sink is None:
             continue

@@ -79,3 +79,21 @@ def test_a_finished_rank_records_its_last_step(rank2: Path, monkeypatch: pytest.
 )
 def test_wandb_is_online_only_when_the_user_configured_it(environ: dict[str, str], mode: str) -> None:
     assert _metrics.wandb_mode(environ) == mode
+
+
+def test_a_rank_that_logs_in_its_own_loop_records_its_last_step_when_it_exits(tmp_path: Path) -> None:
+    # a script's own loop (no sv.steps, no close_metrics): the monitor's final step of rank 1 is
+    # its last one (6), as rank 0's is, not the first one that was due (1)
+    import os
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    code = "from jupyter_starverse import runtime as sv\n[sv.log_metrics(s, loss=1.0 / (s + 1)) for s in range(6)]\n"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STARVERSE_")}
+    env.update({"STARVERSE_EXPERIMENT_DIR": str(run), "RANK": "1", "WORLD_SIZE": "2", "STARVERSE_WANDB": "off"})
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    steps = [json.loads(line)["step"] for line in (run / "ranks" / "rank1.jsonl").read_text().splitlines()]
+    assert steps == [0, 5]
