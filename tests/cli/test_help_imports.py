@@ -21,9 +21,9 @@ LIGHT_CORE = ("jupyter_starverse.cli", "jupyter_starverse.jobmodel", "jupyter_st
 
 _PROBE = (
     "import sys; from jupyter_starverse.cli import main; code = main(sys.argv[1:]); "
-    "mods = [m for m in sys.modules if m.split('.')[0] in {heavy!r} or (m.startswith('jupyter_starverse.') "
-    "and not m.startswith({light!r}))]; print('LOADED', sorted(mods), code, file=sys.stderr)"
-).format(heavy=set(HEAVY), light=LIGHT_CORE)
+    f"mods = [m for m in sys.modules if m.split('.')[0] in {set(HEAVY)!r} or (m.startswith('jupyter_starverse.') "
+    f"and not m.startswith({LIGHT_CORE!r}))]; print('LOADED', sorted(mods), code, file=sys.stderr)"
+)
 
 
 @pytest.mark.parametrize("argv", [["--help"], *([name, "--help"] for name in sorted(_SUMMARIES))], ids=" ".join)
