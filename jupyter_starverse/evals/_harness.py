@@ -241,7 +241,10 @@ def _harness_lm(pred: Predictor, batch: int, say: Callable[[int, int], None]) ->
             out: list[tuple[float, bool]] = []
             for at in range(0, len(requests), batch):
                 chunk = requests[at : at + batch]
-                out += pred.scored([encode_pair(*r.args) for r in chunk])
+                scores = pred.scored([encode_pair(*r.args) for r in chunk])
+                for r, answer in zip(chunk, scores, strict=True):  # cached now: a killed run resumes here
+                    self.cache_hook.add_partial("loglikelihood", r.args, answer)
+                out += scores
                 say(len(out), len(requests))
             return out
 
@@ -255,6 +258,7 @@ def _harness_lm(pred: Predictor, batch: int, say: Callable[[int, int], None]) ->
                     for w in get_rolling_token_windows(toks, prefix, max(2, pred.context), 1)
                 ]  # fmt: skip
                 out.append(sum(ll for ll, _ in pred.scored(windows)) if windows else 0.0)
+                self.cache_hook.add_partial("loglikelihood_rolling", r.args, out[-1])
                 say(len(out), len(requests))
             return out
 
@@ -279,6 +283,7 @@ def _harness_lm(pred: Predictor, batch: int, say: Callable[[int, int], None]) ->
                             if stop and stop in text:
                                 text = text.split(stop)[0]
                         out[i] = text
+                        self.cache_hook.add_partial("generate_until", requests[i].args, text)
                     done += len(idx)
                     say(done, len(requests))
             return out

@@ -84,17 +84,18 @@ def test_harness_classification_matches_our_runner_and_lands_in_reports(
     assert seen[-1].done == seen[-1].total == 24
     assert main(["eval", "compare", "--data", data, base, m]) == 0
     assert "lm_eval_acc" in capsys.readouterr().out
-    ours = client.evals.evaluate(m, data, baselines=[base])  # our own runner on the same examples
-    for rep, own in zip(run.reports, ours.reports, strict=True):
+    own = client.evals.evaluate(m, data).report  # our own runner on the same examples
+    for rep in run.reports:
         assert rep.engine.startswith("lm-eval 0.4") and rep.dataset == "reviews@1" and rep.dataset_version == "1"
         rows = sorted(read_predictions(Path(rep.predictions)), key=lambda r: r["idx"])
         assert [r["idx"] for r in rows] == list(range(24))
         y, p = [r["expected"] for r in rows], [r["predicted"] for r in rows]
         assert rep.metrics["lm_eval_acc"] == pytest.approx(sk.accuracy_score(y, p))
         assert rep.metrics["f1_macro"] == pytest.approx(sk.f1_score(y, p, average="macro", zero_division=0))
-        mine = sorted(read_predictions(Path(own.predictions)), key=lambda r: r["idx"])
-        assert p == [r["predicted"] for r in mine]  # lm-eval's choice is our log-likelihood argmax
-        assert rep.metrics["lm_eval_acc"] == pytest.approx(own.metrics["accuracy"])
+        if rep.model == m:
+            mine = sorted(read_predictions(Path(own.predictions)), key=lambda r: r["idx"])
+            assert p == [r["predicted"] for r in mine]  # lm-eval's choice is our log-likelihood argmax
+            assert rep.metrics["lm_eval_acc"] == pytest.approx(own.metrics["accuracy"])
         kept = Path(rep.options["harness"]["yaml"])  # the task lm-eval ran, beside the report, rerunnable
         assert kept.parent.parent == Path(rep.predictions).parent and "output_type: multiple_choice" in kept.read_text()
     assert main(["eval", "ls", "--model", m]) == 0
@@ -141,3 +142,34 @@ def test_team_lm_eval_task_file_exact_match_on_the_cli(
     params = json.loads(spec.args[0])
     assert params["harness_task"] == str(task.resolve()) and spec.mounts == (store["model"],)
     assert json.loads(client.evals.job_spec(store["model"], store["data"], harness=True).args[0])["harness"] is True
+
+
+def test_a_killed_harness_run_resumes_from_lm_eval_request_cache(
+    client: Starverse, store: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("lm_eval", reason=NO_HARNESS)
+    from jupyter_starverse.evals import _predict
+
+    real = _predict.TorchPredictor.scored
+    asked: list[int] = []
+
+    def dies_on_the_third_batch(self: _predict.TorchPredictor, pairs: list[tuple[list[int], list[int]]]) -> object:
+        asked.append(len(pairs))
+        if len(asked) == 3:
+            raise KeyboardInterrupt  # a kill mid-evaluation
+        return real(self, pairs)
+
+    monkeypatch.setattr(_predict.TorchPredictor, "scored", dies_on_the_third_batch)
+    opts = TaskOptions(batch_size=6)
+    with pytest.raises(KeyboardInterrupt):
+        client.evals.evaluate(store["model"], store["data"], harness=True, limit=8, options=opts)
+    assert asked == [6, 6, 6]  # 8 examples x 3 labels = 24 requests; two batches answered
+    asked.clear()
+    monkeypatch.setattr(
+        _predict.TorchPredictor, "scored", lambda self, pairs: asked.append(len(pairs)) or real(self, pairs)
+    )
+    run = client.evals.evaluate(store["model"], store["data"], harness=True, limit=8, options=opts)
+    assert sum(asked) == 24 - 12 and run.report.examples == 8  # only what was left
+    asked.clear()
+    fresh = client.evals.evaluate(store["model"], store["data"], harness=True, limit=8, options=opts)
+    assert sum(asked) == 24 and fresh.report.metrics == run.report.metrics  # a finished run's cache is gone
