@@ -204,12 +204,13 @@ def pull_model(
     for folder in (blobs, storage / "snapshots", storage / "refs", hf_cache / ".locks" / ref.folder):
         make_dirs(folder)  # ours, not huggingface_hub's: group-writable when the store is shared
     # refused up front, like a dataset pull, when the blobs still missing cannot fit (parts on disk count as done)
-    missing = [f for f in listing if not _blob_ok(blobs / _blob_name(f), int(f.size))]
+    sizes = _blob_sizes(blobs)  # one scan of the folder, not a stat per listed file
+    missing = [f for f in listing if sizes.get(_blob_name(f)) != int(f.size)]
     check_space(blobs, [SourceFile(_blob_name(f), f.path, int(f.size), None) for f in missing])
     if _xet_path(listing):
         snap = _pull_with_hub(ref, hf_cache, tracker, commit, listing)
     else:
-        snap = _pull_with_engine(ref, hf_cache, tracker, commit, listing, connections, lease)
+        snap = _pull_with_engine(ref, hf_cache, tracker, commit, listing, connections, lease, sizes)
     write_ref(storage, ref.revision, commit)
     kept = {f.path: f for f in have}
     kept.update({f.path: f for f in snap.files})
@@ -241,13 +242,15 @@ def _pull_with_engine(
     listing: Sequence[Any],
     connections: int,
     lease: Lease | None = None,
+    sizes: dict[str, int] | None = None,
 ) -> ModelSnapshot:
     hf = _hf()
     storage = hf_cache / ref.folder
     blobs = storage / "blobs"
     headers = hf.utils.build_hf_headers()
     endpoint = _endpoint()
-    present = {f.path for f in listing if _blob_ok(blobs / _blob_name(f), int(f.size))}
+    sizes = _blob_sizes(blobs) if sizes is None else sizes
+    present = {f.path for f in listing if sizes.get(_blob_name(f)) == int(f.size)}
     tracker.start(
         bytes_total=sum(int(f.size) for f in listing),
         files_total=len(listing),
@@ -491,11 +494,18 @@ def _at_once(one: Any, files: Sequence[Any], at_once: int, per_file: int) -> dic
     return records
 
 
-def _blob_ok(blob: Path, size: int) -> bool:
+def _blob_sizes(blobs: Path) -> dict[str, int]:
+    """Name -> size of every regular file in ``blobs/`` (what a pull already has)."""
+    out: dict[str, int] = {}
     try:
-        return blob.stat().st_size == size
+        with os.scandir(blobs) as it:
+            for e in it:
+                with contextlib.suppress(OSError):
+                    if e.is_file(follow_symlinks=False):
+                        out[e.name] = e.stat(follow_symlinks=False).st_size
     except FileNotFoundError:
-        return False
+        pass
+    return out
 
 
 def _link(snapshot: Path, rel: str, blob: Path) -> None:
