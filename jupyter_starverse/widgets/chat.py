@@ -144,6 +144,8 @@ class ChatWidget(W.VBox):  # type: ignore[misc]
         )
         if model or endpoint:
             self.load(model or self._choice(endpoint or ""))
+        elif any(not str(o).startswith(_ENDPOINT) for o in self.picker.options):
+            client.chats.prewarm()  # while the user picks, a spare worker imports torch: the load waits less
 
     @staticmethod
     def _choice(endpoint: str) -> str:

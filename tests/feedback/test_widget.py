@@ -15,6 +15,8 @@ def test_chat_widget_streams_and_records_votes(client: Starverse, tiny_ref: str,
     assert "not a model" in w.status.value and w.send_button.disabled
     w.load(tiny_ref, wait=True)
     assert not w.send_button.disabled and tiny_ref in w.status.value
+    # the widget warmed a spare worker while the user picked: this load waited for the model alone
+    assert w.session is not None and w.session.load_seconds["imports"] == 0.0
     try:
         first = w.send("How many cards do I need?")
         assert first is not None
