@@ -11,7 +11,11 @@ measured in this run (nothing asserted):
   against PyTorch on the fixed prompt set; held-out perplexity and its change;
 - CPU ms per generated token (median of the cached decode steps) for PyTorch, fp32 and the
   quantized graph, and the ratios quantized/fp32 and PyTorch/fp32;
-- the share of the feedback prompts answered exactly as PyTorch answers them.
+- the share of the feedback prompts answered exactly as PyTorch answers them;
+- where each export's time went, stage by stage (from its progress lines): the first format
+  traces the fp32 graph, the next ones reuse it (same model files, same exporter);
+- the fixed cost a fresh process pays before any of that: importing torch, transformers and
+  the exporter (``python -c`` in a child process, timed from its start).
 
 Usage: ``python benchmarks/bench_export.py [--hidden 64] [--layers 2] [--train-steps 150]``.
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -89,8 +94,19 @@ def main() -> int:
         feedback = client.feedback.snapshot("team").ref
 
         rows = []
+        stages: list[tuple[str, float, list[tuple[str, float]]]] = []
         for fmt in args.formats.split(","):
-            result = client.export.export(str(folder), fmt, target=f"bench/tiny@{fmt}", feedback=feedback, force=True)
+            marks: list[tuple[str, float]] = []
+            began = time.perf_counter()
+            result = client.export.export(
+                str(folder), fmt, target=f"bench/tiny@{fmt}", feedback=feedback, force=True,
+                progress=lambda text, marks=marks: marks.append((text, time.perf_counter())),
+            )  # fmt: skip
+            ended = time.perf_counter()
+            spans = [
+                (text, (marks[i + 1][1] if i + 1 < len(marks) else ended) - at) for i, (text, at) in enumerate(marks)
+            ]
+            stages.append((fmt, ended - began, spans))
             rows.append(result)
             print()
             print(result)
@@ -107,7 +123,37 @@ def main() -> int:
                 f" (vs fp32 {f.ms_per_token / fp32.ms_per_token:4.2f}x, torch {f.ms_per_token_torch:6.3f})"
                 f"  feedback replay {replay:6.1%}  [{r.state}]"
             )
+        print()
+        print(f"where the time went (machine load {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs):")
+        for fmt, total, spans in stages:
+            print(f"  {fmt}: {total:.1f} s")
+            for text, seconds in spans:
+                print(f"    {seconds:7.2f} s  {text}")
+        imports = subprocess.run(
+            [sys.executable, "-c", _IMPORTS],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        print(f"  a fresh process before any export: {imports.stdout.strip() or imports.stderr[-300:]}")
     return 0
+
+
+_IMPORTS = """
+import time
+t = time.perf_counter()
+import torch
+a = time.perf_counter()
+import transformers
+transformers.PreTrainedModel, transformers.AutoModelForCausalLM
+b = time.perf_counter()
+import onnxscript, onnxruntime, torch.onnx
+c = time.perf_counter()
+from jupyter_starverse.client import Starverse
+d = time.perf_counter()
+print(f"import torch {a - t:.2f} s, transformers {b - a:.2f} s, onnxscript + onnxruntime {c - b:.2f} s, "
+      f"the facade {d - c:.2f} s")
+"""
 
 
 if __name__ == "__main__":
