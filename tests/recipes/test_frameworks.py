@@ -168,6 +168,49 @@ def test_a_framework_process_that_fails_names_its_error_in_the_job(client: Starv
     assert "exited with code 1: ValueError: assign use_cpu to train on CPU" in (done.reason or ""), done.reason
 
 
+# A framework that checkpoints on SIGTERM in its own format (as LLaMA-Factory's checkpoint-N) and says so in
+# stops/rankN.json, the runtime's record; a restart continues after the step the last attempt recorded.
+_OWN_CHECKPOINTS = """
+import json, os, signal, sys, time
+from pathlib import Path
+run, rank = Path(os.environ["STARVERSE_EXPERIMENT_DIR"]), int(os.environ["RANK"])
+attempt = int(os.environ["STARVERSE_ATTEMPT"])
+got = []
+signal.signal(signal.SIGTERM, lambda *_: got.append(time.time()))
+earlier = [json.loads(f.read_text()) for f in run.glob("stops/attempt-*/rank*.json")]
+for step in range(max([r["checkpoint_step"] + 1 for r in earlier], default=0), 60):
+    if rank == 0:
+        with open(run / "metrics.jsonl", "a") as f:
+            f.write(json.dumps({"step": step, "time": time.time(), "rank": 0, "loss": 1.0 / (step + 1)}) + "\\n")
+    time.sleep(0.1)
+    if got:
+        stop = {"rank": rank, "attempt": attempt, "signalled": got[0], "step": step, "checkpoint_step": step,
+                "time": time.time()}
+        (run / "stops").mkdir(exist_ok=True)
+        (run / "stops" / f"rank{rank}.json").write_text(json.dumps(stop))
+        sys.exit(int(os.environ["STARVERSE_PREEMPT_EXIT"]))
+"""
+
+
+def test_a_preempted_framework_resumes_after_its_own_checkpoint(client: Starverse) -> None:
+    from jupyter_starverse.experiments import read_metrics, read_status
+    from jupyter_starverse.jobmodel import JobSpec
+
+    backend = client.backend("local")
+    job = client.launch(JobSpec(name="own-checkpoints", command=(sys.executable, "-c", _OWN_CHECKPOINTS)))
+    run = Path(backend.get(job.id).experiment_dir)
+    _wait_for(lambda: len(read_metrics(run, from_logs=False)) >= 2, 120, "two steps")
+    backend.preempt(job.id)
+    done = backend.wait(job.id, timeout=180)
+    assert done.state.value == "succeeded" and done.restarts == 1, done.reason
+    status = read_status(run)
+    assert status is not None and len(status.events) == 1
+    saved = status.events[0].checkpoint_step
+    assert saved is not None and status.events[0].steps_lost == 0  # it saved the step it stopped at
+    assert f"the checkpoint at step {saved}; resuming from step {saved + 1}" in (run / "logs" / "rank0.log").read_text()
+    assert [p.step for p in read_metrics(run, from_logs=False)] == list(range(60))  # no step run twice
+
+
 def test_megatron_indexed_dataset_round_trips_in_megatron_core_layout(tmp_path: Path) -> None:
     docs = [[5, 6, 7, 1], [9, 1], [300, 2, 1]]
     written = write_indexed_dataset(docs, tmp_path / "text_document", vocab_size=450)

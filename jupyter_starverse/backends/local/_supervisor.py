@@ -588,6 +588,12 @@ class _Supervisor:
             self.run, attempt=attempt, started=self.attempt_started, when=root.time,
             per_second=per_second, currency=currency,
         )  # fmt: skip
+        saved = self.framework_checkpoint(attempt) if event.checkpoint_step is None else None
+        if saved is not None:  # a framework's own checkpoint (LLaMA-Factory's checkpoint-N), not in our record
+            lost = None if event.last_step is None else max(0, event.last_step - saved[0])
+            money = per_second * Decimal(repr(max(0.0, root.time - saved[1]) if lost else 0.0)) if per_second else None
+            money_text = format(money.quantize(Decimal("0.0001")), "f") if money is not None else None
+            event = replace(event, checkpoint_step=saved[0], steps_lost=lost, money_lost=money_text)
         kind = root.kind
         if kind == "failed":
             used, allowed = self.status.restarts - self.status.preemptions, self.spec.max_restarts
@@ -629,6 +635,18 @@ class _Supervisor:
             preemptions=self.status.preemptions + int(preempted),
             **changes,
         )
+
+    def framework_checkpoint(self, attempt: int) -> tuple[int, float] | None:
+        """(step, time) a command job's ranks checkpointed at on SIGTERM (``stops/rankN.json``), the lowest."""
+        if self.spec.command is None or not self.run.stops.is_dir():
+            return None
+        found = []
+        for f in self.run.stops.glob("rank*.json"):
+            with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+                rec = json.loads(f.read_text())
+                if int(rec.get("attempt") or 0) == attempt and rec.get("checkpoint_step") is not None:
+                    found.append((int(rec["checkpoint_step"]), float(rec.get("time") or 0.0)))
+        return min(found) if found else None
 
     def last_log_line(self, index: int) -> str | None:
         """The node's words on its failure, when no rank recorded an error: the first exception a rank
@@ -777,6 +795,7 @@ class _Supervisor:
 #: a cause that names only an exit code (the agent's failure table), and a line that is a raised exception
 _CODE_ONLY = re.compile(r"rank \d+ \(node \d+\) exited with code -?\d+")
 _RAISED = re.compile(r"(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)(?::|$)")
+
 
 def _umask() -> int:
     mask = os.umask(0o077)
