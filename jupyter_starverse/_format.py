@@ -150,6 +150,14 @@ class ShownAsText:
 
     __slots__ = ()
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # IPython's pretty printer walks the MRO and takes the first class that defines either
+        # ``_repr_pretty_`` or ``__repr__``: a dataclass subclass defines ``__repr__`` itself, so an
+        # inherited ``_repr_pretty_`` would never be reached. Each subclass gets its own entry.
+        super().__init_subclass__(**kwargs)
+        if "_repr_pretty_" not in cls.__dict__:
+            cls._repr_pretty_ = ShownAsText._repr_pretty_  # type: ignore[method-assign]
+
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         pretty_text(p, str(self))
 

@@ -58,3 +58,23 @@ def test_html_helpers_escape_everything() -> None:
     assert "<x>" not in html and "&lt;x&gt;" in html and "<span" in html
     logs = log_lines_html([(0, "[0] <b>hi</b>"), (None, "[node0] started")])
     assert "&lt;b&gt;" in logs and "overflow:auto" in logs
+
+
+def test_a_dataclass_record_shown_as_text_prints_its_text_in_ipython_not_its_repr() -> None:
+    from dataclasses import dataclass
+
+    from IPython.lib.pretty import pretty
+
+    from jupyter_starverse._format import ShownAsText
+
+    @dataclass(frozen=True)
+    class Saved(ShownAsText):
+        names: tuple[str, ...]
+
+        def __str__(self) -> str:
+            return f"saved {len(self.names)} name(s): {', '.join(self.names)}\n  <and> more"
+
+    record = Saved(("a", "b"))
+    assert pretty(record) == "saved 2 name(s): a, b\n  <and> more"  # a dataclass repr would be Saved(names=...)
+    assert record._repr_html_().endswith(">saved 2 name(s): a, b\n  &lt;and&gt; more</pre>")
+    assert repr(record).endswith("Saved(names=('a', 'b'))")  # repr() stays the dataclass's
