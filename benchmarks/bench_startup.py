@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 _IPY = (
     "from IPython.testing.globalipapp import start_ipython; ip = start_ipython(); "
-    "import sys, time; t = time.perf_counter(); {load}; "
+    "import sys, time; t = time.perf_counter(); {load}; took = time.perf_counter() - t; "
+    "print(f'load_s={{took}}', file=sys.stderr); "
     "print('widgets' if 'ipywidgets' in sys.modules else 'no-widgets', file=sys.stderr)"
 )
 
@@ -105,12 +106,16 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     times: dict[str, list[float]] = {name: [] for name in rows}
     widgets: dict[str, str] = {}
+    in_process: dict[str, list[float]] = {}  # the %load_ext line alone, inside the started shell
     for _ in range(args.repeat):  # interleaved: each round runs every row once
         for name, argv in rows.items():
             took, err = _time(argv, env)
             times[name].append(took)
             if "widgets" in err:
                 widgets[name] = err.strip().splitlines()[-1]
+            found = re.search(r"load_s=([0-9.e-]+)", err)
+            if found:
+                in_process.setdefault(name, []).append(float(found.group(1)))
     medians = {name: statistics.median(ts) for name, ts in times.items()}
     cli_anchor = medians["starverse jobs ls (anchor)"]
     nb_anchor = medians.get("%load_ext tensorboard (anchor)")
@@ -119,6 +124,8 @@ def main() -> None:
     for name, median in medians.items():
         vs_tb = f"{median / nb_anchor:6.2f}x" if nb_anchor and name.startswith(("%", "IPython")) else "      -"
         note = f" [{widgets[name]}]" if name in widgets else ""
+        if name in in_process:
+            note += f" [the line itself: {statistics.median(in_process[name]) * 1000:.1f} ms]"
         print(f"{name:<34} {median:7.2f}s {median / cli_anchor:10.2f}x {vs_tb}  {_heaviest(rows[name], env)}{note}")
     helps = {name: m for name, m in medians.items() if name.endswith("--help")}
     worst = max(helps, key=helps.__getitem__)
@@ -127,8 +134,13 @@ def main() -> None:
     if nb_anchor:
         ours = medians["%load_ext jupyter_starverse"]
         met = "met" if ours <= nb_anchor else "NOT met"
-        print(f"goal: %load_ext jupyter_starverse <= %load_ext tensorboard: {met} "
-              f"({ours / nb_anchor:.2f}x)")  # fmt: skip
+        line_ours = statistics.median(in_process["%load_ext jupyter_starverse"])
+        line_tb = statistics.median(in_process["%load_ext tensorboard (anchor)"])
+        line_met = "met" if line_ours <= line_tb else "NOT met"
+        print(f"goal: %load_ext jupyter_starverse <= %load_ext tensorboard: whole process {met} "
+              f"({ours / nb_anchor:.2f}x, IPython's start included)")  # fmt: skip
+        print(f"      the %load_ext line alone, in the started shell: {line_met} "
+              f"({line_ours * 1000:.1f} ms vs {line_tb * 1000:.1f} ms)")  # fmt: skip
 
 
 if __name__ == "__main__":
