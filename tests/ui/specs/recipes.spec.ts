@@ -35,11 +35,26 @@ test.describe('Starverse recipes section', () => {
     await expect(form.locator('input[name="model"]')).toHaveValue('hf:starverse/tiny-llava@v1');
     await expect(form.locator('input[name="data"]')).toHaveValue('image-text-tiny@v1');
     await expect(form.locator('input[name="nodes"]')).toHaveValue('1');
+    await expect(form.locator('input[name="gpus"]')).toHaveValue('1');
+    await expect(form.locator('label', { has: page.locator('input[name="gpus"]') })).toContainText('procs'); // CPU
     await form.locator('input[name="small"]').uncheck();
     await expect(form.locator('input[name="nodes"]')).toHaveValue('4');
     await expect(form.locator('input[name="gpus"]')).toHaveValue('8');
+    await expect(form.locator('label', { has: page.locator('input[name="gpus"]') })).toContainText('gpus');
     await expect(form.locator('input[name="model"]')).toHaveValue('hf:THUDM/cogvlm-chat-hf');
     await expect(form.locator('input[name="data"]')).toHaveValue('image-text');
     await section.screenshot({ path: path.join(ARTIFACTS, 'starverse-recipes.png') });
+
+    // one click: the small set-up launches as filled in (its tiny model and data built into the store
+    // on first use) and the job trains to the end in the Jobs section
+    test.setTimeout(300 * 1000);
+    await form.locator('input[name="small"]').check();
+    await expect(form.locator('input[name="model"]')).toHaveValue('hf:starverse/tiny-llava@v1');
+    await form.locator('button', { hasText: 'Launch' }).click();
+    const note = form.locator('.jp-Starverse-recipeLaunchNote');
+    await expect(note).toHaveText(/^launched cogvlm-stage1-/, { timeout: 120 * 1000 });
+    const id = (await note.innerText()).replace('launched ', '');
+    const row = page.locator(`#jupyter-starverse-panel li.jp-Starverse-job[data-job-id="${id}"]`);
+    await expect(row).toHaveAttribute('data-state', 'succeeded', { timeout: 150 * 1000 });
   });
 });
