@@ -131,7 +131,9 @@ def _context() -> Any:
     global _CTX
     if _CTX is None:
         _CTX = mp.get_context("forkserver")
-        _CTX.set_forkserver_preload(["jupyter_starverse.data._stages", "numpy", "datasketch"])
+        _CTX.set_forkserver_preload(
+            ["jupyter_starverse.data._stages", "jupyter_starverse.data._semantic", "numpy", "datasketch"]
+        )
     return _CTX
 
 
@@ -259,6 +261,8 @@ def main() -> None:
     parser.add_argument("--subset", type=int, default=2000, help="documents for the transformer encoder")
     parser.add_argument("--semantic-only", action="store_true", help="skip the MinHash stages and baselines")
     parser.add_argument("--paraphrases", action="store_true", help="only the planted-paraphrase comparison")
+    parser.add_argument("--semantic-growth", type=int, default=0, metavar="N",
+                        help="only the semantic stages' peak RSS on N and N x --grow vectors")  # fmt: skip
     parser.add_argument("--chain", action="store_true", help="scan -> clean -> dedup -> score as jobs, after the "
                         "MinHash stages, baselines and growth rows on --docs")  # fmt: skip
     parser.add_argument("--chain-docs", type=int, default=1_000_000, help="documents of the chain's corpus")
@@ -266,6 +270,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.static == "minilm":
         args.static = str(_distilled(Path(tempfile.mkdtemp(prefix="bench-static-"))))
+    if args.semantic_growth:
+        with tempfile.TemporaryDirectory() as tmp:
+            semantic_growth(args.semantic_growth, args.grow, Path(tmp))
+        return
     if args.paraphrases:
         with tempfile.TemporaryDirectory() as tmp:
             paraphrase_part(args, Path(tmp))
@@ -733,6 +741,70 @@ def _removed_docs(client: Any, version: str) -> set[int]:
         for line in f:
             out.add(int(json.loads(line)["doc"]))
     return out
+
+
+# -- semantic stages as the corpus grows: peak RSS per worker, 1x -> 4x ------------------------------
+def _write_vectors(work: Path, n: int, dim: int = 256, topics: int = 2000) -> None:
+    """Stage 1's files for ``n`` documents over ``WORLD`` shards without an encoder: unit vectors around
+    ``topics`` directions (what an encoder's output looks like to k-means), a batch at a time."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    centres = rng.standard_normal((topics, dim)).astype(np.float32)
+    sem = work / "sem"
+    sem.mkdir(parents=True, exist_ok=True)
+    for rank in range(WORLD):
+        ids = np.arange(rank, n, WORLD, dtype=np.int64)
+        with open(sem / f"vec-{rank:04d}.bin", "wb") as f:
+            for at in range(0, len(ids), 1 << 14):
+                part = ids[at : at + (1 << 14)]
+                v = centres[rng.integers(0, topics, len(part))] + 0.6 * rng.standard_normal((len(part), dim))
+                f.write((v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32).tobytes())
+        ids.tofile(sem / f"ids-{rank:04d}.bin")
+        (sem / f"embed-{rank:04d}.json").write_text(json.dumps({"docs": len(ids), "seconds": 1.0, "dim": dim}))
+
+
+def _sem_task(args: tuple[str, str, int, int]) -> tuple[float, float]:
+    from jupyter_starverse.data import _semantic as sem
+
+    stage, work, rank, docs = args
+    base = _rss_mib()
+    w = Path(work)
+    cfg = st.StageConfig.load(w)
+    if stage == "k-means":
+        sem.train_centroids(w, sem.default_clusters(docs))
+    else:
+        k = int(json.loads((w / "sem" / "centroids.json").read_text())["k"])
+        groups = sem.groups_for(cfg, k)
+        if stage == "assign":
+            sem.assign_shard(w, rank, groups)
+        else:
+            for g in range(rank, groups, WORLD):
+                sem.group_pairs(cfg, w, g, dim=sem.embed_dim(w))
+    return _peak_mib(), _peak_mib() - base
+
+
+def semantic_growth(n: int, grow: int, root: Path) -> None:
+    rows = []
+    for size in (n, n * grow):
+        work = root / f"sem-{size}"
+        _write_vectors(work, size)
+        st.StageConfig(partitions=16).save(work)
+        ctx = _context()
+        out = []
+        for stage in ("k-means", "assign", "pairs"):
+            ranks = [0] if stage == "k-means" else list(range(WORLD))
+            t = time.perf_counter()
+            with ctx.Pool(len(ranks), maxtasksperchild=1) as pool:
+                peaks = pool.map(_sem_task, [(stage, str(work), r, size) for r in ranks])
+            out.append((stage, time.perf_counter() - t, max(p for p, _ in peaks), max(d for _, d in peaks)))
+        rows.append((size, out))
+        print(f"semantic stages on {size:,} vectors (256 dims, {WORLD} workers), load {_load()}:")
+        for stage, wall, peak, own in out:
+            print(f"    {stage:<8} {wall:7.2f} s   peak RSS / worker {peak:7.1f} MiB (its share: +{own:.1f} MiB)")
+    print(f"  peak RSS per worker, {grow}x / 1x:")
+    for a, b in zip(rows[0][1], rows[1][1], strict=True):
+        print(f"    {a[0]:<8} {b[2] / a[2]:5.2f}x   ({b[3]:.1f} / {a[3]:.1f} MiB)")
 
 
 if __name__ == "__main__":

@@ -52,6 +52,20 @@ def _np() -> Any:
     return np
 
 
+def _release(arr: Any) -> None:
+    """Drop the pages of a memory-mapped file this process has read (they stay in the page cache):
+    a worker that reads a whole vector file through a map would otherwise hold all of it in its RSS."""
+    import mmap
+
+    np = _np()
+    m = arr
+    while m is not None and not isinstance(m, np.memmap):
+        m = m.base
+    handle = getattr(m, "_mmap", None)
+    if handle is not None and hasattr(mmap, "MADV_DONTNEED"):
+        handle.madvise(mmap.MADV_DONTNEED)
+
+
 def default_clusters(docs: int) -> int:
     """About 1,000 documents a cluster, at most 1,024 clusters."""
     return max(1, min(1024, math.ceil(docs / 1000)))
@@ -116,12 +130,14 @@ def train_centroids(work: Path, k: int, *, sample: int = 50_000, iters: int = 12
     for _, ids, vecs in shards:
         share = max(1, round(take * len(ids) / total))
         rows = np.sort(rng.choice(len(ids), size=min(share, len(ids)), replace=False))
-        parts.append(np.asarray(vecs[rows]))
+        for at in range(0, len(rows), 4096):
+            parts.append(np.array(vecs[rows[at : at + 4096]]))
+            _release(vecs)
     x = np.concatenate(parts)
     k = max(1, min(k, len(x)))
     c = x[rng.choice(len(x), size=k, replace=False)].copy()
     for _ in range(iters):
-        assign = np.argmax(x @ c.T, axis=1)
+        assign = np.concatenate([np.argmax(x[a : a + 8192] @ c.T, axis=1) for a in range(0, len(x), 8192)])
         sums = np.zeros_like(c)
         np.add.at(sums, assign, x)
         norms = np.linalg.norm(sums, axis=1, keepdims=True)
@@ -133,7 +149,7 @@ def train_centroids(work: Path, k: int, *, sample: int = 50_000, iters: int = 12
 
 
 def assign_shard(
-    work: Path, rank: int, groups: int, *, batch: int = 1 << 15, nearest: int = SPILL, margin: float = MARGIN
+    work: Path, rank: int, groups: int, *, batch: int = 1 << 13, nearest: int = SPILL, margin: float = MARGIN
 ) -> None:
     """Stage 3: this shard's rows to the group files of their nearest centroid.
 
@@ -152,8 +168,12 @@ def assign_shard(
             for at in range(0, len(ids), batch):
                 v = np.asarray(vecs[at : at + batch])
                 sims = v @ c.T
-                order = np.argsort(-sims, axis=1)[:, :nearest]
+                order = np.argpartition(-sims, nearest - 1, axis=1)[:, :nearest] if nearest < len(c) else (
+                    np.broadcast_to(np.arange(len(c)), sims.shape).copy())  # fmt: skip
                 top = np.take_along_axis(sims, order, axis=1)
+                by = np.argsort(-top, axis=1)  # nearest first
+                order, top = np.take_along_axis(order, by, axis=1), np.take_along_axis(top, by, axis=1)
+                del sims
                 rid = np.asarray(ids[at : at + batch])
                 for j in range(nearest):
                     keep = top[:, j] >= top[:, 0] - margin if j else np.ones(len(v), dtype=bool)
@@ -168,6 +188,8 @@ def assign_shard(
                         home = np.full(int(sel.sum()), int(j == 0), dtype=np.int64)  # 1: its nearest cluster
                         files[g][0].write(np.stack([cl[sel].astype(np.int64), rid[sel], home], axis=1).tobytes())
                         files[g][1].write(v[sel].tobytes())
+                del v
+                _release(vecs)
         finally:
             for a, b in files.values():
                 a.close()
@@ -205,6 +227,7 @@ def group_pairs(cfg: StageConfig, work: Path, group: int, *, dim: int) -> tuple[
             for f in np.unique(rec[s:e, 3]).tolist():
                 sel = rec[s:e, 3] == f
                 v[sel] = vecs[f][rec[s:e, 4][sel]]
+                _release(vecs[f])
             home = rec[s:e, 2] == 1  # a spilled row is an earlier candidate here, never a query
             for a in range(0, e - s, _BLOCK):
                 q = np.flatnonzero(home[a : a + _BLOCK]) + a
