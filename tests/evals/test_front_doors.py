@@ -63,3 +63,23 @@ def test_eval_runs_as_a_local_job_and_renders_for_kubernetes_and_slurm(
     for backend in ("kubernetes", "slurm"):  # the same job, rendered for the clusters
         rendered = client.preview(spec, backend=backend)
         assert "jupyter_starverse.evals.job" in json.dumps(rendered.to_json()), backend
+
+
+async def test_rest_harness_inputs_are_checked_before_anything_runs(
+    jp_fetch: Any, jp_root_dir: Path, store: dict[str, str], tmp_path: Path
+) -> None:
+    """An lm-eval task file over REST is a path under the server's root; a link out of it is refused."""
+    outside = tmp_path / "outside.yaml"
+    outside.write_text("task: leak\ndataset_path: json\n")
+    (jp_root_dir / "linked.yaml").symlink_to(outside)
+    cases = [
+        ({"model": store["model"], "data": store["data"], "harness": "yes"}, 400, "harness"),
+        ({"model": store["model"], "harness_task": "../outside.yaml"}, 403, "outside the server's root"),
+        ({"model": store["model"], "harness_task": "linked.yaml"}, 403, "outside the server's root"),
+        ({"model": store["model"], "data": store["data"], "harness_task": "linked.yaml"}, 403, "outside"),
+    ]
+    for body, code, said in cases:
+        with pytest.raises(HTTPClientError) as err:
+            await jp_fetch("jupyter-starverse", "evals", method="POST", body=json.dumps(body))
+        assert err.value.code == code, body
+        assert said in err.value.response.body.decode(), body
