@@ -703,22 +703,28 @@ class _Ranged:
         with self.cond:
             return self.error is None and bool(self.todo)
 
-    def _measure(self, k: int) -> tuple[float, float] | None:
-        """Bytes/s of the host and of this file, once workers ``0..k-1`` have their first bytes; None: done."""
+    def _measure(self, k: int, *, settle: bool) -> tuple[float, float] | None:
+        """Bytes/s of the host and of this file, once workers ``0..k-1`` have their first bytes; None: done.
+
+        ``settle``: wait as long again as the first bytes took, for new connections to leave TCP
+        slow start on a distant origin (what the rate with all connections needs, or they look
+        useless). The first measurement, on the first connections only, does not wait so: a rate
+        measured low there only makes the extra connections look better, and every moment spent
+        on 2 of N connections is lost where the origin limits each (aria2c opens all N at once).
+        """
         started = time.monotonic()
         while not self._meter.flowing():  # latency is not rate
             if not self._busy() or time.monotonic() > started + TIMEOUT:
                 return None
             time.sleep(0.002)
         t0, b0, own0 = time.monotonic(), self._meter.total(), sum(self._received)
-        # long enough for a new TCP connection to leave slow start on a distant origin, and for
-        # several sub-reads per connection (the counts move in SUBREAD steps)
-        wait = max(RAMP_INTERVAL, min(1.0, 2 * (t0 - started)))
+        wait = max(RAMP_INTERVAL, min(1.0, 2 * (t0 - started))) if settle else RAMP_INTERVAL
+        reads = 8 if settle else 4  # sub-reads per connection (the counts move in SUBREAD steps)
         while self._busy():
             self._stop.wait(0.01)
             elapsed = time.monotonic() - t0
             own = sum(self._received) - own0
-            if elapsed >= wait and (own >= 8 * SUBREAD * k or elapsed >= 1.0):
+            if elapsed >= wait and (own >= reads * SUBREAD * k or elapsed >= 1.0):
                 return (self._meter.total() - b0) / elapsed, own / elapsed
         return None
 
@@ -736,7 +742,7 @@ class _Ranged:
                         self.cond.notify_all()
                     self._open(threads, k, self.connections)
                 return
-            first = self._measure(self.limit)
+            first = self._measure(self.limit, settle=False)
             if first is None:
                 return
             self.ramp.append((self.limit, first[1] / 1e6))
@@ -745,7 +751,7 @@ class _Ranged:
                 self.limit = self.connections
                 self.cond.notify_all()
             self._open(threads, k, self.connections)
-            after = self._measure(self.connections)
+            after = self._measure(self.connections, settle=True)
             if after is None:
                 return
             self.ramp.append((self.connections, after[1] / 1e6))
