@@ -624,8 +624,8 @@ class Starverse:
 
         A Kubernetes job recovers in the cluster (the Job controller recreates a preempted or
         failed pod); this look only watches and reports: the job's row, its restarts and their
-        lost work, read from the pods. (A TrainJob, whose runtime owns its failure policy, is
-        still relaunched by the reader.) A JupyterLab server calls this every
+        lost work, read from the pods (a TrainJob's own TrainingRuntime carries its JobSet's
+        restart rules, so it recovers in the cluster too). A JupyterLab server calls this every
         ``StarverseApp.keep_jobs_every`` seconds.
         """
         if "kubernetes" not in self.job_backends():

@@ -55,3 +55,14 @@ def test_shared_group_is_a_name_or_gid_and_round_trips(tmp_path: Path) -> None:
     with pytest.raises(BadInputError, match="STARVERSE_SHARED_GROUP") as info:
         Settings.from_env({"STARVERSE_SHARED_GROUP": "no such/group"})
     assert info.value.field == "STARVERSE_SHARED_GROUP" and "docs/sharing.md" in str(info.value.hint)
+
+
+def test_every_setting_is_documented_where_a_user_looks() -> None:
+    """Each STARVERSE_* variable the settings read appears in README's table or in docs/."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    read = set(re.findall(r'"(STARVERSE_[A-Z0-9_]+)"', (root / "jupyter_starverse" / "_settings.py").read_text()))
+    documented = (root / "README.md").read_text() + "".join(p.read_text() for p in (root / "docs").glob("*.md"))
+    missing = sorted(v for v in read if not re.search(rf"\b{v}\b", documented))
+    assert len(read) > 40 and not missing, f"document these in README.md or docs/: {missing}"
