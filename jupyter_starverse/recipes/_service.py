@@ -300,7 +300,10 @@ class RecipeService:
         script = None if code is not None else str(TRAIN_SCRIPT)
         if r.reproduction is not None and (CURVES / f"{r.name}.json").is_file():
             # the job holds its loss against the reproduced run's reference curve (a warning beyond it)
-            job["env"] = {"STARVERSE_REFERENCE_CURVE": r.name, **dict(job.get("env") or {})}
+            curve = {"STARVERSE_REFERENCE_CURVE": r.name}
+            if small:  # a toy model is no reproduction of the full-size run: drawn beside it, never warned
+                curve["STARVERSE_REFERENCE_CHECK"] = "draw"
+            job["env"] = {**curve, **dict(job.get("env") or {})}
         return JobSpec(
             name=name or r.name, script=script, code=code, args=tuple(args), mounts=mounts, steps=steps, **job
         )

@@ -100,5 +100,8 @@ def test_a_recipe_resolves_into_a_jobspec_that_mounts_model_and_data(store: Star
         store.recipes.spec("cpt", model=MODEL, data="corpus", procs_per_node=3)
     small = store.recipes.spec("cogvlm-stage1", model=MODEL, data="chat", small=True)
     assert small.steps == 12 and "global_batch=8" in small.args and "--objective" in small.args
-    assert small.env["STARVERSE_REFERENCE_CURVE"] == "cogvlm-stage1"  # its loss is held against the article's
+    assert small.env["STARVERSE_REFERENCE_CURVE"] == "cogvlm-stage1"  # drawn beside the article's curve ...
+    assert small.env["STARVERSE_REFERENCE_CHECK"] == "draw"  # ... but a toy model is not held against it
+    full = store.recipes.spec("cogvlm-stage1", model=MODEL, data="chat")
+    assert full.env["STARVERSE_REFERENCE_CURVE"] == "cogvlm-stage1" and "STARVERSE_REFERENCE_CHECK" not in full.env
     assert "STARVERSE_REFERENCE_CURVE" not in store.recipes.spec("cpt", model=MODEL, data="corpus").env
