@@ -41,7 +41,8 @@ __all__ = [
 ]
 
 _BATCH = 256
-_BLOCK = 2048  # rows of a cluster compared at once
+_BLOCK = 2048  # rows of a cluster compared at once ...
+_CELLS = 1 << 22  # ... fewer in a large cluster: one block's similarity matrix stays ~16 MB
 SPILL = 2  # a row is compared in up to this many clusters ...
 MARGIN = 0.05  # ... those whose centroid is this close to its nearest one
 
@@ -160,6 +161,7 @@ def assign_shard(
     np = _np()
     c = np.load(work / "sem" / "centroids.npy")
     nearest = max(1, min(nearest, len(c)))
+    batch = max(256, min(batch, _CELLS // max(1, len(c))))  # a batch's scores against every centroid: ~16 MB
     for r, ids, vecs in _shards(work):
         if r != rank:
             continue
@@ -168,11 +170,13 @@ def assign_shard(
             for at in range(0, len(ids), batch):
                 v = np.asarray(vecs[at : at + batch])
                 sims = v @ c.T
-                order = np.argpartition(-sims, nearest - 1, axis=1)[:, :nearest] if nearest < len(c) else (
-                    np.broadcast_to(np.arange(len(c)), sims.shape).copy())  # fmt: skip
-                top = np.take_along_axis(sims, order, axis=1)
-                by = np.argsort(-top, axis=1)  # nearest first
-                order, top = np.take_along_axis(order, by, axis=1), np.take_along_axis(top, by, axis=1)
+                order = np.empty((len(v), nearest), dtype=np.int64)  # nearest first, one argmax each:
+                top = np.empty((len(v), nearest), dtype=np.float32)  # no index matrix of every centroid
+                every = np.arange(len(v))
+                for j in range(nearest):
+                    order[:, j] = np.argmax(sims, axis=1)
+                    top[:, j] = sims[every, order[:, j]]
+                    sims[every, order[:, j]] = -np.inf
                 del sims
                 rid = np.asarray(ids[at : at + batch])
                 for j in range(nearest):
@@ -229,11 +233,12 @@ def group_pairs(cfg: StageConfig, work: Path, group: int, *, dim: int) -> tuple[
                 v[sel] = vecs[f][rec[s:e, 4][sel]]
                 _release(vecs[f])
             home = rec[s:e, 2] == 1  # a spilled row is an earlier candidate here, never a query
-            for a in range(0, e - s, _BLOCK):
-                q = np.flatnonzero(home[a : a + _BLOCK]) + a
+            block = max(64, min(_BLOCK, _CELLS // (e - s)))  # a block's similarities: at most _CELLS floats
+            for a in range(0, e - s, block):
+                q = np.flatnonzero(home[a : a + block]) + a
                 if not len(q):
                     continue
-                sims = v[q] @ v[: a + _BLOCK].T  # later rows against every earlier one
+                sims = v[q] @ v[: a + block].T  # later rows against every earlier one
                 compared += sims.size
                 sims[np.arange(sims.shape[1])[None, :] >= q[:, None]] = -np.inf  # only earlier documents
                 top = min(cfg.max_checks, sims.shape[1])  # a document's most similar earlier ones, no more
