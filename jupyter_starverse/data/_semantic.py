@@ -42,7 +42,7 @@ __all__ = [
 
 _BATCH = 256
 _BLOCK = 2048  # rows of a cluster compared at once ...
-_CELLS = 1 << 22  # ... fewer in a large cluster: one block's similarity matrix stays ~16 MB
+_CELLS = 1 << 20  # ... fewer in a large cluster: one block's similarity matrix stays ~4 MB
 SPILL = 2  # a row is compared in up to this many clusters ...
 MARGIN = 0.05  # ... those whose centroid is this close to its nearest one
 
@@ -161,7 +161,7 @@ def assign_shard(
     np = _np()
     c = np.load(work / "sem" / "centroids.npy")
     nearest = max(1, min(nearest, len(c)))
-    batch = max(256, min(batch, _CELLS // max(1, len(c))))  # a batch's scores against every centroid: ~16 MB
+    batch = max(256, min(batch, _CELLS // max(1, len(c))))  # a batch's scores against every centroid: ~4 MB
     for r, ids, vecs in _shards(work):
         if r != rank:
             continue
