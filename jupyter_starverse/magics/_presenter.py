@@ -26,23 +26,15 @@ class Message(str):
 
 
 def _plain_text_for(result: object) -> None:
-    """Teach IPython to show ``result``'s type by its own text when IPython would print a ``repr``.
+    """Teach IPython to show ``result``'s type by its ``__str__`` when it has no display of its own.
 
     Every command result defines ``_repr_pretty_``/``_repr_html_``; this is the safety net for a
-    result type that has a readable ``__str__`` but only a dataclass ``repr``, and for one whose
-    ``_repr_pretty_`` is inherited (``ShownAsText``) below a dataclass's own ``__repr__``: IPython
-    takes the first of the two it meets along the class's MRO, so that ``repr`` would win.
+    result type that has a readable ``__str__`` but only a dataclass ``repr``.
     """
     cls = type(result)
-    if hasattr(cls, "_ipython_display_") or not cls.__module__.startswith("jupyter_starverse."):
+    if hasattr(cls, "_repr_pretty_") or hasattr(cls, "_ipython_display_") or cls.__str__ is object.__str__:
         return
-    for klass in cls.__mro__:
-        if "_repr_pretty_" in klass.__dict__:
-            return  # IPython calls it: the type's own display
-        if klass is not object and "__repr__" in klass.__dict__:
-            break  # IPython would print this repr
-    inherited = getattr(cls, "_repr_pretty_", None)
-    if inherited is None and cls.__str__ is object.__str__:
+    if not cls.__module__.startswith("jupyter_starverse."):
         return
     from IPython import get_ipython
 
@@ -51,13 +43,7 @@ def _plain_text_for(result: object) -> None:
         return
     from .._format import pretty_text
 
-    def as_text(obj: Any, p: Any, cycle: bool) -> None:
-        if inherited is not None:
-            obj._repr_pretty_(p, cycle)
-        else:
-            pretty_text(p, str(obj))
-
-    shell.display_formatter.formatters["text/plain"].for_type(cls, as_text)
+    shell.display_formatter.formatters["text/plain"].for_type(cls, lambda obj, p, cycle: pretty_text(p, str(obj)))
 
 
 class NotebookPresenter(Presenter):
