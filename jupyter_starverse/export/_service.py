@@ -14,7 +14,6 @@ renders that build as a GPU job and refuses a CPU one.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import time
@@ -31,6 +30,7 @@ from jupyter_starverse.errors import BackendUnavailableError, BadInputError, Con
 from jupyter_starverse.feedback import FeedbackService, resolve_model
 from jupyter_starverse.jobmodel import JobSpec
 
+from ._graphs import GRAPH_KEY, graph_key, graph_size, package, reuse_graph
 from ._onnx import COMPUTE, GRAPH, OrtCausalLM, export_graph, load_torch, quantize_graph, quietly
 from ._report import (
     GraphFigures,
@@ -55,64 +55,10 @@ DEFAULT_THRESHOLDS = {
     "onnx-int8": Thresholds(min_greedy_agreement=0.9, max_perplexity_increase=0.05),
     "onnx-int4": Thresholds(min_greedy_agreement=0.8, max_perplexity_increase=0.15),
 }
-_WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".data")
 _REPLAY_PROMPTS = 32
 #: The file recipe outputs carry their lineage in, so `starverse recipes lineage` reads exports too.
 LINEAGE = "starverse-lineage.json"
 _REPLAY_TOKENS = 24
-#: Beside an export's fp32 graph: what it was made from (:func:`graph_key`), so a later export reuses it.
-_GRAPH_KEY = "graph_key.json"
-#: Raised when :func:`export_graph` makes another graph from the same model: older graphs are not reused.
-_GRAPH_VERSION = 1
-
-
-def graph_key(source: Path) -> str:
-    """What the fp32 graph of ``source`` depends on: its config and weight files (path, size, mtime)
-    and the versions of the exporter's packages."""
-    from importlib import metadata
-
-    folder = source.resolve()
-    files = sorted(
-        (p.name, p.stat().st_size, p.stat().st_mtime_ns)
-        for p in folder.iterdir()
-        if p.is_file() and (p.name == "config.json" or p.suffix in (".safetensors", ".bin", ".pt", ".pth"))
-    )
-    versions: dict[str, str | None] = {}
-    for package in ("torch", "transformers", "onnx", "onnxscript"):
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            versions[package] = None
-    record = {"graph": _GRAPH_VERSION, "folder": str(folder), "files": files, "versions": versions}
-    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
-
-
-def _reuse_graph(exports: Path, key: str, out_dir: Path) -> str | None:
-    """Copy into ``out_dir`` the fp32 graph an earlier export made from the same key; its export id."""
-    try:
-        earlier = sorted(exports.glob(f"*/onnx/{_GRAPH_KEY}"), key=lambda p: p.stat().st_mtime, reverse=True)
-    except OSError:
-        return None
-    for record in earlier:
-        try:
-            if json.loads(record.read_text(encoding="utf-8")).get("key") != key:
-                continue
-        except (OSError, ValueError, AttributeError):
-            continue
-        folder = record.parent
-        if not (folder / GRAPH).is_file():
-            continue
-        out_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            for item in folder.iterdir():
-                if item.name == _GRAPH_KEY or not item.is_file() or item.is_symlink():
-                    continue
-                shutil.copy2(item, out_dir / item.name)  # a copy: onnx refuses external data with two links
-        except OSError:
-            shutil.rmtree(out_dir, ignore_errors=True)
-            continue
-        return folder.parent.name
-    return None
 
 
 @dataclass(frozen=True)
@@ -324,14 +270,14 @@ class ExportService:
         say(f"loading {model}")
         torch_model, tok = load_torch(source)
         key = graph_key(source)
-        reused = _reuse_graph(work.parent, key, work / "onnx")
+        reused = reuse_graph(work.parent, key, work / "onnx")
         if reused is not None:
             fp32 = work / "onnx" / GRAPH
             say(f"reusing the fp32 graph of export {reused} (the same model files and exporter)")
         else:
             say("exporting the fp32 graph with a KV cache")
             fp32 = export_graph(torch_model, work / "onnx")
-        (work / "onnx" / _GRAPH_KEY).write_text(json.dumps({"key": key}), encoding="utf-8")
+        (work / "onnx" / GRAPH_KEY).write_text(json.dumps({"key": key}), encoding="utf-8")
         say("measuring PyTorch on the fixed prompts")
         ref_run = reference(torch_model, tok, new_tokens=new_tokens)
         replay = self._replay(feedback, torch_model, tok) if feedback is not None else None
@@ -343,7 +289,7 @@ class ExportService:
             measure(
                 "onnx-fp32",
                 OrtCausalLM(fp32, torch_model.config),
-                _size(fp32),
+                graph_size(fp32),
                 ref_run,
                 base_limits,
                 replay=None if bits else replay,
@@ -355,7 +301,7 @@ class ExportService:
             graph = quantize_graph(fp32, work / fmt, bits, compute=compute)
             say(f"checking the INT{bits} graph against PyTorch")
             figures.append(
-                measure(fmt, OrtCausalLM(graph, torch_model.config), _size(graph), ref_run, limits, replay=replay)
+                measure(fmt, OrtCausalLM(graph, torch_model.config), graph_size(graph), ref_run, limits, replay=replay)
             )
         say("timing PyTorch and the graphs in turns")
         graphs = [OrtCausalLM(fp32, torch_model.config)] + ([OrtCausalLM(graph, torch_model.config)] if bits else [])
@@ -364,7 +310,7 @@ class ExportService:
             replace(f, ms_per_token=ms, ms_per_token_torch=torch_ms) for f, ms in zip(figures, graph_ms, strict=True)
         ]
         out = work / "package"
-        _package(source, graph, out)
+        package(source, graph, out)
         accuracy = None
         if gate is not None:
             accuracy = self._gate(gate, fmt, gate_formats, source, fp32, out, work, compute, say)
@@ -431,7 +377,7 @@ class ExportService:
                 say(f"quantizing a {name} graph to score beside {fmt}" if bits else "scoring the fp32 graph too")
                 graph = quantize_graph(fp32, work / f"scored-{name}", bits, compute=compute) if bits else fp32
                 folder = work / f"scored-{name}-package"
-                _package(source, graph, folder)
+                package(source, graph, folder)
                 extra += [folder, graph.parent] if bits else [folder]
                 graphs.append((name, folder))
             say("scoring " + ", ".join(g for g, _ in graphs) + " on the same examples")
@@ -482,21 +428,6 @@ out = os.path.join(os.environ["STARVERSE_EXPERIMENT_DIR"], "output", "engine")
 LLM(model=str(src)).save(out)
 print(json.dumps({"engine": out}))
 """
-
-
-def _size(graph: Path) -> int:
-    return sum(p.stat().st_size for p in graph.parent.iterdir() if p.name.startswith(GRAPH))
-
-
-def _package(source: Path, graph: Path, out: Path) -> None:
-    """The folder that goes to the store: the graph, then the tokenizer and configs of ``source``."""
-    out.mkdir(parents=True, exist_ok=True)
-    for f in graph.parent.iterdir():
-        if f.name.startswith(GRAPH):
-            shutil.copy2(f, out / f.name)
-    for f in source.iterdir():
-        if f.is_file() and not f.name.endswith(_WEIGHTS) and not f.name.startswith("."):
-            shutil.copy2(f, out / f.name)
 
 
 def _write_report(folder: Path, result: ExportResult) -> None:
