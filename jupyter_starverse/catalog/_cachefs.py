@@ -9,19 +9,33 @@ cache is the entry's own data folder, so what readers fetch also counts for ``pu
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from fsspec.spec import AbstractFileSystem
 
 from jupyter_starverse.errors import BadInputError, NotFoundError
 
 from ._fetch import SourceFile, list_source, open_source
+from ._layout import Layout
 from ._names import DatasetRef, parse_ref, safe_join
 
-if TYPE_CHECKING:
-    from ._catalog import Catalog
+__all__ = ["CacheFiller", "SharedCacheFileSystem"]
 
-__all__ = ["SharedCacheFileSystem"]
+
+class CacheFiller(Protocol):
+    """What the filesystem asks of the store that owns the cache (the ``Catalog`` is one).
+
+    A protocol rather than the catalog class itself, so that this module stays below the
+    catalog: the catalog makes a filesystem over itself (``Catalog.fs``), the filesystem never
+    imports the catalog.
+    """
+
+    layout: Layout
+
+    def wait_for_batch(self, ref: DatasetRef, dest: Path) -> None: ...
+
+    def ensure_file(self, key: str, fs: Any, src: SourceFile, dest: Path) -> Any: ...
 
 
 class SharedCacheFileSystem(AbstractFileSystem):  # type: ignore[misc]
@@ -38,7 +52,7 @@ class SharedCacheFileSystem(AbstractFileSystem):  # type: ignore[misc]
     protocol = "starverse-cache"
     cachable = False
 
-    def __init__(self, *, catalog: Catalog, ref: str, **kwargs: Any) -> None:
+    def __init__(self, *, catalog: CacheFiller, ref: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         parsed = parse_ref(ref)
         if not isinstance(parsed, DatasetRef) or parsed.version is None:
