@@ -19,6 +19,7 @@ __all__ = [
     "format_bytes",
     "format_count",
     "format_duration",
+    "format_elapsed",
     "format_metric",
     "format_money",
     "format_price_per_hour",
@@ -84,6 +85,11 @@ def format_duration(seconds: float | None) -> str:
     if s < 3600:
         return f"{s // 60}m{s % 60:02d}s"
     return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def format_elapsed(seconds: float) -> str:
+    """A step's duration: ``0.42 s`` below one second (:func:`format_duration` would say ``0s``), else as it does."""
+    return f"{seconds:.2f} s" if 0 < seconds < 1 else format_duration(seconds)
 
 
 def format_count(n: int | None) -> str:

@@ -7,6 +7,7 @@ dataset and writes a new version with provenance and a report. The pieces are us
 
 from __future__ import annotations
 
+from . import _html  # noqa: F401  (registers the HTML view of DataReport)
 from ._job import parse_shards
 from ._minhash import MinHasher, normalize
 from ._models import StaticEncoder, distill_static

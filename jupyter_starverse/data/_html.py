@@ -8,19 +8,13 @@ from __future__ import annotations
 
 import json
 from html import escape
-from typing import TYPE_CHECKING
 
-from jupyter_starverse._format import format_count, format_duration, html_table
+from jupyter_starverse._format import format_count, html_table
+from jupyter_starverse._format import format_elapsed as took_text
 
-if TYPE_CHECKING:
-    from ._types import DataReport, Histogram
+from ._types import DataReport, Histogram, draw_reports_with
 
-__all__ = ["report_html"]
-
-
-def took_text(seconds: float) -> str:
-    """A step's duration: ``0.42 s`` below one second (``format_duration`` would say ``0s``), else as usual."""
-    return f"{seconds:.2f} s" if 0 < seconds < 1 else format_duration(seconds)
+__all__ = ["report_html", "took_text"]
 
 
 _STYLE = (
@@ -154,3 +148,6 @@ def report_html(report: DataReport, *, standalone: bool = True) -> str:
         return _STYLE + body
     head = f"<meta charset='utf-8'><title>{escape(report.id)}</title>{_STYLE}"
     return f"<!doctype html><html><head>{head}</head><body>{body}</body></html>"
+
+
+draw_reports_with(report_html)

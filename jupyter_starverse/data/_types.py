@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import html
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from jupyter_starverse._format import format_bytes, format_count, format_duration, html_table, pretty_text
+from jupyter_starverse._format import (
+    format_bytes,
+    format_count,
+    format_duration,
+    format_elapsed,
+    html_table,
+    pretty_text,
+)
 
 __all__ = [
     "MAX_SNIPPET",
@@ -200,6 +208,17 @@ class Histogram:
         )
 
 
+#: How a report draws itself in a notebook. ``data/_html.py`` registers its ``report_html`` here
+#: when the package loads (:func:`draw_reports_with`): the renderer sits above the report it
+#: draws, and the report never imports it.
+_REPORT_HTML: list[Callable[..., str]] = []
+
+
+def draw_reports_with(render: Callable[..., str]) -> None:
+    """Make ``render(report, standalone=False)`` the HTML view of every :class:`DataReport`."""
+    _REPORT_HTML[:] = [render]
+
+
 @dataclass(frozen=True)
 class DataReport:
     """What one step did: counts, removed share, sensitive types, duplicate clusters, score histograms.
@@ -321,9 +340,7 @@ class DataReport:
             lines.append(f"{h.name}: " + " ".join(str(c) for c in h.counts))
         for m in self.malformed[:5]:
             lines.append(f"malformed {m['file']}:{m['line']}: {m['reason']}")
-        from ._html import took_text
-
-        lines.append(f"took {took_text(self.elapsed_s)} ({self.lines_per_s:,.0f} lines/s)")
+        lines.append(f"took {format_elapsed(self.elapsed_s)} ({self.lines_per_s:,.0f} lines/s)")
         lines += list(self.notes)
         return "\n".join(lines)
 
@@ -331,9 +348,9 @@ class DataReport:
         pretty_text(p, str(self))
 
     def _repr_html_(self) -> str:
-        from ._html import report_html
-
-        return report_html(self, standalone=False)
+        if _REPORT_HTML:
+            return _REPORT_HTML[0](self, standalone=False)
+        return f"<pre>{html.escape(str(self))}</pre>"
 
 
 @dataclass(frozen=True)
