@@ -3,7 +3,7 @@
 ``lint-imports`` (import-linter) checks the contracts in pyproject.toml over every import,
 function-level ones included. This file runs it, checks that every package is placed on a
 floor, and adds what import-linter does not check: circles between modules *inside* a
-package (lazy imports included) and private-module imports by the front doors.
+package (lazy and type-only imports included) and private-module imports by the front doors.
 """
 
 from __future__ import annotations
@@ -42,23 +42,13 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _under_type_checking(tree: ast.AST) -> set[int]:
-    skip: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for stmt in node.body:
-                skip.update(id(n) for n in ast.walk(stmt))
-    return skip
-
-
-def _imports(module: str, path: Path, *, runtime_only: bool) -> Iterator[tuple[str, int]]:
-    """``(imported module or package, line)`` of every import in ``path``, function-level included."""
+def _imports(module: str, path: Path) -> Iterator[tuple[str, int]]:
+    """``(imported module or package, line)`` of every import in ``path``: function-level ones and
+    those under ``if TYPE_CHECKING:`` included (a type-only import is still a dependency: move the
+    shared type one module down instead)."""
     tree = ast.parse(path.read_text())
-    skip = _under_type_checking(tree) if runtime_only else set()
     is_pkg = path.name == "__init__.py"
     for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, node.lineno
@@ -97,12 +87,12 @@ def test_every_package_stands_on_a_floor() -> None:
     assert sorted(top - placed) == [], "add these to a floor in [tool.importlinter] of pyproject.toml"
 
 
-def test_no_circle_between_modules_lazy_imports_included() -> None:
+def test_no_circle_between_modules_lazy_and_type_only_imports_included() -> None:
     modules = _modules()
     graph: dict[str, set[str]] = {}
     for module, path in modules.items():
         targets = set()
-        for name, _ in _imports(module, path, runtime_only=True):
+        for name, _ in _imports(module, path):
             target = _known(name, modules)
             if target is None or target == module:
                 continue
@@ -114,7 +104,7 @@ def test_no_circle_between_modules_lazy_imports_included() -> None:
                     targets.add(step)
         graph[module] = targets
     cycles = _strongly_connected(graph)
-    assert cycles == [], f"import circles (function-level imports count): {cycles}"
+    assert cycles == [], f"import circles (function-level and TYPE_CHECKING imports count): {cycles}"
 
 
 def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -160,7 +150,7 @@ def test_front_doors_use_only_the_facade_and_public_names(door: str) -> None:
     for module, path in modules.items():
         if module.count(".") == 0 or module.split(".")[1] != door:
             continue
-        for name, line in _imports(module, path, runtime_only=False):
+        for name, line in _imports(module, path):
             target = _known(name, modules)
             if target is None:
                 continue
@@ -193,12 +183,16 @@ def test_the_checks_catch_what_they_claim() -> None:
     # a lazy circle, written the way the old launch/_api circle was, is found
     graph = {"a.x": {"a.y"}, "a.y": {"a.x"}, "a.z": set()}
     assert _strongly_connected(graph) == [["a.x", "a.y"]]
-    tree_src = "def f():\n    from jupyter_starverse.widgets import JobHandle\n"
+    tree_src = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from jupyter_starverse.client import Starverse\n"
+        "def f():\n    from jupyter_starverse.widgets import JobHandle\n"
+    )
     path = ROOT / "build" / "layer_probe.py"
     path.parent.mkdir(exist_ok=True)
     path.write_text(tree_src)
     try:
-        found = list(_imports("jupyter_starverse.probe", path, runtime_only=True))
+        found = [f for f in _imports("jupyter_starverse.probe", path) if f[0].startswith("jupyter_starverse")]
     finally:
         path.unlink()
-    assert found == [("jupyter_starverse.widgets.JobHandle", 2)]
+    assert sorted(found) == [("jupyter_starverse.client.Starverse", 3), ("jupyter_starverse.widgets.JobHandle", 5)]

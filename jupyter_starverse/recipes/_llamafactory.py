@@ -18,17 +18,14 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jupyter_starverse.backends import _worker
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.experiments import ExperimentPaths
 from jupyter_starverse.jobmodel import JobSpec
 
-from ._model import Recipe
-
-if TYPE_CHECKING:
-    from ._service import RecipeService
+from ._model import Recipe, RecipeStore
 
 __all__ = [
     "DATASET_NAME",
@@ -207,7 +204,7 @@ def latest_checkpoint_of(experiment: ExperimentPaths) -> Path | None:
 
 
 def llamafactory_spec(
-    service: RecipeService,
+    service: RecipeStore,
     recipe: Recipe,
     *,
     model: str,

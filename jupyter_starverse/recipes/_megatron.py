@@ -15,15 +15,12 @@ import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.jobmodel import JobSpec
 
-from ._model import Recipe
-
-if TYPE_CHECKING:
-    from ._service import RecipeService
+from ._model import Recipe, RecipeStore
 
 __all__ = ["DTYPE_CODES", "IndexedDataset", "megatron_args", "megatron_spec", "read_index", "write_indexed_dataset"]
 
@@ -192,7 +189,7 @@ def megatron_args(values: dict[str, Any], config: dict[str, Any], *, data_prefix
 
 
 def megatron_spec(
-    service: RecipeService,
+    service: RecipeStore,
     recipe: Recipe,
     *,
     model: str,

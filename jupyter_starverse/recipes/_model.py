@@ -5,12 +5,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from jupyter_starverse._format import html_table, pretty_text
 from jupyter_starverse.errors import BadInputError
 
-__all__ = ["OBJECTIVES", "RUNNERS", "Param", "Recipe", "Reproduction", "Topology"]
+if TYPE_CHECKING:
+    from jupyter_starverse._settings import Settings
+    from jupyter_starverse.catalog import Catalog
+
+__all__ = ["OBJECTIVES", "RUNNERS", "Param", "Recipe", "RecipeStore", "Reproduction", "Topology"]
 
 #: What the in-job trainer optimises (``train/``): continued pretraining, SFT, DPO, KTO, reward model, PPO,
 #: and a vision-language stage (``vlm``: captions on images, the modules the stage trains, the rest frozen).
@@ -261,3 +265,13 @@ class Recipe:
         rows = [(p.name, str(p.default), p.help) for p in self.params]
         head = f"<b>{escape(self.name)}</b>: {escape(self.title)}<br>{escape(self.description)}"
         return head + html_table(("parameter", "default", "what"), rows)
+
+
+class RecipeStore(Protocol):
+    """What the job renderer of another framework's trainer (LLaMA-Factory, Megatron-LM) reads:
+    the settings and the store. ``RecipeService`` is one; the renderers take this rather than the
+    service, so the service imports them and they never import it back.
+    """
+
+    settings: Settings
+    catalog: Catalog
