@@ -36,6 +36,32 @@ def test_every_recipe_is_data_with_defaults_and_a_cost(client: Starverse) -> Non
     assert "cpt" in (e.value.hint or "")
 
 
+def test_a_recipe_is_a_table_of_the_catalog_file_typed_on_load() -> None:
+    from jupyter_starverse.recipes._catalog import _TABLE, load_recipes, tomllib
+
+    text = """
+[recipes.my-sft]
+title = "Our SFT"
+objective = "sft"
+description = "SFT at our defaults"
+data_format = "*.jsonl"
+params = ["common", "beta", { name = "rank", default = 8, kind = "int", help = "LoRA rank" }]
+defaults = { lr = 3e-5, steps = 200 }
+templates = ["ddp"]
+"""
+    table = {**_TABLE, "recipes": tomllib.loads(text)["recipes"]}
+    [mine] = load_recipes(table).values()
+    params = {p.name: p for p in mine.params}
+    assert mine.name == "my-sft" and mine.templates == ("ddp",)
+    assert params["lr"].default == 3e-5 and params["steps"].default == 200 and params["seed"].default == 0
+    assert params["beta"].default == 0.1 and params["rank"].parse("16") == 16
+    assert list(params)[:2] == ["lr", "min_lr_ratio"] and list(params)[-1] == "rank"
+    with pytest.raises(ValueError, match="does not have: \\['lora_alpha'\\]"):
+        load_recipes({**table, "recipes": {"x": {**table["recipes"]["my-sft"], "defaults": {"lora_alpha": 16}}}})
+    with pytest.raises(BadInputError, match="objective 'sft2'"):
+        load_recipes({**table, "recipes": {"x": {**table["recipes"]["my-sft"], "objective": "sft2"}}})
+
+
 def test_parameters_parse_by_type_and_unknown_ones_are_refused() -> None:
     cpt = get_recipe("cpt")
     values = cpt.resolve({"lr": "3e-4", "pack": "false", "global_batch": "64"})
