@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ._export import EXPORT_FORMATS, ExportFile, PipelineExport
 from ._model import ENTRY_KINDS, FORMAT_VERSION, STEP_KINDS, Edge, Node, Pipeline
-from ._plan import Issue, PipelineCheck, StepCost, StepPlan
+from ._records import Issue, PipelineCheck, StepCost, StepPlan
 from ._run import PipelineRun, StepRun
 from ._service import PipelineService, load
 

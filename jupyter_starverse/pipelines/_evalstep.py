@@ -14,7 +14,7 @@ from jupyter_starverse.jobmodel import JobSpec
 from jupyter_starverse.jobmodel._spec import job_name_of
 
 from ._model import Node, Pipeline
-from ._plan import EvalPlan
+from ._records import EvalPlan
 
 if TYPE_CHECKING:
     from ._facade import Facade

@@ -23,8 +23,9 @@ from jupyter_starverse.jobmodel import JobSpec
 
 from ._evalstep import eval_job_spec
 from ._model import Pipeline
-from ._plan import StepPlan, plan
+from ._plan import plan
 from ._prep import prep_job_spec, prep_target
+from ._records import StepPlan
 
 if TYPE_CHECKING:
     from ._facade import Facade
@@ -154,13 +155,13 @@ def _reads_prepared(pipeline: Pipeline, node: Any, spec: JobSpec, targets: dict[
     """
     from jupyter_starverse.catalog import DatasetRef, parse_ref
 
-    from ._plan import _data_inputs
+    from ._plan import data_inputs
 
     env = dict(spec.env)
     drop: set[str] = set()
     keep: set[str] = set()
     first = True
-    for kind, ref, prep_node in _data_inputs(pipeline, node, {}):
+    for kind, ref, prep_node in data_inputs(pipeline, node, {}):
         if kind != "dataset":
             continue
         if prep_node is None:

@@ -1,212 +1,37 @@
-"""From a pipeline to its jobs, and what is wrong with each node before anything runs.
+"""From a pipeline to its jobs.
 
 :func:`plan` turns every step into the :class:`~jupyter_starverse.jobmodel.JobSpec` it launches
 (entries it is fed become mounts, the first dataset's folder ``DATA_PATH``, the first model's
-``MODEL_PATH``). :func:`check` asks the catalog whether the entries are there, the backends'
-own renderers whether the job can start there (GPU pool, Slurm partition, script, mounts), and
-the price table what each step costs; every finding is an :class:`Issue` pinned to a node and
-a field, so the canvas shows it on the node.
+``MODEL_PATH``); :func:`pin_entries` pins every bare entry name to the version it means now.
+What is wrong with each node before anything runs is :mod:`._check`'s; the records both make
+are in :mod:`._records`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jupyter_starverse._format import format_money, pretty_text
 from jupyter_starverse._inputs import check_number
 from jupyter_starverse.backends import example_script
 from jupyter_starverse.costs import MAX_SECONDS
 from jupyter_starverse.errors import BadInputError, StarverseError
-from jupyter_starverse.jobmodel import JobSpec, secret_env_warnings
+from jupyter_starverse.jobmodel import JobSpec
 from jupyter_starverse.jobmodel._spec import job_name_of
 
 from ._model import EVAL_KINDS, PREP_STEPS, Node, Pipeline
 
 if TYPE_CHECKING:
-    from jupyter_starverse.costs import Preview
-
     from ._facade import Facade
+from ._records import EvalPlan, Issue, PrepPlan, StepPlan
 
-__all__ = ["EvalPlan", "Issue", "PipelineCheck", "PrepPlan", "StepCost", "StepPlan", "check", "experiment_of",
-           "pin_entries", "plan", "step_plan"]  # fmt: skip
+__all__ = ["data_inputs", "entry_paths", "experiment_of", "parallel_issue", "pin_entries", "plan", "step_plan"]
 
-# JobSpec / backend error fields -> the node form's field.
-_FIELD = {
-    "accelerator": "gpu",
-    "gpu_type": "gpu",
-    "procs_per_node": "gpus_per_node",
-    "mounts": "data",
-    "script": "script",
-    "nodes": "nodes",
-    "tensor_parallel": "tensor_parallel",
-    "pipeline_parallel": "pipeline_parallel",
-    "template": "template",
-    "budget": "budget",
-    "billing": "billing",
-    "steps": "steps",
-    "env": "env",
-    "secrets": "secrets",
-    "name": "name",
-    "experiment": "experiment",
-    "model": "model",
-    "data": "data",
-    "recipe": "recipe",
-    "hours": "hours",
-    "task": "task",
-    "input_field": "input_field",
-    "target_field": "target_field",
-    "limit": "limit",
-    "labels": "task",
-}
 DEFAULT_HOURS = 1.0
 #: Longest a step may be estimated to run: what the price table prices (a year).
 MAX_HOURS = MAX_SECONDS // 3600
 #: Largest budget a step takes (more is a typo, and 1e9999999 overflows any money arithmetic).
 MAX_BUDGET = 10**15
-
-
-@dataclass(frozen=True)
-class Issue:
-    """Something wrong (``error``: the pipeline cannot run) or worth knowing (``warning``) about a node."""
-
-    node: str | None
-    message: str
-    level: str = "error"
-    field: str | None = None
-    hint: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"node": self.node, "field": self.field, "level": self.level, "message": self.message,
-                "hint": self.hint}  # fmt: skip
-
-    def __str__(self) -> str:
-        where = f"{self.node}" + (f".{self.field}" if self.field else "") if self.node else "pipeline"
-        return f"{self.level}: {where}: {self.message}" + (f" ({self.hint})" if self.hint else "")
-
-
-@dataclass(frozen=True)
-class StepPlan:
-    """One step as what it runs: a job's spec (and backend), or a data preparation; and what it waits for."""
-
-    node: str
-    spec: JobSpec | None
-    backend: str
-    after: tuple[str, ...]
-    hours: float
-    prep: PrepPlan | None = None
-    evaluation: EvalPlan | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"node": self.node, "spec": self.spec.to_json() if self.spec else None, "backend": self.backend,
-                "after": list(self.after), "hours": self.hours,
-                "prep": self.prep.to_json() if self.prep else None,
-                "evaluation": self.evaluation.to_json() if self.evaluation else None}  # fmt: skip
-
-
-@dataclass(frozen=True)
-class PrepPlan:
-    """A data preparation step (``client.data``): it reads ``source`` and writes a new version."""
-
-    step: str
-    source: str  # the dataset it reads; while its input is itself prepared, that input's source
-    options: dict[str, Any]
-    from_node: str | None = None  # the prep step whose output it reads
-
-    def to_json(self) -> dict[str, Any]:
-        return {"step": self.step, "source": self.source, "options": self.options, "from_node": self.from_node}
-
-
-@dataclass(frozen=True)
-class EvalPlan:
-    """An evaluation step (``client.evals``): ``model`` scored on ``data``, as ``starverse eval`` does.
-
-    ``model`` is a store model fed to the step, or ``exp:EXPERIMENT`` of the training step before it
-    (its newest run's output, which is the one that step wrote: the eval waits for it).
-    """
-
-    model: str
-    data: str
-    task: str = "classification"
-    input_field: str = "input"
-    target_field: str = "target"
-    limit: int | None = None
-    from_node: str | None = None  # the training step whose output it scores
-    data_from: str | None = None  # the prep step whose output it reads
-
-    def to_json(self) -> dict[str, Any]:
-        return {"model": self.model, "data": self.data, "task": self.task, "input_field": self.input_field,
-                "target_field": self.target_field, "limit": self.limit, "from_node": self.from_node,
-                "data_from": self.data_from}  # fmt: skip
-
-    def options(self) -> dict[str, Any]:
-        """The keyword arguments of ``client.evals.evaluate`` / ``job_spec``."""
-        return {"task": self.task, "input_field": self.input_field, "target_field": self.target_field,
-                "limit": self.limit}  # fmt: skip
-
-
-@dataclass(frozen=True)
-class StepCost:
-    """A step's price: the launch preview over its estimated hours, or why it has none."""
-
-    node: str
-    preview: Preview | None
-    reason: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"node": self.node, "preview": self.preview.to_json() if self.preview else None, "reason": self.reason}
-
-
-@dataclass(frozen=True)
-class PipelineCheck:
-    """Every issue of every node, each step's cost and the whole pipeline's estimate."""
-
-    name: str
-    issues: tuple[Issue, ...]
-    costs: tuple[StepCost, ...]
-    currency: str
-    total_low: Decimal
-    total_high: Decimal
-    unpriced: tuple[str, ...] = ()
-    info: dict[str, dict[str, Any]] = field(default_factory=dict)  # per node: world size, dp, data paths
-
-    @property
-    def ok(self) -> bool:
-        return not any(i.level == "error" for i in self.issues)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "ok": self.ok,
-            "issues": [i.to_json() for i in self.issues],
-            "costs": [c.to_json() for c in self.costs],
-            "currency": self.currency,
-            "total_low": str(self.total_low),
-            "total_high": str(self.total_high),
-            "total": self.total_text,
-            "unpriced": list(self.unpriced),
-            "info": self.info,
-        }
-
-    @property
-    def total_text(self) -> str:
-        low, high = format_money(self.total_low, self.currency), format_money(self.total_high, self.currency)
-        text = low if self.total_low == self.total_high else f"{low} - {high}"
-        return text + (f" (without {', '.join(self.unpriced)}: not priced)" if self.unpriced else "")
-
-    def __str__(self) -> str:
-        lines = [f"pipeline {self.name}: " + ("ok" if self.ok else "has errors")]
-        lines += [f"  {issue}" for issue in self.issues]
-        for cost in self.costs:
-            est = cost.preview.estimate if cost.preview else None
-            lines.append(f"  cost {cost.node}: {est.figure if est else cost.reason}")
-        lines.append(f"  estimated total: {self.total_text}")
-        return "\n".join(lines)
-
-    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
-        pretty_text(p, str(self))
 
 
 def _int(node: Node, key: str, default: int) -> int:
@@ -229,7 +54,7 @@ def _degrees(node: Node) -> tuple[int, int]:
     return tp, pp
 
 
-def _data_inputs(pipeline: Pipeline, node: Node, produced: dict[str, str],
+def data_inputs(pipeline: Pipeline, node: Node, produced: dict[str, str],
                  memo: dict[str, list[tuple[str, str, str | None]]] | None = None,
                  ) -> list[tuple[str, str, str | None]]:  # fmt: skip
     """``(kind, ref, prep node)`` of every entry ``node`` reads: catalog entries, and prepared data
@@ -245,7 +70,7 @@ def _data_inputs(pipeline: Pipeline, node: Node, produced: dict[str, str],
     out: list[tuple[str, str, str | None]] = []
     for entry in pipeline.inputs(node.id):
         if entry.kind == "prep":
-            before = _data_inputs(pipeline, entry, produced, memo)
+            before = data_inputs(pipeline, entry, produced, memo)
             stand_in = next((ref for kind, ref, _ in before if kind == "dataset"), "")
             out.append(("dataset", produced.get(entry.id, stand_in), entry.id))
         elif not entry.is_step:
@@ -259,7 +84,7 @@ def _prep_plan(pipeline: Pipeline, node: Node, produced: dict[str, str]) -> Step
     if step not in PREP_STEPS:
         raise BadInputError(f"data preparation step {step!r} is not one of {', '.join(PREP_STEPS)}", field="step",
                             hint="clean (de-identify), dedup or score")  # fmt: skip
-    inputs = [i for i in _data_inputs(pipeline, node, produced) if i[0] == "dataset"]
+    inputs = [i for i in data_inputs(pipeline, node, produced) if i[0] == "dataset"]
     if len(inputs) != 1:
         raise BadInputError(f"{step} reads one dataset, it is fed {len(inputs)}", field="data",
                             hint="drop exactly one dataset onto the step")  # fmt: skip
@@ -277,7 +102,7 @@ def experiment_of(pipeline: Pipeline, node: Node) -> str:
 def _eval_plan(pipeline: Pipeline, node: Node, produced: dict[str, str]) -> StepPlan:
     """An eval step: one dataset (an entry or a prep step's output) and one model (an entry, or the
     training step before it)."""
-    inputs = _data_inputs(pipeline, node, produced)
+    inputs = data_inputs(pipeline, node, produced)
     datasets = [i for i in inputs if i[0] == "dataset"]
     models = [ref for kind, ref, _ in inputs if kind == "model"]
     trainers = [n for n in pipeline.inputs(node.id) if n.kind in EVAL_KINDS]
@@ -317,7 +142,7 @@ def step_plan(pipeline: Pipeline, node: Node, *, base_dir: Path, facade: Facade,
     secrets = {str(k): str(v) for k, v in dict(p.get("secrets") or {}).items()}  # references only
     mounts: list[str] = []
     refs: dict[str, list[str]] = {"dataset": [], "model": []}
-    for kind, ref, _ in _data_inputs(pipeline, node, produced or {}):
+    for kind, ref, _ in data_inputs(pipeline, node, produced or {}):
         mounts.append(ref)
         refs[kind].append(ref)
         var = "DATA_PATH" if kind == "dataset" else "MODEL_PATH"
@@ -430,7 +255,7 @@ def _entry_versions(node: Node, facade: Facade, issues: list[Issue]) -> dict[str
     return {"ref": pinned or ref, "pinned": pinned, "latest": latest}
 
 
-def _entry_paths(pipeline: Pipeline, facade: Facade, issues: list[Issue],
+def entry_paths(pipeline: Pipeline, facade: Facade, issues: list[Issue],
                  versions: dict[str, dict[str, Any]] | None = None) -> dict[str, str | None]:  # fmt: skip
     """Each entry node's store folder; a missing or unpulled entry is an issue on its node.
 
@@ -463,7 +288,7 @@ def _entry_paths(pipeline: Pipeline, facade: Facade, issues: list[Issue],
     return paths
 
 
-def _parallel_issue(node: Node) -> Issue | None:
+def parallel_issue(node: Node) -> Issue | None:
     """data x tensor x pipeline parallel must be the step's card count (nodes x GPUs per node)."""
     cards = _int(node, "nodes", 1) * _int(node, "gpus_per_node", 1)
     tp, pp = _degrees(node)
@@ -491,136 +316,14 @@ def plan(pipeline: Pipeline, facade: Facade, *, base_dir: Path,
                             hint="add a training step from the palette")  # fmt: skip
     if paths is None:
         issues: list[Issue] = []
-        paths = _entry_paths(pipeline, facade, issues)
+        paths = entry_paths(pipeline, facade, issues)
         errors = [i for i in issues if i.level == "error"]
         if errors:
             raise BadInputError(str(errors[0]), field=errors[0].field, hint=errors[0].hint)
     out = []
     for node in pipeline.steps:
-        bad = _parallel_issue(node)
+        bad = parallel_issue(node)
         if bad:
             raise BadInputError(f"step {node.id}: {bad.message}", field=bad.field, hint=bad.hint)
         out.append(step_plan(pipeline, node, base_dir=base_dir, paths=paths, facade=facade))
     return out
-
-
-def check(pipeline: Pipeline, facade: Facade, *, base_dir: Path) -> PipelineCheck:
-    """Every issue of ``pipeline`` (pinned to nodes) and its cost; starts nothing."""
-    issues: list[Issue] = []
-    info: dict[str, dict[str, Any]] = {}
-    paths = _entry_paths(pipeline, facade, issues, info)  # an entry's info: its pin and the newest original
-    bad_entries = {i.node for i in issues if i.level == "error"}
-    costs: list[StepCost] = []
-    currency = facade.costs.prices.currency
-    low = high = Decimal(0)
-    unpriced: list[str] = []
-    if not pipeline.steps:
-        issues.append(Issue(None, "the pipeline has no step", hint="drag a training step from the palette"))
-    for node in pipeline.steps:
-        parallel = _parallel_issue(node)
-        if parallel:
-            issues.append(parallel)
-        waits = [n.id for n in pipeline.inputs(node.id) if n.id in bad_entries]
-        try:
-            step = step_plan(pipeline, node, base_dir=base_dir, paths=paths, facade=facade)
-        except BadInputError as e:
-            issues.append(Issue(node.id, e.message.removeprefix("JobSpec."), field=_FIELD.get(e.field or ""),
-                                hint=e.hint))  # fmt: skip
-            unpriced.append(node.id)
-            continue
-        if step.prep is not None:
-            _check_prep(node, step.prep, facade, issues, info, costs, waits)
-            continue
-        if step.evaluation is not None:
-            _check_eval(node, step, facade, issues, info, costs, waits)
-            continue
-        spec = step.spec
-        assert spec is not None
-        for warning in secret_env_warnings(dict(node.params.get("env") or {}), source="env", flag="secrets"):
-            issues.append(Issue(node.id, warning, "warning", "env"))
-        produced_by = {ref: prep for _, ref, prep in _data_inputs(pipeline, node, {}) if prep}
-        dp = spec.world_size // (spec.tensor_parallel * spec.pipeline_parallel) if not parallel else None
-        info[node.id] = {"cards": spec.world_size, "data_parallel": dp, "tensor_parallel": spec.tensor_parallel,
-                         "pipeline_parallel": spec.pipeline_parallel, "backend": step.backend,
-                         "accelerator": spec.accelerator, "job_name": spec.name, "mounts": list(spec.mounts),
-                         "paths": {ref: paths.get(ref) for ref in spec.mounts}, "script": spec.script,
-                         "produced_by": produced_by}  # fmt: skip
-        if waits:
-            issues.append(Issue(node.id, f"its input {', '.join(waits)} is not ready", field="data"))
-        else:
-            try:  # the backend's own checks: GPU pool or partition, script, mounts, secrets
-                facade.preview(spec.replace(after=()), backend=step.backend, output=_output(step.backend))
-            except BadInputError as e:
-                issues.append(Issue(node.id, e.message.removeprefix("JobSpec."), field=_FIELD.get(e.field or ""),
-                                    hint=e.hint))  # fmt: skip
-            except StarverseError as e:
-                issues.append(Issue(node.id, f"{step.backend}: {e.message}", field="backend", hint=e.hint))
-        priced = facade.costs.preview_or_reason(spec, int(step.hours * 3600))
-        if isinstance(priced, str):
-            costs.append(StepCost(node.id, None, priced))
-            unpriced.append(node.id)
-            issues.append(Issue(node.id, priced, "warning", "gpu"))
-            continue
-        costs.append(StepCost(node.id, priced))
-        if priced.estimate is not None:
-            low += priced.estimate.low
-            high += priced.estimate.high
-        if priced.warning:
-            issues.append(Issue(node.id, priced.warning, "warning", "budget"))
-    return PipelineCheck(pipeline.name, tuple(issues), tuple(costs), currency, low, high, tuple(unpriced), info)
-
-
-def _check_prep(node: Node, prep: PrepPlan, facade: Facade, issues: list[Issue], info: dict[str, dict[str, Any]],
-                costs: list[StepCost], waits: list[str]) -> None:  # fmt: skip
-    """A data preparation step: its input is ready, and how long it takes here (a timed sample)."""
-    from jupyter_starverse.data._job import parse_shards
-
-    info[node.id] = {"step": prep.step, "source": prep.source, "from_node": prep.from_node, "seconds": None}
-    shards = node.params.get("shards")
-    ranks = 1
-    if shards not in (None, ""):
-        try:
-            nodes, procs = parse_shards(shards, step=prep.step)
-            ranks = nodes * procs
-        except BadInputError as e:
-            issues.append(Issue(node.id, e.message, field="shards", hint=e.hint))
-    info[node.id]["shards"] = ranks
-    where = "in the workspace" if shards in (None, "") and not node.params.get("backend") else f"as {ranks} CPU rank(s)"
-    costs.append(StepCost(node.id, None, f"runs {where}: no GPU rented"))
-    if waits or not prep.source:
-        issues.append(Issue(node.id, f"its input {', '.join(waits) or '(none)'} is not ready", field="data"))
-        return
-    try:
-        est = facade.data.estimate(prep.step, prep.source, **prep.options)
-    except TypeError as e:
-        issues.append(Issue(node.id, f"{prep.step}: {e}", field="options", hint=f"`starverse data {prep.step} --help`"))
-        return
-    except StarverseError as e:
-        field = _FIELD.get(getattr(e, "field", None) or "", "options")
-        issues.append(Issue(node.id, e.message, field=field, hint=e.hint))
-        return
-    info[node.id]["seconds"] = est.seconds
-
-
-def _check_eval(node: Node, step: StepPlan, facade: Facade, issues: list[Issue], info: dict[str, dict[str, Any]],
-                costs: list[StepCost], waits: list[str]) -> None:  # fmt: skip
-    """An evaluation step: its task and fields are known, its dataset holds them (read once now)."""
-    ev = step.evaluation
-    assert ev is not None
-    where = "in the workspace" if step.backend == "local" else f"as a {step.backend} job"
-    info[node.id] = {**ev.to_json(), "backend": step.backend}
-    costs.append(StepCost(node.id, None, f"scores {where}" + ("" if node.params.get("gpu") else ": no GPU rented")))
-    if waits:
-        issues.append(Issue(node.id, f"its input {', '.join(waits)} is not ready", field="data"))
-        return
-    if ev.data_from is not None:  # the dataset is written by a prep step of this run: read when it ran
-        return
-    try:  # the same checks as `starverse eval --job`: the task's options, the dataset and its fields
-        facade.evals.job_spec(ev.model, ev.data, **ev.options())
-    except StarverseError as e:
-        field = _FIELD.get(getattr(e, "field", None) or "", "data")
-        issues.append(Issue(node.id, e.message, field=field, hint=e.hint))
-
-
-def _output(backend: str) -> str:
-    return "sbatch" if backend == "slurm" else "yaml"

@@ -16,7 +16,7 @@ from jupyter_starverse.jobmodel import JobSpec
 from jupyter_starverse.jobmodel._spec import job_name_of
 
 from ._model import Node, Pipeline
-from ._plan import PrepPlan
+from ._records import PrepPlan
 
 __all__ = ["prep_backend", "prep_job_spec", "prep_target", "runs_as_job"]
 

@@ -31,8 +31,9 @@ from jupyter_starverse.jobmodel import Job, JobSpec, JobState
 
 from ._evalstep import eval_job_spec, evaluate_here
 from ._model import Pipeline
-from ._plan import StepPlan, plan, step_plan
+from ._plan import plan, step_plan
 from ._prep import prep_backend, prep_job_spec, prep_target, runs_as_job
+from ._records import StepPlan
 
 if TYPE_CHECKING:
     from ._facade import Facade

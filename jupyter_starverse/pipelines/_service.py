@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from jupyter_starverse.errors import BadInputError, NotFoundError
 
+from ._check import check
 from ._export import PipelineExport, export
 from ._model import Pipeline
-from ._plan import PipelineCheck, check, pin_entries, plan
+from ._plan import pin_entries, plan
+from ._records import PipelineCheck
 from ._run import PipelineRun, RunStore, StepRun, check_base_dir, drive, status
 
 if TYPE_CHECKING:
