@@ -28,25 +28,18 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from ._download import (
-    BACKOFF,
-    BACKOFF_MAX,
-    RETRIES,
-    TIMEOUT,
+from ._download import fetch_small
+from ._journal import Downloaded, Target, _check, _Digests, _hex
+from ._origins import (
     AccessError,
-    Downloaded,
     HttpOrigin,
     OriginChangedError,
     RetryableError,
     ShortBodyError,
-    Target,
     TransferError,
-    _check,
     _clean_etag,
-    _Digests,
-    _hex,
-    fetch_small,
 )
+from ._tuning import BACKOFF, BACKOFF_MAX, RETRIES, TIMEOUT
 
 __all__ = ["Get", "GetFailed", "fetch_many"]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from jupyter_starverse._settings import Settings
-from jupyter_starverse.catalog import Catalog, DatasetRef
+from jupyter_starverse.catalog import Catalog, DatasetRef, _ranged, _tuning
 from jupyter_starverse.catalog import _download as engine
 from jupyter_starverse.errors import BadInputError, IntegrityError, NotFoundError, PermissionDeniedError, StoreError
 from tests._tmpfs import fill
@@ -30,11 +30,12 @@ KIB = 1024
 @pytest.fixture
 def small_pieces(monkeypatch: pytest.MonkeyPatch) -> int:
     """Pieces of 256 KiB (files from 512 KiB are split), quick retries: big-file behaviour on small files."""
-    monkeypatch.setattr(engine, "PIECE", 256 * KIB)
-    monkeypatch.setattr(engine, "SPLIT_AT", 512 * KIB)
-    monkeypatch.setattr(engine, "BACKOFF", 0.01)
-    monkeypatch.setattr(engine, "SUBREAD", 16 * KIB)  # the ramp measures in small steps too
-    monkeypatch.setattr(engine, "_METERS", {})  # no verdict of an earlier test's origin on a reused port
+    for module in (engine, _tuning):  # the engine reads _tuning; the catalog reads _download's names
+        monkeypatch.setattr(module, "PIECE", 256 * KIB)
+        monkeypatch.setattr(module, "SPLIT_AT", 512 * KIB)
+        monkeypatch.setattr(module, "BACKOFF", 0.01)
+    monkeypatch.setattr(_tuning, "SUBREAD", 16 * KIB)  # the ramp measures in small steps too
+    monkeypatch.setattr(_ranged, "_METERS", {})  # no verdict of an earlier test's origin on a reused port
     return 256 * KIB
 
 

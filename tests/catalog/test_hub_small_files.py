@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_starverse.catalog import Catalog, _models, parse_ref
+from jupyter_starverse.catalog import Catalog, _hubsmall, parse_ref
 from jupyter_starverse.errors import PermissionDeniedError
 from tests.catalog.conftest import start_workers, worker_env
 from tests.catalog.servers import Blob, HubServer
@@ -58,8 +58,8 @@ def test_small_files_are_staged_fetched_once_and_synced_once(
 
     hub.fault = fault  # type: ignore[assignment]
     syncs: list[Path] = []
-    real_sync = _models.sync_filesystem
-    monkeypatch.setattr(_models, "sync_filesystem", lambda p: (syncs.append(p), real_sync(p))[1])
+    real_sync = _hubsmall.sync_filesystem
+    monkeypatch.setattr(_hubsmall, "sync_filesystem", lambda p: (syncs.append(p), real_sync(p))[1])
     datasyncs: list[int] = []
     monkeypatch.setattr(os, "fdatasync", lambda fd: datasyncs.append(fd))
     (storage / ".staging" / "000000-crashed").mkdir(parents=True)  # left by a pull killed earlier
@@ -135,7 +135,7 @@ def test_kill_9_mid_batch_leaves_no_half_written_file_and_the_next_pull_complete
 def test_a_long_batch_commits_as_it_goes(catalog: Catalog, hub: HubServer, monkeypatch: pytest.MonkeyPatch) -> None:
     files = {f"data/f{i:03d}.bin": Blob(size=20_000, seed=700 + i) for i in range(40)}
     hub.add_repo("org/many", files, repo_type="dataset")
-    monkeypatch.setattr(_models, "COMMIT_SECONDS", 0.05)
+    monkeypatch.setattr(_hubsmall, "COMMIT_SECONDS", 0.05)
     hub.link = 400_000  # about 2 s for the batch
     blobs = catalog.hf_cache_dir / "datasets--org--many" / "blobs"
     seen: list[int] = []
