@@ -24,7 +24,7 @@ from ._metrics import classification_metrics, exact_match, generation_metrics, p
 from ._predict import Predictor
 from ._report import read_predictions
 
-__all__ = ["TASKS", "EvalProgress", "Example", "TaskOptions", "predict_all", "score"]
+__all__ = ["TASKS", "Dataset", "EvalProgress", "Example", "TaskOptions", "predict_all", "score"]
 
 TASKS = ("classification", "extraction", "qa", "generation", "perplexity")
 
@@ -37,6 +37,16 @@ class Example:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """The examples of one dataset version an evaluation reads (``skipped``: rows without the fields)."""
+
+    ref: str
+    version: str | None
+    examples: tuple[Example, ...]
+    skipped: int
 
 
 @dataclass(frozen=True)

@@ -18,124 +18,28 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from jupyter_starverse._inputs import check_path, check_text
 from jupyter_starverse._settings import Settings
-from jupyter_starverse.catalog import Catalog, DatasetRef, parse_ref
-from jupyter_starverse.data import list_files, read_docs
+from jupyter_starverse.catalog import Catalog
 from jupyter_starverse.errors import BadInputError, NotFoundError
 from jupyter_starverse.experiments import read_metrics
 from jupyter_starverse.feedback import resolve_model
 from jupyter_starverse.jobmodel import JobSpec
 
 from ._curve import CurveCheck, ReferenceCurve
+from ._dataset import read_dataset
+from ._gate import AccuracyGate, GateFigure, score_graphs
 from ._predict import load_predictor
-from ._report import HEADLINE, EvalChain, EvalReport, EvalRun, ScoreCard, metric_text, points, read_predictions
-from ._run import EvalProgress, Example, TaskOptions, candidate_labels, predict_all, score
+from ._report import HEADLINE, EvalChain, EvalReport, EvalRun, ScoreCard, read_predictions
+from ._run import Dataset, EvalProgress, TaskOptions, candidate_labels, predict_all, score
 
 __all__ = ["AccuracyGate", "EvalService", "GateFigure"]
 
 LINEAGE = "starverse-lineage.json"
-
-
-@dataclass(frozen=True)
-class Dataset:
-    ref: str
-    version: str | None
-    examples: tuple[Example, ...]
-    skipped: int
-
-
-@dataclass(frozen=True)
-class GateFigure:
-    """One graph of an export scored on the gate's examples."""
-
-    graph: str
-    metric: str
-    value: float
-    drop_points: float
-    ms_per_example: float
-    over_limit: bool = False
-
-    @property
-    def label(self) -> str:
-        """``INT4`` for ``onnx-int4``, ``ONNX fp32`` for the fp32 graph, ``fp32`` for the source."""
-        return _graph_label(self.graph)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "graph": self.graph,
-            "metric": self.metric,
-            "value": self.value,
-            "drop_points": self.drop_points,
-            "ms_per_example": self.ms_per_example,
-            "over_limit": self.over_limit,
-        }
-
-
-@dataclass(frozen=True)
-class AccuracyGate:
-    """The export gate's verdict: fp32 against the exported graph on the same examples."""
-
-    dataset: str
-    limit_points: float
-    figures: tuple[GateFigure, ...]
-    failures: tuple[str, ...]
-    examples: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "dataset": self.dataset,
-            "limit_points": self.limit_points,
-            "examples": self.examples,
-            "figures": [f.to_json() for f in self.figures],
-            "failures": list(self.failures),
-        }
-
-    def failures_of(self, graph: str) -> tuple[str, ...]:
-        """The failures of one graph (the export refuses only the format it stores)."""
-        return tuple(f for f in self.failures if f.startswith(f"{graph}: "))
-
-    def lines(self) -> list[str]:
-        """A head line (the dataset, the limit, the reference's score), then the seed's figure for
-        each graph after the first: ``INT4: F1 -0.8 points, latency x0.25``."""
-        if not self.figures:
-            return []
-        base = self.figures[0]
-        n = f", {self.examples} examples" if self.examples else ""
-        out = [
-            f"accuracy on {self.dataset}{n} (limit {self.limit_points:g} points): "
-            f"{base.label} {_metric_name(base.metric)} {metric_text(base.metric, base.value)}"
-        ]
-        for f in self.figures[1:]:
-            ratio = f.ms_per_example / base.ms_per_example if base.ms_per_example else float("nan")
-            unit = " points" if points(f.metric) else ""
-            line = f"{f.label}: {_metric_name(f.metric)} {0.0 - f.drop_points:+.1f}{unit}, latency x{ratio:.2f}"
-            out.append(line + ("  <- over the limit" if f.over_limit else ""))
-        return out
-
-    def __str__(self) -> str:
-        return "\n".join(self.lines())
-
-
-def _graph_label(graph: str) -> str:
-    if graph == "onnx":
-        return "ONNX fp32"
-    return graph.removeprefix("onnx-").upper() if graph.startswith("onnx-") else graph
-
-
-def _metric_name(metric: str) -> str:
-    return {
-        "f1_macro": "F1",
-        "f1_micro": "F1 micro",
-        "accuracy": "accuracy",
-        "token_f1": "F1",
-        "rouge_l": "ROUGE-L",
-        "exact_match": "EM",
-    }.get(metric, metric)
 
 
 def _slug(text: str) -> str:
@@ -168,45 +72,9 @@ class EvalService:
         limit: int | None = None,
     ) -> Dataset:
         """The examples of a store dataset ``NAME[@VERSION]`` (or a local file/folder)."""
-        if not isinstance(data, str) or not data.strip():
-            raise BadInputError("name a dataset", field="data", hint="--data NAME[@VERSION] (a labelled store dataset)")
-        check_path(data, "data", hint="--data NAME[@VERSION] (a labelled store dataset) or a local file")
-        for name in (input_field, target_field):
-            check_text(name, "input_field", max_len=128, hint="a field name such as input or target")
-        data = data.strip()
-        version: str | None
-        if os.sep in data or data.startswith((".", "~")) or Path(data).exists():
-            location, ref, version = str(Path(data).expanduser()), data, None
-        else:
-            parsed = parse_ref(data)
-            if not isinstance(parsed, DatasetRef):
-                raise BadInputError(f"{data!r} is a model, not a dataset", field="data", hint="--data NAME[@VERSION]")
-            entry = self.catalog.entry(data)
-            self.catalog.pull(entry.ref)
-            location, ref, version = str(self.catalog.mount(entry.ref)), entry.ref, entry.version
-        skipped = 0
-
-        def bad(_m: Any) -> None:
-            nonlocal skipped
-            skipped += 1
-
-        examples: list[Example] = []
-        for doc in read_docs(list_files(location), text_field=input_field, report=bad):
-            target = doc.row.get(target_field) if task != "perplexity" else ""
-            if target is None:
-                skipped += 1
-                continue
-            examples.append(Example(len(examples), doc.text, str(target)))
-            if limit is not None and len(examples) >= limit:
-                break
-        if not examples:
-            raise BadInputError(
-                f"{data}: no example has a string {input_field!r}"
-                + ("" if task == "perplexity" else f" and a {target_field!r}"),
-                field="input_field",
-                hint="name the fields with --input-field / --target-field",
-            )
-        return Dataset(ref, version, tuple(examples), skipped)
+        return read_dataset(
+            self.catalog, data, input_field=input_field, target_field=target_field, task=task, limit=limit
+        )
 
     def _model_version(self, model: str, folder: Path) -> tuple[str | None, dict[str, Any]]:
         lineage: dict[str, Any] = {}
@@ -532,32 +400,8 @@ class EvalService:
         ds = self.dataset(data, input_field=input_field, target_field=target_field, task=task, limit=max_examples)
         name = metric or HEADLINE[task]
 
-        def check(graphs: Sequence[tuple[str, Path]]) -> AccuracyGate:
-            figures: list[GateFigure] = []
-            failures = []
-            scratch = self.catalog.root / "evals" / ".gate" / uuid.uuid4().hex[:8]
-            try:
-                for graph, folder in graphs:
-                    pred = load_predictor(folder)
-                    t = time.perf_counter()
-                    predict_all(pred, ds.examples, opts, scratch / f"{graph}.jsonl", model=graph)
-                    ms = (time.perf_counter() - t) * 1000 / len(ds.examples)
-                    metrics, _, _ = score(task, read_predictions(scratch / f"{graph}.jsonl"))
-                    value = metrics[name]
-                    base = figures[0].value if figures else value
-                    drop = (base - value) * 100 if points(name) else (value - base)
-                    over = bool(figures) and drop > limit_points
-                    figures.append(GateFigure(graph, name, value, drop, ms, over))
-                    if over:
-                        failures.append(
-                            f"{graph}: {_metric_name(name)} -{drop:.1f} points on {ds.ref} "
-                            f"> limit {limit_points:g} points"
-                        )
-            finally:
-                shutil.rmtree(scratch, ignore_errors=True)
-            return AccuracyGate(ds.ref, limit_points, tuple(figures), tuple(failures), len(ds.examples))
-
-        return check
+        return partial(score_graphs, ds, opts, metric=name, limit_points=limit_points,
+                       scratch=self.catalog.root / "evals" / ".gate")  # fmt: skip
 
     # -- as a job ------------------------------------------------------------------------------
     def job_spec(
