@@ -35,7 +35,8 @@ from __future__ import annotations
 
 from ._catalog import RECIPES, SMALL_VLM_DATA, SMALL_VLM_MODEL, get_recipe
 from ._model import OBJECTIVES, RUNNERS, Param, Recipe, Reproduction, Topology
-from ._service import Lineage, RecipeInfo, RecipeList, RecipePlan, RecipeService, recipe_args
+from ._records import Lineage, RecipeInfo, RecipeList, RecipePlan
+from ._service import RecipeService, recipe_args
 from .train import (
     LINEAGE_FILE,
     MODEL_DIR,
