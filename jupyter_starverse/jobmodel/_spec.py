@@ -17,6 +17,8 @@ from typing import Any
 
 from .._inputs import NAME_MAX, check_number, check_path, check_text
 from ..errors import BadInputError
+from ._fields import MAX_CODE, MAX_TEXT, check_type
+from ._fields import field_error as _bad
 from ._secrets import REF_EXAMPLES, parse_secret_ref
 
 __all__ = ["JobSpec", "MAX_BUDGET", "TEMPLATES", "BILLING_MODES", "FRAMEWORKS", "job_name_of", "STORE_REPORTS"]
@@ -61,10 +63,6 @@ def job_name_of(display_name: str) -> str:
     return slug
 
 
-def _bad(field_name: str, why: str, hint: str | None = None) -> BadInputError:
-    return BadInputError(f"JobSpec.{field_name}: {why}", field=field_name, hint=hint)
-
-
 def _text(name: str, value: object, *, path: bool = False, max_len: int | None = None) -> None:
     """Refuse a string that is not UTF-8 (a lone surrogate from a CLI argument or a magic) or too long."""
     if not isinstance(value, str):
@@ -73,7 +71,7 @@ def _text(name: str, value: object, *, path: bool = False, max_len: int | None =
         if path:
             check_path(value, name)
         else:
-            check_text(value, name, empty=True, max_len=max_len or _MAX_CODE)
+            check_text(value, name, empty=True, max_len=max_len or MAX_CODE)
     except BadInputError as e:
         raise BadInputError(f"JobSpec.{e.message}", field=name.split(".")[0], hint=e.hint) from None
 
@@ -82,17 +80,17 @@ def _check_strings(spec: JobSpec) -> None:
     """Every string of ``spec`` checked with the same rules as a REST body, before it is used."""
     for key in ("name", "display_name", "accelerator", "template", "framework", "billing", "experiment", "image",
                 "cpu", "memory", "env_id", "workdir_id"):  # fmt: skip
-        _text(key, getattr(spec, key), max_len=_MAX_TEXT)
+        _text(key, getattr(spec, key), max_len=MAX_TEXT)
     for key in ("script", "env_from", "workdir"):
         _text(key, getattr(spec, key), path=True)
     _text("code", spec.code)
     for key in ("command", "args", "mounts", "after"):
         for item in getattr(spec, key) or ():
-            _text(key, item, max_len=_MAX_TEXT)
+            _text(key, item, max_len=MAX_TEXT)
     for key in ("env", "secrets"):
         for name, item in dict(getattr(spec, key)).items():
             _text(key, name, max_len=NAME_MAX)
-            _text(f"{key}.{name}" if isinstance(name, str) and name.isascii() else key, item, max_len=_MAX_TEXT)
+            _text(f"{key}.{name}" if isinstance(name, str) and name.isascii() else key, item, max_len=MAX_TEXT)
 
 
 def _positive_int(name: str, value: object, *, upper: int) -> int:
@@ -415,88 +413,9 @@ class JobSpec:
         if "name" not in data:
             raise _bad("name", "is required", 'give the job a name, e.g. {"name": "run", "script": "train.py"}')
         for key, value in data.items():
-            _check_type(key, value)
+            check_type(key, value)
         kwargs = dict(data)
         for key in ("command", "args", "mounts", "after", "store_writes"):
             if isinstance(kwargs.get(key), Sequence) and not isinstance(kwargs.get(key), str):
                 kwargs[key] = tuple(kwargs[key])
         return cls(**kwargs)
-
-
-# JSON types each field accepts in ``from_json`` (numbers are checked by range in __post_init__).
-_TEXT_FIELDS = ("name", "script", "code", "accelerator", "template", "framework", "billing", "experiment",
-                "image", "cpu", "memory", "display_name", "env_from", "workdir", "env_id", "workdir_id")  # fmt: skip
-_OPTIONAL = ("script", "code", "command", "steps", "checkpoint_every", "budget", "experiment", "image", "cpu",
-             "memory", "display_name", "env_from", "workdir", "env_id", "workdir_id")  # fmt: skip
-_LIST_FIELDS = ("command", "args", "mounts", "after", "store_writes")
-_MAP_FIELDS = ("env", "secrets", "mount_versions")
-_INT_FIELDS = ("nodes", "procs_per_node", "tensor_parallel", "pipeline_parallel", "steps", "max_restarts",
-               "checkpoint_every")  # fmt: skip
-_MAX_TEXT = 4096  # a path, an image, a name; ``code`` may be a whole cell
-_MAX_CODE = 10_000_000
-_MAX_ITEMS = 10_000
-
-
-def _expected(key: str) -> str:
-    if key in _TEXT_FIELDS:
-        return 'a string, e.g. "train.py"' if key in ("script", "code") else "a string"
-    if key in _LIST_FIELDS:
-        return 'a list of strings, e.g. ["--lr", "0.1"]'
-    if key in _MAP_FIELDS:
-        return 'an object of names to strings, e.g. {"LR": "0.1"}'
-    if key in _INT_FIELDS:
-        return "a whole number, e.g. 2"
-    if key == "budget":
-        return 'an amount of money, e.g. 25 or "25.50"'
-    return "true or false"
-
-
-def _check_type(key: str, value: object) -> None:
-    """Raise BadInputError (with a hint) when ``value`` has the wrong JSON type for field ``key``."""
-    try:
-        _check_type_of(key, value)
-    except BadInputError as e:
-        if e.hint is None:
-            e.hint = f"{key} takes {_expected(key)}" + (" or null" if key in _OPTIONAL else "")
-        raise
-
-
-def _check_type_of(key: str, value: object) -> None:
-    if value is None:
-        if key in _OPTIONAL:
-            return
-        raise _bad(key, "must not be null")
-    if key in _TEXT_FIELDS:
-        if not isinstance(value, str):
-            raise _bad(key, f"must be a string, got {type(value).__name__}")
-        if len(value) > (_MAX_CODE if key == "code" else _MAX_TEXT):
-            raise _bad(key, f"is too long ({len(value)} characters)")
-    elif key in _LIST_FIELDS:
-        if isinstance(value, str) or not isinstance(value, Sequence):
-            raise _bad(key, f"must be a list of strings, got {type(value).__name__}", 'e.g. ["--lr", "0.1"]')
-        if len(value) > _MAX_ITEMS:
-            raise _bad(key, f"has too many items ({len(value)})")
-        for item in value:
-            ok = isinstance(item, str) or (
-                key not in ("mounts", "after") and isinstance(item, (int, float)) and not isinstance(item, bool)
-            )
-            if not ok or len(str(item)) > _MAX_TEXT:
-                raise _bad(key, f"items must be strings, got {type(item).__name__}", 'e.g. ["--lr", "0.1"]')
-    elif key in _MAP_FIELDS:
-        if not isinstance(value, Mapping):
-            raise _bad(key, f"must be an object of names to strings, got {type(value).__name__}",
-                       'e.g. {"LR": "0.1"}')  # fmt: skip
-        if len(value) > _MAX_ITEMS:
-            raise _bad(key, f"has too many items ({len(value)})")
-        for name, item in value.items():
-            if not isinstance(item, (str, int, float)) or len(str(item)) > _MAX_TEXT:
-                raise _bad(key, f"{str(name)[:64]}: values must be strings, got {type(item).__name__}",
-                           'e.g. {"LR": "0.1"}')  # fmt: skip
-    elif key in _INT_FIELDS:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise _bad(key, f"must be a whole number, got {type(value).__name__}")
-    elif key == "budget":
-        if isinstance(value, bool) or not isinstance(value, (int, float, str, Decimal)) or len(str(value)) > 64:
-            raise _bad(key, 'must be an amount of money such as 25 or "25.50"')
-    elif key == "resume" and not isinstance(value, bool):
-        raise _bad(key, f"must be true or false, got {type(value).__name__}")
