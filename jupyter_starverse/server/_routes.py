@@ -6,14 +6,42 @@ from typing import Any
 
 from jupyter_server.utils import url_path_join
 
-from . import _cost, _data, _evals, _export, _feedback, _info, _jobs, _mode, _pipelines, _recipes, _serve, _store
+from . import (
+    _cost,
+    _data,
+    _evals,
+    _export,
+    _feedback,
+    _info,
+    _jobs,
+    _mode,
+    _pipelines,
+    _recipes,
+    _serve,
+    _store,
+    _tensorboard,
+)
 
 __all__ = ["NAMESPACE", "make_handlers"]
 
 NAMESPACE = "jupyter-starverse"
 
 # Area modules whose ``routes`` are served; add yours here.
-_AREAS = [_info, _cost, _jobs, _store, _data, _mode, _pipelines, _recipes, _feedback, _export, _serve, _evals]
+_AREAS = [
+    _info,
+    _cost,
+    _jobs,
+    _tensorboard,
+    _store,
+    _data,
+    _mode,
+    _pipelines,
+    _recipes,
+    _feedback,
+    _export,
+    _serve,
+    _evals,
+]
 
 
 def make_handlers() -> list[tuple[str, Any]]:
