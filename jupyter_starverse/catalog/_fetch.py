@@ -115,6 +115,14 @@ def _allocated(path: Path) -> int:
     return min(st.st_size, st.st_blocks * 512) if hasattr(st, "st_blocks") else st.st_size
 
 
+def _part_names(folder: str) -> set[str]:
+    try:
+        with os.scandir(folder) as it:
+            return {e.name for e in it if e.name.endswith(".part")}
+    except OSError:
+        return set()
+
+
 def _tree_allocated(top: Path) -> int:
     total = 0
     for dirpath, _dirs, names in os.walk(top):
@@ -135,9 +143,15 @@ def check_space(data_dir: Path, missing: Sequence[SourceFile], *, staging: Path 
     if free is None:
         return
     needed = 0
+    parts: dict[str, set[str]] = {}  # folder -> the part files in it: one listing per folder, no stat per file
     for f in missing:
         if f.size:
-            needed += max(0, f.size - _allocated(part_paths(data_dir / f.rel)[0]))
+            folder, _, name = f.rel.rpartition("/")
+            if folder not in parts:
+                parts[folder] = _part_names(os.path.join(data_dir, folder))  # noqa: PTH118 (no Path per file)
+            part = f".{name}.part"  # part_paths' name
+            held = _allocated(Path(data_dir, folder, part)) if part in parts[folder] else 0
+            needed += max(0, f.size - held)
     reusable = _tree_allocated(staging) if staging is not None and staging.is_dir() else 0
     if free + reusable < needed:
         raise store_full(data_dir, needed - free - reusable, free=free)

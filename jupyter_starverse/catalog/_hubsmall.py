@@ -11,8 +11,10 @@ naming, the one scan of ``blobs/`` and the relative snapshot links the model pul
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
+import queue
 import threading
 import time
 import uuid
@@ -98,10 +100,13 @@ def _stage_small(
         extra = {} if f.lfs is not None else {"git": hashlib.sha1(f"blob {size}\0".encode(), usedforsecurity=False)}
         return Target(f.path, size, sha, extra)
 
-    def done(get: Get, body: memoryview, got: Downloaded) -> None:
-        name, f = get.key
-        if f.lfs is None and got.extra["git"] != str(f.blob_id):
-            raise ChecksumError(f"git blob id {got.extra['git']} does not match the listed {f.blob_id}")
+    # the loop thread hashes and checks; creating and writing the files (a create in one folder
+    # costs more than the GET on loopback) happens on writer threads, off the network's path
+    writes: queue.Queue[tuple[Get, bytes, Downloaded] | None] = queue.Queue(maxsize=_WRITE_QUEUE)
+    write_failed: list[GetFailed] = []
+
+    def write_one(get: Get, body: memoryview, got: Downloaded) -> None:
+        name = get.key[0]
         try:
             fd = os.open(name, _STAGE_FLAGS, 0o444, dir_fd=dir_fd)
             try:
@@ -110,10 +115,37 @@ def _stage_small(
             finally:
                 os.close(fd)
         except OSError as e:
-            raise GetFailed(get, e) from e
+            write_failed.append(GetFailed(get, e))
+            return
         with lock:
             digests[name] = got.sha256
             staged.append(name)
+
+    def write() -> None:
+        while (item := writes.get()) is not None:
+            if not (write_failed or errors):  # else the batch stops: drain what is queued
+                write_one(item[0], memoryview(item[1]), item[2])
+
+    writers = [threading.Thread(target=write, name="starverse-write", daemon=True) for _ in range(_WRITERS)]
+
+    def stop_writers() -> None:
+        for w in writers:
+            if w.is_alive():
+                writes.put(None)
+        for w in writers:
+            if w.is_alive():
+                w.join()
+
+    def done(get: Get, body: memoryview, got: Downloaded) -> None:
+        f = get.key[1]
+        if f.lfs is None and got.extra["git"] != str(f.blob_id):
+            raise ChecksumError(f"git blob id {got.extra['git']} does not match the listed {f.blob_id}")
+        if writers:
+            writes.put((get, bytes(body), got))  # body is valid only during this call
+        else:
+            write_one(get, body, got)
+            if write_failed:
+                raise write_failed[0]
         report[0] += 1
         report[1] += got.size
         now = time.monotonic()
@@ -122,6 +154,8 @@ def _stage_small(
             report[:], reported[0] = [0, 0], now
 
     def check() -> None:
+        if write_failed:
+            raise write_failed[0]
         if errors:
             raise errors[0]
         if lease is not None and lease.lost.is_set():
@@ -130,7 +164,14 @@ def _stage_small(
     def run() -> None:
         try:
             gets = [Get(url(f), target(f), (name, f)) for name, f in todo]
-            fetch_many(gets, headers=headers, connections=connections, done=done, check=check)
+            for w in writers:
+                w.start()
+            try:
+                fetch_many(gets, headers=headers, connections=connections, done=done, check=check)
+            finally:
+                stop_writers()
+            if write_failed:
+                raise write_failed[0]
         except GetFailed as e:
             name, f = e.get.key
             error = e.error
@@ -149,8 +190,11 @@ def _stage_small(
                 tracker.add_files(report[0], report[1])
             finished.set()
 
-    def commit_staged() -> None:
-        """Every staged file so far durable, then moved into ``blobs/`` (the fence first)."""
+    def commit_staged(final: bool = False) -> None:
+        """Every staged file so far durable, then moved into ``blobs/`` (the fence first).
+
+        The last commit of a fresh pull (nothing in ``blobs/`` yet, nothing committed before)
+        renames the staging folder itself onto the empty ``blobs/``: one rename, not one per file."""
         nonlocal committed
         with lock:
             batch = staged[committed:]
@@ -159,41 +203,51 @@ def _stage_small(
         sync_filesystem(staging)  # every byte durable before any name points at it
         if lease is not None and not lease.renew():
             raise LeaseLostError(str(storage))  # the fence: a holder that was taken over moves nothing in
+        if final and committed == 0 and _swap_onto_empty(staging, blobs, len(batch)):
+            committed += len(batch)
+            return
         for name in batch:
             os.replace(name, name, src_dir_fd=dir_fd, dst_dir_fd=blobs_fd)
         committed += len(batch)
 
+    snapshot = storage / "snapshots" / commit
+    staged_snapshot = top / f"{holder}.snapshot"  # the links, made while the files come; moved in at the end
+
+    def make_links() -> None:
+        try:
+            _stage_links(files, staged_snapshot, stop=lambda: bool(errors))
+        except BaseException as e:
+            errors.append(e)
+
+    linker: threading.Thread | None = None
     try:
         worker = threading.Thread(target=run, name="starverse-small", daemon=True)  # one loop, N connections
         worker.start()
+        if _LINK_WHILE_FETCHING:
+            linker = threading.Thread(target=make_links, name="starverse-links", daemon=True)  # syscalls: no GIL
+            linker.start()
         while not finished.wait(COMMIT_SECONDS):
             commit_staged()  # while the batch runs: a killed pull keeps what was committed
         worker.join()
+        if linker is not None:
+            linker.join()
+        else:
+            make_links()
         if errors and not isinstance(errors[0], LeaseLostError):
             with contextlib.suppress(OSError, LeaseLostError):
                 commit_staged()  # a failed pull keeps what it verified; the next one fetches the rest
                 sync_filesystem(blobs)
         if errors:
             raise errors[0]
-        commit_staged()
-        snapshot = storage / "snapshots" / commit
-        made: set[str] = set()
-        snap = str(snapshot)
-        for f in files:  # paths checked against the store when the listing came (pull_model)
-            parent, _, _ = f.path.rpartition("/")
-            if parent not in made:
-                make_dirs(snapshot / parent if parent else snapshot)
-                made.add(parent)
-            # what os.path.relpath gives from snapshots/<commit>/<parent>/ to blobs/<name>, without its cost
-            up = "../" * (f.path.count("/") + 2)
-            try:
-                os.symlink(f"{up}blobs/{_blob_name(f)}", f"{snap}/{f.path}")  # noqa: PTH211 (no Path per file)
-            except FileExistsError:
-                _link(snapshot, f.path, blobs / _blob_name(f))
+        commit_staged(final=True)
+        _move_tree(staged_snapshot, snapshot)  # one rename on a fresh pull; merged into an existing snapshot
         sync_filesystem(blobs)  # the renames and links durable before the manifest names them
     except BaseException as e:
         errors.append(e)  # the workers still running stop at their next file
+        if linker is not None:
+            linker.join()  # it stops at its next link: nothing made in the folder once it is gone
         discard(staging)
+        discard(staged_snapshot)
         raise
     finally:
         os.close(dir_fd)
@@ -209,6 +263,70 @@ def _stage_small(
     return out
 
 
+def _stage_links(files: Sequence[Any], root: Path, *, stop: Callable[[], bool]) -> None:
+    """``root/<path>`` -> ``../../blobs/<name>`` for every file: the snapshot's links, relative as
+    huggingface_hub writes them (counted from ``snapshots/<commit>/``), before it is moved there."""
+    made: set[str] = set()
+    top = str(root)
+    make_dirs(root)
+    for f in files:  # paths checked against the store when the listing came (pull_model)
+        parent, _, _ = f.path.rpartition("/")
+        if stop():
+            return  # the pull failed: its staging folder goes
+        if parent not in made:
+            make_dirs(root / parent if parent else root)
+            made.add(parent)
+        # what os.path.relpath gives from snapshots/<commit>/<parent>/ to blobs/<name>, without its cost
+        up = "../" * (f.path.count("/") + 2)
+        with contextlib.suppress(FileExistsError):  # the same path twice in a listing: one link
+            os.symlink(f"{up}blobs/{_blob_name(f)}", f"{top}/{f.path}")  # noqa: PTH211 (no Path per file)
+
+
+def _swap_onto_empty(staging: Path, blobs: Path, count: int) -> bool:
+    """``staging`` renamed onto ``blobs`` when that is an empty folder and ``staging`` holds just
+    the ``count`` staged files; False (nothing moved) otherwise."""
+    with os.scandir(staging) as it:
+        if sum(1 for _ in it) != count:
+            return False
+    try:
+        staging.rename(blobs)  # rename(2) replaces an empty folder, atomically; refuses one with files
+    except OSError as err:
+        if err.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.EBUSY):
+            return False
+        raise
+    return True
+
+
+def _move_tree(src: Path, dst: Path) -> None:
+    """``src`` into ``dst``: one rename where ``dst`` is not there yet, else folder by folder,
+    each link replacing what is at its path (as :func:`_link` does)."""
+    try:
+        src.rename(dst)  # a fresh snapshot: every link in one step
+        return
+    except FileNotFoundError:
+        if not src.exists():
+            return
+        make_dirs(dst.parent)
+        src.rename(dst)
+        return
+    except OSError as err:
+        if err.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+            raise
+    with os.scandir(src) as it:
+        entries = list(it)
+    for e in entries:
+        target = os.path.join(dst, e.name)  # noqa: PTH118 (no Path per entry)
+        if e.is_dir(follow_symlinks=False) and os.path.isdir(target) and not os.path.islink(target):  # noqa: PTH112, PTH114
+            _move_tree(Path(e.path), Path(target))
+        else:
+            Path(e.path).replace(target)
+    with contextlib.suppress(OSError):
+        src.rmdir()
+
+
+_LINK_WHILE_FETCHING = True  # the snapshot's links made on their own thread while the files come
+_WRITERS = 2  # threads creating the staged files (the syscalls run without the GIL)
+_WRITE_QUEUE = 1024  # verified bodies waiting for a writer: the loop waits beyond this
 _STAGE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 
 

@@ -42,7 +42,7 @@ from ._fetch import SourceFile, check_space, publish_part, transfer
 from ._follow import BlobFollower
 from ._hubsmall import BATCH_MAX, _blob_name, _blob_sizes, _link, _stage_small
 from ._lease import Lease
-from ._names import ModelRef, safe_join
+from ._names import ModelRef, check_relative, safe_join
 from ._perms import make_dirs
 from ._progress import ProgressTracker
 from ._types import FileRecord
@@ -195,7 +195,7 @@ def pull_model(
                 hint="patterns are globs on paths in the repo, e.g. 'data/en/*' or '*.parquet'",
             )
     for f in listing:
-        safe_join(hf_cache, f.path)
+        check_relative(f.path)  # what safe_join checks, without a Path per file
     storage = hf_cache / ref.folder
     blobs = storage / "blobs"
     for folder in (blobs, storage / "snapshots", storage / "refs", hf_cache / ".locks" / ref.folder):

@@ -69,7 +69,21 @@ class GetFailed(Exception):
 
 
 class _Conn:
-    __slots__ = ("buf", "fields", "get", "host", "keep", "last", "length", "out", "served", "sock", "status", "want")
+    __slots__ = (
+        "buf",
+        "fields",
+        "get",
+        "host",
+        "keep",
+        "last",
+        "length",
+        "out",
+        "registered",
+        "served",
+        "sock",
+        "status",
+        "want",
+    )
 
     def __init__(self, host: tuple[str, str], sock: socket.socket) -> None:
         self.host = host
@@ -84,6 +98,7 @@ class _Conn:
         self.keep = True
         self.served = 0  # responses this connection carried (a dead idle one is retried for free)
         self.last = time.monotonic()
+        self.registered = False  # with the selector (a miss there costs a repr of the socket)
 
 
 class _Loop:
@@ -128,8 +143,10 @@ class _Loop:
         return _Conn(host, sock)
 
     def _close(self, conn: _Conn) -> None:
-        with contextlib.suppress(KeyError, ValueError):
-            self.sel.unregister(conn.sock)
+        if conn.registered:
+            conn.registered = False
+            with contextlib.suppress(KeyError, ValueError):
+                self.sel.unregister(conn.sock)
         with contextlib.suppress(OSError):
             conn.sock.close()
 
@@ -157,10 +174,11 @@ class _Loop:
         except OSError as e:
             return self._broken(conn, e)
         events = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.out else 0)
-        try:
+        if conn.registered:
             self.sel.modify(conn.sock, events, conn)
-        except KeyError:
+        else:
             self.sel.register(conn.sock, events, conn)
+            conn.registered = True
 
     # responses ---------------------------------------------------------------------------------
     def _readable(self, conn: _Conn) -> None:
@@ -226,8 +244,10 @@ class _Loop:
         self.busy -= 1
         extra = len(conn.buf) > conn.want  # nothing may follow: one request at a time
         if conn.keep and not extra:
-            with contextlib.suppress(KeyError, ValueError):
-                self.sel.unregister(conn.sock)
+            if conn.registered:
+                conn.registered = False
+                with contextlib.suppress(KeyError, ValueError):
+                    self.sel.unregister(conn.sock)
             self.idle.setdefault(conn.host, []).append(conn)
         else:
             self._close(conn)

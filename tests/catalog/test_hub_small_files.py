@@ -150,3 +150,26 @@ def test_a_long_batch_commits_as_it_goes(catalog: Catalog, hub: HubServer, monke
     assert catalog.pull(f"hf:{REPO}", connections=1).state == "cached"
     assert seen and seen[0] >= 10  # a pull killed now would keep these
     assert catalog.verify(f"hf:{REPO}").ok
+
+
+def test_staged_links_move_in_with_one_rename_or_merge_into_an_existing_snapshot(tmp_path: Path) -> None:
+    """A fresh snapshot is one rename; an existing one (large files linked first) gets the new links beside its own."""
+    _move_tree = _hubsmall._move_tree
+    staged = tmp_path / "staged"
+    (staged / "data" / "a").mkdir(parents=True)
+    (staged / "data" / "a" / "x.bin").symlink_to("../../../../blobs/x")
+    (staged / "top.json").symlink_to("../../blobs/t")
+    fresh = tmp_path / "snapshots" / "c1"
+    (tmp_path / "snapshots").mkdir()
+    _move_tree(staged, fresh)
+    assert not staged.exists() and os.readlink(fresh / "data" / "a" / "x.bin") == "../../../../blobs/x"
+
+    staged.mkdir()
+    (staged / "data" / "b").mkdir(parents=True)
+    (staged / "data" / "b" / "y.bin").symlink_to("../../../../blobs/y")
+    (staged / "top.json").symlink_to("../../blobs/t2")  # replaces what is at its path, as _link does
+    _move_tree(staged, fresh)
+    assert not staged.exists()
+    assert os.readlink(fresh / "data" / "a" / "x.bin") == "../../../../blobs/x"  # kept
+    assert os.readlink(fresh / "data" / "b" / "y.bin") == "../../../../blobs/y"
+    assert os.readlink(fresh / "top.json") == "../../blobs/t2"
