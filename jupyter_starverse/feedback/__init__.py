@@ -8,10 +8,12 @@ worker process of its own, or from a served endpoint (``EndpointChatSession``).
 
 from __future__ import annotations
 
-from ._chat import ChatSession, ChatSessions, ChatTurn, EndpointChatSession, EndpointTarget, resolve_model
+from ._chat import ChatSession, ChatSessions, resolve_model
+from ._endpoint import EndpointChatSession, EndpointTarget
 from ._pairs import LabelExample, PreferencePair, make_labels, make_pairs
 from ._records import VOTES, FeedbackRecord, effective
 from ._service import EXPORT_KINDS, FeedbackLogs, FeedbackService, FeedbackSnapshot, FeedbackTable, SnapshotFile
+from ._turns import ChatTurn
 
 __all__ = [
     "EXPORT_KINDS",

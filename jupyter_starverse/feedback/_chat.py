@@ -19,11 +19,8 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -31,15 +28,15 @@ from typing import IO, Any
 from jupyter_starverse._inputs import check_path
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.catalog import Catalog
-from jupyter_starverse.errors import BackendUnavailableError, BadInputError, NotFoundError, PermissionDeniedError
+from jupyter_starverse.errors import BackendUnavailableError, BadInputError, NotFoundError
 from jupyter_starverse.experiments import ExperimentPaths, list_runs
 
-__all__ = [
-    "ChatSession", "ChatSessions", "ChatTurn", "EndpointChatSession", "EndpointTarget", "SpareWorker", "resolve_model",
-]  # fmt: skip
+from ._endpoint import EndpointChatSession, EndpointTarget
+from ._turns import ChatTurn, ask_input
+
+__all__ = ["ChatSession", "ChatSessions", "SpareWorker", "resolve_model"]
 
 _OUTPUT_DIRS = ("output", "model", "final")
-_MAX_MESSAGES = 200
 
 
 def _is_model_dir(path: Path) -> bool:
@@ -77,82 +74,6 @@ def resolve_model(settings: Settings, catalog: Catalog, model: str) -> Path:
     raise BadInputError(
         f"{model!r} is not a model", field="model", hint="hf:ORG/REPO@REV (store), exp:EXPERIMENT, or a model folder"
     )
-
-
-@dataclass
-class ChatTurn:
-    """One answer being generated: pieces arrive while ``done`` is unset."""
-
-    id: str
-    messages: tuple[dict[str, str], ...]
-    pieces: list[str] = field(default_factory=list)
-    error: str | None = None
-    tokens: int = 0
-    seconds: float = 0.0
-    done: threading.Event = field(default_factory=threading.Event)
-    on_piece: Callable[[str], None] | None = None
-    #: Who generates the answer, and where to look when it fails (named in errors).
-    source: str = "the chat worker"
-    hint: str = "see the worker log"
-
-    @property
-    def prompt(self) -> str:
-        return self.messages[-1]["content"]
-
-    @property
-    def text(self) -> str:
-        return "".join(self.pieces)
-
-    def wait(self, timeout: float | None = None) -> ChatTurn:
-        if not self.done.wait(timeout):
-            raise BackendUnavailableError(f"{self.source} did not answer in time", hint="try a shorter answer")
-        if self.error:
-            raise BackendUnavailableError(f"{self.source} failed: {self.error}", hint=self.hint)
-        return self
-
-    def stream(self, poll: float = 0.05) -> Iterator[str]:
-        """Yield pieces as they arrive, until the answer is complete."""
-        sent = 0
-        while True:
-            finished = self.done.wait(poll)
-            while sent < len(self.pieces):
-                sent += 1
-                yield self.pieces[sent - 1]
-            if finished:
-                if self.error:
-                    raise BackendUnavailableError(f"{self.source} failed: {self.error}", hint=self.hint)
-                return
-
-    def to_json(self, after: int = 0) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "prompt": self.prompt,
-            "pieces": self.pieces[after:],
-            "next": len(self.pieces),
-            "text": self.text,
-            "done": self.done.is_set(),
-            "error": self.error,
-            "tokens": self.tokens,
-            "seconds": self.seconds,
-        }
-
-
-def _check_messages(messages: object) -> tuple[dict[str, str], ...]:
-    hint = 'give [{"role": "user", "content": "..."}, ...] ending with a user message'
-    if not isinstance(messages, list | tuple) or not messages or len(messages) > _MAX_MESSAGES:
-        raise BadInputError("messages must be a non-empty list", field="messages", hint=hint)
-    out = []
-    for m in messages:
-        if (
-            not isinstance(m, dict)
-            or m.get("role") not in ("system", "user", "assistant")
-            or not isinstance(m.get("content"), str)
-        ):
-            raise BadInputError("each message needs a role and text content", field="messages", hint=hint)
-        out.append({"role": str(m["role"]), "content": str(m["content"])})
-    if out[-1]["role"] != "user" or not out[-1]["content"].strip():
-        raise BadInputError("the last message must be a non-empty user message", field="messages", hint=hint)
-    return tuple(out)
 
 
 def _start_worker(folder: str, idle_seconds: float, log_path: Path) -> subprocess.Popen[str]:
@@ -361,7 +282,7 @@ class ChatSession:
         on_piece: Callable[[str], None] | None = None,
     ) -> ChatTurn:
         """Start an answer to ``messages`` (or one prompt string); returns at once with the turn."""
-        msgs = _ask_input(messages, max_new_tokens)
+        msgs = ask_input(messages, max_new_tokens)
         turn = ChatTurn(uuid.uuid4().hex[:12], msgs, on_piece=on_piece)
         request = {
             "id": turn.id,
@@ -423,200 +344,6 @@ class ChatSession:
         }
 
     def __enter__(self) -> ChatSession:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _down_hint(label: str) -> str:
-    return (f"start it with `starverse serve MODEL` and pick a running one from `starverse serve ls`"
-            f" (or check the URL {label})") if label.startswith(("http://", "https://")) else (
-            "start it again with `starverse serve MODEL`; `starverse serve ls` lists the running ones")  # fmt: skip
-
-
-@dataclass(frozen=True)
-class EndpointTarget:
-    """Where a served model answers: an OpenAI-compatible base URL (``.../v1``) and its bearer token."""
-
-    url: str
-    token: str | None = None
-    label: str = ""  # what the user named: a local endpoint id or the URL
-
-    @classmethod
-    def of_url(cls, url: object, token: object = None) -> EndpointTarget:
-        """A remote endpoint: ``http(s)://HOST[:PORT][/v1]`` and a token *reference* (``env:NAME``, ``file:PATH``)."""
-        hint = (
-            "give http://HOST:PORT/v1 (an OpenAI-compatible endpoint) or a local endpoint id from `starverse serve ls`"
-        )
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")) or len(url) > 2000:
-            raise BadInputError(f"{url!r} is not an endpoint URL", field="endpoint", hint=hint)
-        parts = urllib.parse.urlsplit(url)
-        if not parts.hostname or parts.query or parts.fragment or not url.isprintable():
-            raise BadInputError(f"{url!r} is not an endpoint URL", field="endpoint", hint=hint)
-        base = url.rstrip("/")
-        for tail in ("/chat/completions", "/completions", "/models"):
-            base = base.removesuffix(tail)
-        base = base if base.endswith("/v1") else base + "/v1"
-        return cls(base, _token_ref(token), url)
-
-
-def _token_ref(ref: object) -> str | None:
-    """The token a reference names: ``env:NAME`` (a variable) or ``file:PATH`` (a file); never the secret itself."""
-    if ref is None or ref == "":
-        return None
-    hint = "give env:VARIABLE or file:PATH (the token itself never goes on a command line or in a request)"
-    if not isinstance(ref, str) or len(ref) > 4096:
-        raise BadInputError("the token is a reference", field="token", hint=hint)
-    kind, _, name = ref.partition(":")
-    if kind == "env" and name:
-        value = os.environ.get(name, "").strip()
-        if not value:
-            raise BadInputError(f"the variable {name} is not set", field="token", hint=f"export {name}=TOKEN first")
-        return value
-    if kind == "file" and name:
-        try:
-            return Path(name).expanduser().read_text(encoding="utf-8").strip() or None
-        except OSError as e:
-            raise BadInputError(f"cannot read the token file {name}: {e.strerror or e}", field="token",
-                                hint="give a readable file holding the token") from None  # fmt: skip
-    raise BadInputError("the token is a reference, not the token", field="token", hint=hint)
-
-
-class EndpointChatSession:
-    """A chat with a served model (``/v1/chat/completions``, streamed): nothing is loaded here.
-
-    ``model`` is what feedback records name: the store version the endpoint's ``/v1/models`` card
-    gives in its lineage (``starverse.lineage.model``), else the served name.
-    """
-
-    def __init__(self, target: EndpointTarget, *, timeout: float = 30.0) -> None:
-        self.id = uuid.uuid4().hex[:12]
-        self.target = target
-        self.label = target.label or target.url
-        self.started_at = time.time()
-        self.log_path = None
-        self._turns: dict[str, ChatTurn] = {}
-        self._closed = False
-        card = self._models(timeout)
-        self.served_name = str(card.get("id") or "")
-        info = _object(card.get("starverse"))
-        lineage = _object(info.get("lineage"))
-        self.lineage: dict[str, Any] = lineage
-        self.model = str(lineage.get("model") or info.get("model") or self.served_name or target.url)
-
-    def _request(self, path: str, body: dict[str, Any] | None, timeout: float) -> Any:
-        headers = {"Accept": "application/json"}
-        if self.target.token:
-            headers["Authorization"] = f"Bearer {self.target.token}"
-        data = None
-        if body is not None:
-            headers["Content-Type"] = "application/json"
-            data = json.dumps(body, ensure_ascii=False).encode()
-        req = urllib.request.Request(self.target.url + path, data=data, headers=headers)  # noqa: S310 - http(s) only
-        try:
-            return urllib.request.urlopen(req, timeout=timeout)  # noqa: S310 - http(s) checked in of_url
-        except urllib.error.HTTPError as e:
-            try:
-                said = json.loads(e.read()).get("error", {}).get("message")
-            except (ValueError, AttributeError, OSError):
-                said = None
-            if e.code in (401, 403):
-                raise PermissionDeniedError(
-                    f"the endpoint {self.label} refused the token: {said or e.reason}",
-                    hint="give its token: a local endpoint's is read for you; for a URL pass --token env:NAME",
-                ) from None
-            raise BadInputError(f"the endpoint {self.label} answered {e.code}: {said or e.reason}", field="messages",
-                                hint="see the endpoint's log") from None  # fmt: skip
-        except (OSError, ValueError) as e:
-            reason = getattr(e, "reason", e)
-            raise BackendUnavailableError(f"the endpoint {self.label} does not answer: {reason}",
-                                          hint=_down_hint(self.label)) from None  # fmt: skip
-
-    def _models(self, timeout: float) -> dict[str, Any]:
-        with self._request("/models", None, timeout) as r:
-            try:
-                data = json.loads(r.read())
-            except ValueError:
-                data = None
-        cards = data.get("data") if isinstance(data, dict) else None
-        if not isinstance(cards, list) or not cards or not isinstance(cards[0], dict):
-            raise BackendUnavailableError(f"{self.target.url}/models lists no model",
-                                          hint="is it an OpenAI-compatible endpoint (`starverse serve`)?")  # fmt: skip
-        return cards[0]
-
-    @property
-    def alive(self) -> bool:
-        return not self._closed
-
-    def ask(
-        self,
-        messages: object,
-        *,
-        max_new_tokens: int = 64,
-        temperature: float = 0.0,
-        seed: int = 0,
-        on_piece: Callable[[str], None] | None = None,
-    ) -> ChatTurn:
-        """Start an answer (streamed from the endpoint in a thread); returns at once with the turn."""
-        msgs = _ask_input(messages, max_new_tokens)
-        if self._closed:
-            raise BackendUnavailableError("this chat is closed", hint="start a new chat")
-        turn = ChatTurn(uuid.uuid4().hex[:12], msgs, on_piece=on_piece, source=f"the endpoint {self.label}",
-                        hint=_down_hint(self.label))  # fmt: skip
-        self._turns[turn.id] = turn
-        body = {"messages": list(msgs), "max_tokens": int(max_new_tokens), "temperature": float(temperature),
-                "seed": int(seed), "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
-        if self.served_name:
-            body["model"] = self.served_name
-        threading.Thread(target=self._stream, args=(turn, body), name=f"chat-{self.id}", daemon=True).start()
-        return turn
-
-    def _stream(self, turn: ChatTurn, body: dict[str, Any]) -> None:
-        started = time.monotonic()
-        try:
-            with self._request("/chat/completions", body, 600) as r:
-                for raw in r:
-                    line = raw.decode("utf-8", errors="replace").strip()
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        break
-                    chunk = json.loads(data)
-                    usage = chunk.get("usage")
-                    if isinstance(usage, dict):
-                        turn.tokens = int(usage.get("completion_tokens") or 0)
-                    for choice in chunk.get("choices") or []:
-                        piece = (choice.get("delta") or {}).get("content")
-                        if isinstance(piece, str) and piece:
-                            turn.pieces.append(piece)
-                            if turn.on_piece is not None:
-                                try:
-                                    turn.on_piece(piece)
-                                except Exception as e:  # a UI callback failing must not stop the stream
-                                    turn.error = f"display failed: {e}"
-        except Exception as e:  # the endpoint went away, or sent what is not SSE
-            turn.error = str(e) if isinstance(e, BackendUnavailableError | BadInputError | PermissionDeniedError) \
-                else f"the stream broke: {type(e).__name__}: {e}"  # fmt: skip
-        turn.seconds = time.monotonic() - started
-        turn.done.set()
-
-    def turn(self, turn_id: str) -> ChatTurn:
-        try:
-            return self._turns[turn_id]
-        except KeyError:
-            raise NotFoundError(f"no answer {turn_id!r} in chat {self.id}", hint="ask again") from None
-
-    def close(self) -> None:
-        """Nothing to stop: the endpoint serves others too (``starverse serve stop ID`` stops it)."""
-        self._closed = True
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "model": self.model, "alive": self.alive, "started_at": self.started_at,
-                "endpoint": self.target.url, "served_name": self.served_name}  # fmt: skip
-
-    def __enter__(self) -> EndpointChatSession:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -729,18 +456,3 @@ class ChatSessions:
             s.close()
         if spare is not None:
             spare.close()
-
-
-def _object(value: Any) -> dict[str, Any]:
-    """``value`` when it is a JSON object, else an empty one (what an endpoint answers is data)."""
-    return value if isinstance(value, dict) else {}
-
-
-def _ask_input(messages: object, max_new_tokens: int) -> tuple[dict[str, str], ...]:
-    """The checked messages of one question (a prompt string is one user message) and its length bound."""
-    if isinstance(messages, str):
-        messages = [{"role": "user", "content": messages}]
-    msgs = _check_messages(messages)
-    if not 1 <= int(max_new_tokens) <= 4096:
-        raise BadInputError("max_new_tokens must be 1..4096", field="max_new_tokens", hint="e.g. 64")
-    return msgs
