@@ -135,7 +135,7 @@ class _Ranged:
         self._unsynced = 0
         self._sync_wanted = threading.Event()
         self._stop = threading.Event()
-        self._free: list[bytearray | bytes] = []  # _tuning.CHUNK-sized buffers already hashed: no new allocation
+        self._free: list[bytearray | bytes] = []  # CHUNK-sized buffers already hashed: no new allocation
 
     def _buffer(self) -> bytearray:
         with self.cond:
@@ -307,7 +307,7 @@ class _Ranged:
             time.sleep(0.002)
         t0, b0, own0 = time.monotonic(), self._meter.total(), sum(self._received)
         wait = max(_tuning.RAMP_INTERVAL, min(1.0, 2 * (t0 - started))) if settle else _tuning.RAMP_INTERVAL
-        reads = 8 if settle else 4  # sub-reads per connection (the counts move in _tuning.SUBREAD steps)
+        reads = 8 if settle else 4  # sub-reads per connection (the counts move in SUBREAD steps)
         while self._busy():
             self._stop.wait(0.01)
             elapsed = time.monotonic() - t0
@@ -317,7 +317,7 @@ class _Ranged:
         return None
 
     def _ramp(self, threads: list[threading.Thread]) -> None:
-        """From _tuning.RAMP_FIRST connections to all; back again when all add too little to the host's rate."""
+        """From RAMP_FIRST connections to all; back again when they add too little to the host's rate."""
         while not self._meter.stepping.acquire(timeout=0.05):  # files of a pull step one at a time
             if not self._busy():
                 return
