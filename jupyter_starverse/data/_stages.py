@@ -25,20 +25,38 @@ The paragraph rule: a paragraph (a line of at least ``para_min`` characters) fou
 but the first and is never a reason to remove one. A document is removed when more than
 ``paragraph_share`` of its characters lie in paragraphs that an earlier kept document has and
 that are not boilerplate (the seed's "over 15% duplicate paragraphs").
+
+Stages 1-3 live here; stages 4-5 in :mod:`._components`, what they share (config, record types,
+spill files) in :mod:`._stagebase`. Every name stays importable from this module.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ._minhash import MinHasher, lsh_params, normalize
+from ._components import Components as Components
+from ._components import Flags as Flags
+from ._components import Snippets as Snippets
+from ._components import components as components
+from ._components import decisions as decisions
+from ._components import filter_shard as filter_shard
+from ._components import partitions_for as partitions_for
+from ._minhash import MinHasher, normalize
 from ._read import Doc
+from ._stagebase import _COLS as _COLS
+from ._stagebase import _FLUSH_ROWS, _SNIPPET, _Band, _np, _Spill, hash64, paragraphs
+from ._stagebase import METHODS as METHODS
+from ._stagebase import StageConfig as StageConfig
+from ._stagebase import _atomic_bytes as _atomic_bytes
+from ._stagebase import _decision_dtype as _decision_dtype
+from ._stagebase import _key_dtype as _key_dtype
+from ._stagebase import _pair_dtype as _pair_dtype
+from ._stagebase import _para_dtype as _para_dtype
+from ._stagebase import _preg_dtype as _preg_dtype
 
 __all__ = [
     "METHODS",
@@ -49,175 +67,6 @@ __all__ = [
     "sign_shard",
     "sort_partition",
 ]
-
-METHODS = ("exact", "near", "paragraph", "semantic")
-_PARA_MIN = 20
-_FLUSH = 1 << 16  # band keys (numpy) buffered before they are appended to their partition files
-_FLUSH_ROWS = 1 << 12  # Python rows (offsets, exact and paragraph records) buffered: ~100 bytes each
-_COLS = 6  # offsets: doc, text offset, text bytes, non-space characters, snippet offset, snippet bytes
-_SNIPPET = 160
-
-
-def _np() -> Any:
-    import numpy as np
-
-    return np
-
-
-def _pair_dtype() -> Any:
-    np = _np()
-    return np.dtype([("later", "<i8"), ("earlier", "<i8"), ("sim", "<f4"), ("method", "u1")])
-
-
-def _para_dtype() -> Any:
-    np = _np()
-    return np.dtype([("doc", "<i8"), ("first", "<i8"), ("hash", "<u8"), ("chars", "<i4"), ("boiler", "u1")])
-
-
-def _decision_dtype() -> Any:
-    np = _np()
-    return np.dtype([("doc", "<i8"), ("kept", "<i8"), ("sim", "<f4"), ("method", "u1")])
-
-
-def hash64(text: str) -> int:
-    """64 bits naming a normalized text (exact copies and shared paragraphs share it)."""
-    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
-
-
-def paragraphs(text: str, para_min: int = _PARA_MIN) -> list[tuple[int, str]]:
-    """``(line number, line)`` of the lines long enough to count as paragraphs."""
-    return [(i, ln) for i, ln in enumerate(text.split("\n")) if len(ln.strip()) >= para_min]
-
-
-@dataclass(frozen=True)
-class StageConfig:
-    """Everything the five stages agree on (written beside the files: ``config.json``)."""
-
-    num_perm: int = 128
-    ngram: int = 5
-    seed: int = 1
-    lsh_threshold: float = 0.5
-    threshold: float = 0.7
-    partitions: int = 16
-    paragraph_share: float | None = 0.15
-    boilerplate_docs: int = 4
-    para_min: int = _PARA_MIN
-    max_checks: int = 8
-    semantic_threshold: float = 0.95
-
-    @property
-    def bands_rows(self) -> tuple[int, int]:
-        return lsh_params(self.lsh_threshold, self.num_perm)
-
-    def hasher(self) -> MinHasher:
-        return MinHasher(num_perm=self.num_perm, ngram=self.ngram, seed=self.seed)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> StageConfig:
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
-
-    def save(self, work: Path) -> None:
-        work.mkdir(parents=True, exist_ok=True)
-        _atomic_bytes(work / "config.json", json.dumps(self.to_json()).encode())
-
-    @classmethod
-    def load(cls, work: Path) -> StageConfig:
-        return cls.from_json(json.loads((work / "config.json").read_text()))
-
-
-def _atomic_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
-
-
-class _Band:
-    """Band keys of a signature: ``bands`` 64-bit keys, each salted by its band."""
-
-    def __init__(self, cfg: StageConfig) -> None:
-        np = _np()
-        self.np = np
-        self.bands, self.rows = cfg.bands_rows
-        rng = np.random.RandomState(12345)
-        self._mult = (
-            rng.randint(1, 1 << 62, size=(self.rows,), dtype=np.int64).astype(np.uint64) << np.uint64(1)
-        ) | np.uint64(1)
-        self._salt = rng.randint(1, 1 << 62, size=(self.bands,), dtype=np.int64).astype(np.uint64)
-
-    def keys(self, signature: Any) -> Any:
-        np = self.np
-        sig = signature[: self.bands * self.rows].astype(np.uint64).reshape(self.bands, self.rows)
-        keys = (sig * self._mult).sum(axis=1) ^ self._salt
-        keys ^= keys >> np.uint64(29)
-        return keys
-
-
-class _Spill:
-    """Appends records to ``KIND-PPPP-RRRR.bin`` per partition, a buffer at a time."""
-
-    def __init__(self, folder: Path, kind: str, rank: int, partitions: int, dtype: Any) -> None:
-        self.folder, self.kind, self.rank, self.partitions, self.dtype = folder, kind, rank, partitions, dtype
-        self.buffers: list[list[tuple[Any, ...]]] = [[] for _ in range(partitions)]
-        self.arrays = []
-        self.buffered = 0
-        for p in range(partitions):
-            self.path(p).unlink(missing_ok=True)  # a rerun of this rank starts clean
-
-    def path(self, p: int) -> Path:
-        return self.folder / f"{self.kind}-{p:04d}-{self.rank:04d}.bin"
-
-    def add(self, part: int, record: tuple[Any, ...]) -> None:
-        self.buffers[part].append(record)
-        self.buffered += 1
-        if self.buffered >= _FLUSH_ROWS:
-            self.flush()
-
-    def add_keys(self, keys: Any, doc: int) -> None:
-        """Many keys of one document at once (its band keys)."""
-        self.arrays.append((keys, doc))
-        self.buffered += len(keys)
-        if self.buffered >= _FLUSH:
-            self.flush()
-
-    arrays: list[tuple[Any, int]]
-
-    def flush(self) -> None:
-        np = _np()
-        pending: list[Any] = [[] for _ in range(self.partitions)]
-        if getattr(self, "arrays", None):
-            keys = np.concatenate([k for k, _ in self.arrays])
-            rec = np.empty(len(keys), dtype=self.dtype)
-            rec["key"] = keys
-            rec["doc"] = np.repeat(
-                np.array([d for _, d in self.arrays], dtype=np.int64), [len(k) for k, _ in self.arrays]
-            )
-            part = keys % np.uint64(self.partitions)
-            for p in np.unique(part).tolist():
-                pending[p].append(rec[part == p])
-            self.arrays.clear()
-        for p, rows in enumerate(self.buffers):
-            if rows:
-                pending[p].append(np.array(rows, dtype=self.dtype))
-                rows.clear()
-        for p, chunks in enumerate(pending):
-            if chunks:
-                with open(self.path(p), "ab") as f:
-                    for c in chunks:
-                        f.write(c.tobytes())
-        self.buffered = 0
-
-
-def _key_dtype() -> Any:
-    np = _np()
-    return np.dtype([("key", "<u8"), ("doc", "<i8")])
-
-
-def _preg_dtype() -> Any:
-    np = _np()
-    return np.dtype([("key", "<u8"), ("doc", "<i8"), ("chars", "<i4")])
 
 
 @dataclass(frozen=True)
@@ -416,248 +265,3 @@ def partition_pairs(cfg: StageConfig, work: Path, partition: int, *, old: Path |
     pr = pr[np.argsort(pr["doc"], kind="stable")]
     _atomic_bytes(out / f"para-{partition:04d}.bin", pr.tobytes())
     return len(allp)
-
-
-# -- stage 4 -----------------------------------------------------------------------------------
-def _ranges(files: Sequence[Path], dtype: Any, field: str, lo: int, hi: int) -> Any:
-    """The records with ``lo <= field < hi`` of files sorted by ``field`` (memory-mapped, sliced)."""
-    np = _np()
-    parts = []
-    for path in files:
-        if not path.stat().st_size:
-            continue
-        m = np.memmap(path, dtype=dtype, mode="r")
-        a, z = np.searchsorted(m[field], [lo, hi])
-        if z > a:
-            parts.append(np.array(m[a:z]))
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
-
-
-class Flags:
-    """One bit per document (stage 4's "removed" marks): an eighth of a byte each, not the corpus."""
-
-    def __init__(self, n: int) -> None:
-        np = _np()
-        self.np = np
-        self.bits = np.zeros((max(1, n) + 7) >> 3, dtype=np.uint8)
-
-    def __getitem__(self, doc: Any) -> Any:
-        if isinstance(doc, int):
-            return bool((int(self.bits[doc >> 3]) >> (doc & 7)) & 1)
-        np = self.np
-        d = np.asarray(doc, dtype=np.int64)
-        out = (self.bits[d >> 3] >> (d & 7).astype(np.uint8)) & np.uint8(1)
-        return out.astype(bool) if out.ndim else bool(out)
-
-    def __setitem__(self, doc: int, value: bool) -> None:
-        if value:
-            self.bits[doc >> 3] |= 1 << (doc & 7)
-        else:
-            self.bits[doc >> 3] &= 0xFF ^ (1 << (doc & 7))
-
-
-@dataclass
-class Components:
-    """What stage 4 decided: counts per method, the slider's preview, where the decisions are."""
-
-    docs: int
-    removed: dict[str, int]
-    preview: list[tuple[float, int]]
-    stripped_docs: int
-    offset: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def components(
-    cfg: StageConfig, work: Path, docs: int, *, new_from: int = 0, chunk_docs: int = 1 << 16, start: int = 0
-) -> Components:
-    """Stage 4: the keep-first union-find over every pair file, a range of documents at a time.
-
-    A document is removed (in this order of reasons) as an exact copy, as a near duplicate of
-    an earlier kept document at ``threshold``, by the paragraph rule, or as a semantic
-    duplicate (``pairs/sem-*.bin``) at ``semantic_threshold``. Its ``kept`` is the earliest
-    such kept document's root. Writes ``decisions.bin`` (removed documents, sorted) and
-    ``strip.bin`` (boilerplate paragraphs to strip, by document).
-    """
-    np = _np()
-    pair_files = sorted((work / "pairs").glob("pairs-*.bin")) + sorted((work / "pairs").glob("sem-*.bin"))
-    para_files = sorted((work / "pairs").glob("para-*.bin"))
-    removed = Flags(docs)  # one bit per document: not the corpus
-    totals = _Totals(work)
-    counts = dict.fromkeys(METHODS, 0)
-    near_code, sem_code = METHODS.index("near"), METHODS.index("semantic")
-    stripped = 0
-    steps = round((1.0 - cfg.lsh_threshold) / 0.05)
-    grid = [round(cfg.lsh_threshold + s * 0.05, 2) for s in range(steps + 1)]
-    pv_removed = [Flags(docs) for _ in grid]
-    pv_count = [0] * len(grid)
-    with open(work / ".decisions.tmp", "wb") as dec, open(work / ".strip.tmp", "wb") as strip:
-        for lo in range(start, max(start, docs), chunk_docs):
-            hi = min(docs, lo + chunk_docs)
-            pairs = _ranges(pair_files, _pair_dtype(), "later", lo, hi)
-            pairs = pairs[np.lexsort((pairs["earlier"], pairs["later"]))]
-            paras = _ranges(para_files, _para_dtype(), "doc", lo, hi)
-            paras = paras[np.argsort(paras["doc"], kind="stable")]
-            p_docs = paras["doc"]
-            later = pairs["later"]
-            cand = np.union1d(np.unique(later), np.unique(p_docs))
-            out: list[tuple[int, int, float, int]] = []
-            strip_rows: list[tuple[int, int]] = []
-            for doc in cand.tolist():
-                if doc < new_from:
-                    continue
-                a, z = np.searchsorted(later, [doc, doc + 1])
-                mine = pairs[a:z]
-                decision: tuple[int, float, int] | None = None
-                ex = mine[mine["method"] == 0]
-                if len(ex):
-                    decision = (int(ex["earlier"].min()), 1.0, 0)
-                if decision is None:
-                    best, best_sim = -1, -1.0
-                    for e, s, m in zip(
-                        mine["earlier"].tolist(), mine["sim"].tolist(), mine["method"].tolist(), strict=True
-                    ):
-                        if m == near_code and s >= cfg.threshold and s > best_sim and not removed[e]:
-                            best, best_sim = e, s
-                    if best >= 0:
-                        decision = (best, round(best_sim, 4), near_code)
-                a2, z2 = np.searchsorted(p_docs, [doc, doc + 1])
-                my_paras = paras[a2:z2]
-                if decision is None and cfg.paragraph_share is not None and len(my_paras):
-                    dup = my_paras[(my_paras["boiler"] == 0) & ~removed[my_paras["first"]]]
-                    if len(dup):
-                        total = totals(doc)
-                        share = float(dup["chars"].sum()) / total
-                        if share > cfg.paragraph_share:
-                            decision = (int(dup["first"].min()), round(share, 4), METHODS.index("paragraph"))
-                if decision is None:
-                    best, best_sim = -1, -1.0
-                    for e, s, m in zip(
-                        mine["earlier"].tolist(), mine["sim"].tolist(), mine["method"].tolist(), strict=True
-                    ):
-                        if m == sem_code and s >= cfg.semantic_threshold and s > best_sim and not removed[e]:
-                            best, best_sim = e, s
-                    if best >= 0:
-                        decision = (best, round(best_sim, 4), sem_code)
-                if decision is not None:
-                    removed[doc] = True
-                    counts[METHODS[decision[2]]] += 1
-                    out.append((doc, decision[0], decision[1], decision[2]))
-                else:
-                    boiler = my_paras[my_paras["boiler"] == 1]
-                    if len(boiler):
-                        stripped += 1
-                        strip_rows += [(doc, int(h)) for h in boiler["hash"].tolist()]
-                # the slider: near duplicates alone at each threshold (exact copies never count)
-                is_exact = bool(len(ex))
-                for t_i, t in enumerate(grid):
-                    if is_exact:
-                        pv_removed[t_i][doc] = True
-                        continue
-                    for e, s, m in zip(
-                        mine["earlier"].tolist(), mine["sim"].tolist(), mine["method"].tolist(), strict=True
-                    ):
-                        if m == near_code and s >= t and not pv_removed[t_i][e]:
-                            pv_removed[t_i][doc] = True
-                            pv_count[t_i] += 1
-                            break
-            dec.write(np.array(out, dtype=_decision_dtype()).tobytes())
-            strip.write(np.array(strip_rows, dtype=np.dtype([("doc", "<i8"), ("hash", "<u8")])).tobytes())
-    (work / ".decisions.tmp").replace(work / "decisions.bin")
-    (work / ".strip.tmp").replace(work / "strip.bin")
-    res = Components(
-        docs, {k: v for k, v in counts.items() if v}, list(zip(grid, pv_count, strict=True)), stripped, new_from
-    )
-    _atomic_bytes(work / "components.json", json.dumps(res.to_json()).encode())
-    return res
-
-
-class _Totals:
-    """A document's non-space characters (stage 1 kept them beside its text offset)."""
-
-    def __init__(self, work: Path) -> None:
-        np = _np()
-        self.np = np
-        self.shards: list[tuple[Any, Any]] = []
-        for off in sorted((work / "sig").glob("offsets-*.bin")):
-            if off.stat().st_size:
-                idx = np.memmap(off, dtype=np.int64, mode="r").reshape(-1, _COLS)
-                self.shards.append((idx[:, 0], idx[:, 3]))
-
-    def __call__(self, doc: int) -> int:
-        for ids, totals in self.shards:
-            i = int(self.np.searchsorted(ids, doc))
-            if i < len(ids) and int(ids[i]) == doc:
-                return max(1, int(totals[i]))
-        return 1
-
-
-class Snippets:
-    """Where a document is and the start of its raw text, by document number (stage 1's spill)."""
-
-    def __init__(self, *folders: Path) -> None:
-        np = _np()
-        self.np = np
-        self.shards: list[tuple[Any, Any]] = []
-        for off in sorted(p for folder in folders for p in folder.glob("offsets-*.bin")):
-            if off.stat().st_size:
-                idx = np.memmap(off, dtype=np.int64, mode="r").reshape(-1, _COLS)
-                self.shards.append((idx, open(off.with_name(off.name.replace("offsets-", "snips-")), "rb")))  # noqa: SIM115
-
-    def get(self, doc: int) -> tuple[str, str]:
-        for idx, f in self.shards:
-            i = int(self.np.searchsorted(idx[:, 0], doc))
-            if i < len(idx) and int(idx[i, 0]) == doc:
-                f.seek(int(idx[i, 4]))
-                where, text = json.loads(f.read(int(idx[i, 5])).decode("utf-8"))
-                return str(where), str(text)
-        return f"#{doc}", ""
-
-    def close(self) -> None:
-        for _, f in self.shards:
-            f.close()
-
-
-def decisions(work: Path) -> Any:
-    """Stage 4's removed documents (doc, kept, sim, method), sorted by document."""
-    np = _np()
-    path = work / "decisions.bin"
-    return np.fromfile(path, dtype=_decision_dtype()) if path.stat().st_size else np.zeros(0, _decision_dtype())
-
-
-# -- stage 5 -----------------------------------------------------------------------------------
-def filter_shard(docs: Iterable[Doc], cfg: StageConfig, work: Path, write: Callable[[Doc, str], None]) -> int:
-    """Stage 5 for one shard: its kept documents, boilerplate lines stripped, through ``write``."""
-    np = _np()
-    dec = (
-        np.memmap(work / "decisions.bin", dtype=_decision_dtype(), mode="r")
-        if (work / "decisions.bin").stat().st_size
-        else None
-    )
-    sdt = np.dtype([("doc", "<i8"), ("hash", "<u8")])
-    strip = np.memmap(work / "strip.bin", dtype=sdt, mode="r") if (work / "strip.bin").stat().st_size else None
-    kept = 0
-    for doc in docs:
-        if dec is not None:
-            i = int(np.searchsorted(dec["doc"], doc.idx))
-            if i < len(dec) and int(dec["doc"][i]) == doc.idx:
-                continue
-        text = doc.text
-        if strip is not None:
-            a, z = np.searchsorted(strip["doc"], [doc.idx, doc.idx + 1])
-            if z > a:
-                gone = set(strip["hash"][a:z].tolist())
-                lines = text.split("\n")
-                keep = [ln for ln in lines if not (len(ln.strip()) >= cfg.para_min and hash64(normalize(ln)) in gone)]
-                text = "\n".join(keep) if any(ln.strip() for ln in keep) else text
-        write(doc, text)
-        kept += 1
-    return kept
-
-
-def partitions_for(docs: int, bands: int, max_memory: int) -> int:
-    """Partitions that keep one partition's band records (16 bytes, sorted: x3) in ``max_memory``."""
-    need = docs * bands * 16 * 3
-    return max(1, min(4096, math.ceil(need / max(1, max_memory))))
