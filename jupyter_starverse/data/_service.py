@@ -5,51 +5,43 @@ publishes its output as a new version of a dataset in the catalog (the source is
 touched). The version folder holds ``data.jsonl`` and ``_starverse/`` with the report (JSON
 and HTML) and the provenance: every step since the raw data, with its parameters and counts.
 Reports are also kept under ``prepared/_reports`` on the store for listing.
+
+This module holds the steps' parameters and bodies and the reading of inputs and reports; the
+common run and publishing are :mod:`._runner`, the estimate :mod:`._estimate`, the input checks
+:mod:`._inputs`.
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import os
-import secrets
-import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from jupyter_starverse._format import format_bytes
-from jupyter_starverse._inputs import check_path, check_text
+from jupyter_starverse._inputs import check_path
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.catalog import Catalog, DatasetRef, check_source, parse_ref
-from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError, StoreError
-from jupyter_starverse.jobmodel import Job, JobSpec, JobState
+from jupyter_starverse.errors import BadInputError, ConflictError, NotFoundError
+from jupyter_starverse.jobmodel import Job, JobSpec
 
 from . import _steps
 from ._html import report_html
-from ._pii import PII_TYPES, SUGGESTED, Deidentifier, find_pii, resolve_salt
-from ._progress import Progress, ProgressMeter
-from ._read import ORIGINS, Doc, Malformed, Source, list_files, origin_line, read_docs
-from ._shard import JOB_CODE, malformed_of, merge_rows, merge_rows_idx, merge_tallies, missing_ranks, rank_figures
-from ._types import DataReport, ReportList, StepEstimate, clip
+from ._inputs import MAX_FIELD as MAX_FIELD
+from ._inputs import STEPS as STEPS
+from ._inputs import Say, _check_unit, _Input, _text_field, _types
+from ._pii import SUGGESTED, Deidentifier, resolve_salt
+from ._progress import Progress
+from ._read import Doc, list_files, read_docs
+from ._runner import StepRunner
+from ._shard import malformed_of, merge_rows_idx, rank_figures
+from ._types import DataReport, ReportList, StepEstimate
 
 __all__ = ["DataPrep"]
 
-Say = Callable[[str], None]
-STEPS = ("scan", "clean", "dedup", "score")
-_MALFORMED_SHOWN = 100
-_SAMPLE = 200
-#: Longest name of the text field (a JSON key or a CSV column); it is repeated in the report.
-MAX_FIELD = 256
 
-
-class _Input:
-    def __init__(self, label: str, source: Source, provenance: list[dict[str, Any]], ref: DatasetRef | None) -> None:
-        self.label, self.source, self.provenance, self.ref = label, source, provenance, ref
-
-
-class DataPrep:
+class DataPrep(StepRunner):
     """Scan, clean, dedup and score datasets of the store.
 
     Parameters
@@ -75,16 +67,6 @@ class DataPrep:
         self.catalog = catalog
         self._submit = submit
         self._wait = wait
-
-    # -- places ------------------------------------------------------------------------
-    @property
-    def prepared(self) -> Path:
-        """Where step outputs are written before the catalog takes them in."""
-        return self.catalog.root / "prepared"
-
-    @property
-    def reports_dir(self) -> Path:
-        return self.prepared / "_reports"
 
     # -- inputs and outputs --------------------------------------------------------------
     def _folder(self, source: str) -> str:
@@ -179,72 +161,6 @@ class DataPrep:
         if "text_field" in options:
             _text_field(options["text_field"])
         return self._estimate(step, self._input(source), options)
-
-    def _estimate(self, step: str, inp: _Input, options: Mapping[str, Any], models: Sequence[Any] = ()) -> StepEstimate:
-        if step not in STEPS:
-            raise BadInputError(f"unknown step {step!r}", field="step", hint=f"steps: {', '.join(STEPS)}")
-        size = inp.source.size
-        sample: list[Doc] = []
-        started = time.perf_counter()
-        for doc in read_docs(inp.source, text_field=options.get("text_field", "text")):
-            sample.append(doc)
-            if len(sample) >= _SAMPLE:
-                break
-        read_s = time.perf_counter() - started
-        sample_bytes = sum(len(d.text.encode()) + 16 for d in sample) or 1
-        docs = max(len(sample), round(size / (sample_bytes / max(1, len(sample))))) if sample else 0
-        setup = time.perf_counter()
-        if step in ("scan", "clean"):
-            find_pii("张伟住在北京")  # loads jieba's dictionary once: a fixed cost, not a per-document one
-        if step == "dedup":
-            from ._minhash import MinHasher
-
-            h = MinHasher(num_perm=int(options.get("num_perm", 128)))  # imports datasketch once
-        setup_s = time.perf_counter() - setup
-        started = time.perf_counter()
-        per_doc_factor = 1.0
-        if step in ("scan", "clean"):
-            for d in sample:
-                find_pii(d.text)
-        elif step == "dedup":
-            from ._minhash import normalize
-
-            for d in sample:
-                h.signature(h.shingles(normalize(d.text)))
-            per_doc_factor = 2.0  # the second pass, verification and paragraphs
-        else:
-            for d in sample:
-                _steps.quality(d.text)
-        work_s = time.perf_counter() - started
-        for m in models:
-            if hasattr(m, "perplexity"):
-                t = time.perf_counter()
-                for d in sample[:8]:
-                    m.perplexity(d.text)
-                work_s += (time.perf_counter() - t) * len(sample) / max(1, min(8, len(sample)))
-            elif hasattr(m, "embed") and sample:
-                t = time.perf_counter()
-                m.embed([d.text for d in sample[:16]])
-                work_s += (time.perf_counter() - t) * len(sample) / max(1, min(16, len(sample)))
-        per_doc = (read_s + work_s * per_doc_factor) / max(1, len(sample))
-        model_bytes = sum(getattr(m, "params", 0) * 4 * 3 for m in models)
-        memory = 200 << 20  # the interpreter, numpy and jieba's dictionary
-        basis = f"{len(sample)} sampled documents, {per_doc * 1e3:.2f} ms each"
-        if setup_s >= 0.05:  # counted in the time: a dictionary or library loaded once per run
-            what = "jieba's dictionary" if step in ("scan", "clean") else "datasketch" if step == "dedup" else "set-up"
-            basis += f", plus {setup_s:.1f} s once ({what})"
-        if step == "dedup":
-            from ._minhash import PEAK_PER_BYTE
-
-            # one document is signed at a time: its shingles bound the memory beyond the tables
-            longest, scanned = _longest_record(inp.source, max((len(d.text.encode()) for d in sample), default=0))
-            memory += int(options.get("max_memory", 256 << 20)) + docs * 24 + PEAK_PER_BYTE * longest
-            if any(hasattr(m, "embed") for m in models):
-                memory += docs * 4 * 384
-            basis += f"; longest document {format_bytes(longest)}" + ("" if scanned else " (in the sample)")
-            basis += "; comparing near duplicates is not in the time: it grows with how alike the documents are"
-        memory += model_bytes
-        return StepEstimate(step, inp.label, size, docs, setup_s + per_doc * docs, memory, basis)
 
     # -- steps --------------------------------------------------------------------------------
     def scan(
@@ -500,225 +416,6 @@ class DataPrep:
             progress=progress,
         )
 
-    # -- the common run -----------------------------------------------------------------------
-    def _run(
-        self,
-        step: str,
-        inp: _Input,
-        target: DatasetRef | None,
-        params: dict[str, Any],
-        say: Say | None,
-        body: Callable[..., _steps.StepResult],
-        *,
-        writes: bool = True,
-        models: Sequence[Any] = (),
-        progress: Progress | None = None,
-        reads: int = 1,
-    ) -> DataReport:
-        say = say or (lambda text: None)
-        began = time.perf_counter()  # "took" is what the user waited: the estimate and fixed costs too
-        text_field = params["text_field"]
-        meter = ProgressMeter(step, progress, passes=reads)
-        meter.phase("estimating")
-        estimate = self._estimate(step, inp, params, models)
-        meter.expect(estimate.docs, estimate.bytes)
-        say(str(estimate))
-        malformed: list[Malformed] = []
-        malformed_total = 0
-        passes = 0
-
-        def report(m: Malformed) -> None:
-            nonlocal malformed_total
-            if passes == 1:  # a second pass reads the same lines again
-                malformed_total += 1
-                if len(malformed) < _MALFORMED_SHOWN:
-                    malformed.append(m)
-
-        def docs() -> Iterator[Doc]:
-            nonlocal passes
-            passes += 1
-            return meter.read(read_docs(inp.source, text_field=text_field, report=report))
-
-        def tick(n: int) -> None:
-            say(f"{step}: {n:,} documents")
-
-        named = (target or inp.ref or DatasetRef("input")).name
-        report_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{step}-{named}-{secrets.token_hex(2)}"
-        self.prepared.mkdir(parents=True, exist_ok=True)
-        work = self.prepared / f".work-{report_id}"
-        final = self.prepared / target.name / str(target.version) if target else None
-        staging = work / "out"
-        (staging / "_starverse").mkdir(parents=True, exist_ok=True)
-        try:
-            with (
-                open(staging / "data.jsonl", "w", encoding="utf-8") as out,
-                open(staging / ORIGINS, "w", encoding="utf-8") as origins,
-            ):
-
-                def write(doc: Doc, text: str) -> None:
-                    row = dict(doc.row)
-                    row[text_field] = text
-                    out.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-                    origins.write(origin_line(doc))  # the user's file and line, through every step
-
-                result = body(docs, write if writes else None, work, tick, estimate)
-            meter.phase("publishing")
-            elapsed = time.perf_counter() - began
-            if result.malformed and not malformed_total:  # read by the ranks of a sharded job
-                malformed_total = len(result.malformed)
-                malformed = [Malformed(**m) for m in result.malformed[:_MALFORMED_SHOWN]]
-            step_record = {
-                "step": step,
-                "source": inp.label,
-                "output": str(target) if target else None,
-                "params": params,
-                "docs_in": result.docs_in,
-                "docs_out": result.docs_out,
-                "removed": result.removed,
-                "at": time.time(),
-            }
-            provenance = [*inp.provenance, step_record] if target else inp.provenance
-            rep = DataReport(
-                id=report_id,
-                step=step,
-                source=inp.label,
-                output=str(target) if target else None,
-                params=params,
-                docs_in=result.docs_in,
-                docs_out=result.docs_out,
-                removed=result.removed,
-                malformed_total=malformed_total,
-                malformed=tuple({**m.to_json(), "reason": clip(m.reason)} for m in malformed),
-                pii=tuple(result.pii),
-                clusters=tuple(result.clusters),
-                preview=tuple(result.preview),
-                histograms=tuple(result.histograms),
-                examples=tuple(result.examples),
-                estimate=estimate,
-                elapsed_s=elapsed,
-                created_at=time.time(),
-                provenance=tuple(provenance),
-                notes=tuple(result.notes),
-                ranks=tuple(result.ranks),
-            )
-            if target is None or final is None:
-                self._save_report(rep)
-                meter.phase("done")
-                return rep
-            _write_text(staging / "_starverse" / "report.json", json.dumps(rep.to_json(), ensure_ascii=False, indent=1))
-            _write_text(staging / "_starverse" / "report.html", report_html(rep))
-            _write_text(
-                staging / "_starverse" / "provenance.json", json.dumps(provenance, ensure_ascii=False, indent=1)
-            )
-            if (work / "removed.jsonl").is_file():  # dedup: every removed document and what it duplicated
-                (work / "removed.jsonl").replace(staging / "_starverse" / "removed.jsonl")
-            final.parent.mkdir(parents=True, exist_ok=True)
-            if final.exists():
-                shutil.rmtree(final)  # left by a run that died before the catalog took it in
-            staging.rename(final)  # the whole version appears at once
-            self.catalog.add_dataset(
-                target.name, str(final), version=str(target.version), description=f"{step} of {inp.label}",
-                derived_from=str(inp.ref) if inp.ref is not None else None,
-            )  # fmt: skip
-            self.catalog.pull(str(target))
-            self._save_report(rep)  # listed once the version it names exists
-            say(f"{step}: wrote {target} ({result.docs_out:,} of {result.docs_in:,} documents)")
-            meter.phase("done")
-            return rep
-        except OSError as e:
-            if e.errno != errno.ENOSPC:
-                raise
-            free = shutil.disk_usage(self.prepared).free if self.prepared.is_dir() else 0
-            raise StoreError(
-                f"the store at {self.prepared} is full ({format_bytes(free)} free): {step} wrote nothing",
-                hint="free space with `starverse store evict --max-bytes N` or `starverse store rm NAME`, "
-                "then run the step again",
-            ) from e
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-
-    # -- sharded runs ------------------------------------------------------------------------------
-    def _shard_job(
-        self,
-        step: str,
-        inp: _Input,
-        params: Mapping[str, Any],
-        shards: tuple[int, int],
-        work: Path,
-        say: Say | None,
-        *,
-        extra_mounts: tuple[str, ...] = (),
-    ) -> Path:
-        """Run the per-document work of ``step`` as a job of ``nodes x procs`` ranks; their output folder."""
-        nodes, procs = shards
-        if self._submit is None or self._wait is None:
-            raise BadInputError("sharded runs need a launcher", field="shards", hint="use Starverse().data")
-        if inp.ref is None:
-            raise BadInputError(
-                "a sharded run reads a store dataset (every rank mounts it)",
-                field="source",
-                hint="add the folder first: starverse store add NAME FOLDER",
-            )
-        out = work / "shards"
-        out.mkdir(parents=True, exist_ok=True)
-        args = ("--step", step, "--mount", inp.label, "--out", str(out), "--params", json.dumps(dict(params)))
-        spec = JobSpec(
-            name=f"data-{step}-{inp.ref.name}"[:63].lower(),
-            code=JOB_CODE,
-            args=(*args, "--text-field", str(params.get("text_field", "text"))),
-            nodes=nodes,
-            procs_per_node=procs,
-            accelerator="cpu",
-            mounts=(inp.label, *extra_mounts),
-        )
-        job = self._submit(spec)
-        (say or (lambda text: None))(f"{step}: job {job.id} ({nodes} x {procs} ranks)")
-        done = self._wait(job, None)
-        missing = missing_ranks(out, nodes * procs)
-        if done.state is not JobState.SUCCEEDED or missing:
-            raise StoreError(
-                f"the {step} job {job.id} ended {done.state.value}"
-                + (f"; ranks {missing} wrote nothing" if missing else ""),
-                hint=f"see `starverse jobs logs {job.id}`",
-            )
-        return out
-
-    def _sharded_pii(
-        self,
-        step: str,
-        inp: _Input,
-        params: Mapping[str, Any],
-        shards: tuple[int, int],
-        work: Path,
-        write: Any,
-        actions: Mapping[str, str],
-        say: Say | None,
-    ) -> _steps.StepResult:
-        out = self._shard_job(step, inp, params, shards, work, say)
-        world = shards[0] * shards[1]
-        res = _steps.StepResult()
-        res.malformed = merge_tallies(out, world, res, dict(actions), int(params.get("examples", 3)))
-        if step == "clean":
-            text_field = str(params.get("text_field", "text"))
-            for row in merge_rows(out, world):
-                if row is None:
-                    res.removed["pii_drop"] = res.removed.get("pii_drop", 0) + 1
-                    continue
-                text = str(row.get(text_field, ""))
-                write(Doc(0, "", 0, text, row), text)
-                res.docs_out += 1
-        else:
-            res.docs_out = res.docs_in
-        res.ranks = rank_figures(out, world)
-        res.notes.append(f"ran as {shards[0]} x {shards[1]} ranks, merged in document order")
-        return res
-
-    # -- reports ---------------------------------------------------------------------------------
-    def _save_report(self, rep: DataReport) -> None:
-        self.reports_dir.mkdir(parents=True, exist_ok=True)
-        _write_text(self.reports_dir / f"{rep.id}.json", json.dumps(rep.to_json(), ensure_ascii=False))
-        _write_text(self.reports_dir / f"{rep.id}.html", report_html(rep))
-
     def reports(self) -> ReportList:
         """Every step's report on the store, newest first."""
         out = []
@@ -746,75 +443,3 @@ class DataPrep:
 
     def report_html(self, report_id: str) -> str:
         return report_html(self.report(report_id))
-
-
-def _text_field(value: object) -> str:
-    """The name of the text field: a short UTF-8 string (it is repeated in every report line about it)."""
-    text = check_text(
-        value,
-        "text_field",
-        max_len=MAX_FIELD,
-        hint=f"the JSON key or CSV column, at most {MAX_FIELD} characters, e.g. text",
-    )
-    assert text is not None
-    return text
-
-
-def _types(types: Sequence[str] | None) -> tuple[str, ...]:
-    if not types:
-        return PII_TYPES
-    bad = [t for t in types if t not in PII_TYPES]
-    if bad:
-        raise BadInputError(f"unknown sensitive type {bad[0]!r}", field="types", hint=f"types: {', '.join(PII_TYPES)}")
-    return tuple(types)
-
-
-def _check_unit(name: str, value: float) -> None:
-    if not isinstance(value, int | float) or not 0.0 < float(value) <= 1.0:
-        raise BadInputError(f"{name} must be in (0, 1], not {value!r}", field=name, hint="e.g. 0.7")
-
-
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-
-
-_SCAN_BYTES = 4 << 30  # line lengths of up to this much of a corpus are measured for the estimate
-
-
-def _longest_record(source: Source, sampled: int) -> tuple[int, bool]:
-    """The longest line of the corpus's line files (JSON lines, text), in bytes, and whether all were measured.
-
-    One pass over newline positions (numpy, no decoding: gigabytes a second). Other formats,
-    compressed files and what lies past :data:`_SCAN_BYTES` count only by the sampled documents.
-    """
-    import numpy as np
-
-    longest, budget, complete = sampled, _SCAN_BYTES, True
-    for rel in source.files:
-        if not rel.lower().endswith((".jsonl", ".ndjson", ".txt")):
-            complete = False
-            continue
-        run = 0
-        try:
-            with source.fs.open(source._full(rel), "rb") as f:
-                while budget > 0:
-                    chunk = f.read(min(8 << 20, budget))
-                    if not chunk:
-                        break
-                    budget -= len(chunk)
-                    ends = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10)
-                    if not len(ends):
-                        run += len(chunk)
-                        continue
-                    longest = max(longest, run + int(ends[0]))
-                    if len(ends) > 1:
-                        longest = max(longest, int(np.diff(ends).max()) - 1)
-                    run = len(chunk) - int(ends[-1]) - 1
-                else:
-                    complete = False
-        except OSError:
-            complete = False
-        longest = max(longest, run)
-    return longest, complete
