@@ -22,7 +22,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ._common import StatusLine, add_json_flag
 from ._store import parse_size
@@ -96,69 +96,15 @@ def _examples(args: argparse.Namespace) -> list[str]:
     return texts
 
 
-def _run_step(client: Starverse, args: argparse.Namespace, call: Callable[..., DataReport]) -> object:
-    if args.estimate:
-        return client.data.estimate(args.step, args.source, text_field=args.text_field)
-    say, progress, close = _say(args)
-    try:
-        return call(say=say, progress=progress)
-    finally:
-        close()
+def _step(client: Starverse, args: argparse.Namespace) -> object:
+    """The step here (``client.data``), or with ``--backend`` the whole step as a job there (``client.data_job``).
 
-
-def _scan(client: Starverse, args: argparse.Namespace) -> object:
-    opts = {"text_field": args.text_field, "types": _types(args.types), "examples": args.examples}
-    return _step(client, args, opts, client.data.scan)
-
-
-def _clean(client: Starverse, args: argparse.Namespace) -> object:
-    opts = {"actions": _actions(args.action), "salt": args.salt, "text_field": args.text_field,
-            "examples": args.examples}  # fmt: skip
-    return _step(client, args, opts, client.data.clean)
-
-
-def _dedup(client: Starverse, args: argparse.Namespace) -> object:
-    return _step(
-        client,
-        args,
-        dict(
-            threshold=args.threshold,
-            lsh_threshold=args.lsh_threshold,
-            num_perm=args.num_perm,
-            ngram=args.ngram,
-            paragraph_share=None if args.no_paragraph else args.paragraph_share,
-            semantic_model=args.semantic,
-            semantic_threshold=args.semantic_threshold,
-            max_memory=parse_size(args.max_memory),
-            text_field=args.text_field,
-            against=args.against,
-            boilerplate_docs=args.boilerplate_docs,
-            semantic_clusters=args.semantic_clusters,
-        ),
-        client.data.dedup,
-    )
-
-
-def _score(client: Starverse, args: argparse.Namespace) -> object:
-    return _step(
-        client,
-        args,
-        dict(
-            min_quality=None if args.min_quality < 0 else args.min_quality,
-            lm=args.lm,
-            max_perplexity=args.max_perplexity,
-            encoder=args.encoder,
-            examples=_examples(args),
-            min_relevance=args.min_relevance,
-            text_field=args.text_field,
-        ),
-        client.data.score,
-    )
-
-
-def _step(client: Starverse, args: argparse.Namespace, opts: dict[str, Any], run: Callable[..., DataReport]) -> object:
-    """The step here (``client.data``), or with ``--backend`` the whole step as a job there (``client.data_job``)."""
+    Its options are the step table's (:data:`_STEPS`): each option from its flag, in the table's order.
+    """
     from jupyter_starverse.errors import BadInputError
+
+    opts = {name: (get(args) if callable(get) else getattr(args, get)) for name, get in _STEPS[args.step].options}
+    run: Callable[..., DataReport] = getattr(client.data, args.step)
 
     if args.backend:
         if args.estimate:
@@ -168,10 +114,16 @@ def _step(client: Starverse, args: argparse.Namespace, opts: dict[str, Any], run
         job_opts = {k: list(v) if isinstance(v, tuple) else v for k, v in opts.items()}  # JSON for the job
         return client.data_job(args.step, args.source, to=getattr(args, "to", None), options=job_opts,
                                shards=args.shards or (1, 1), backend=args.backend)  # fmt: skip
+    if args.estimate:
+        return client.data.estimate(args.step, args.source, text_field=args.text_field)
     extra: dict[str, Any] = {"to": args.to} if hasattr(args, "to") else {}
     if hasattr(args, "shards"):
         extra["shards"] = args.shards
-    return _run_step(client, args, lambda say, progress: run(args.source, **opts, **extra, say=say, progress=progress))
+    say, progress, close = _say(args)
+    try:
+        return run(args.source, **opts, **extra, say=say, progress=progress)
+    finally:
+        close()
 
 
 def _estimate(client: Starverse, args: argparse.Namespace) -> StepEstimate:
@@ -222,6 +174,182 @@ def _add_shards(p: argparse.ArgumentParser) -> None:
     )
 
 
+class _StepCommand(NamedTuple):
+    """One data step's command: its help, whether it writes a version or shards, its flags and options.
+
+    ``flags`` are ``(names, argparse keywords)`` added after the common ones (SOURCE,
+    ``--text-field``, ``--to``, ``--estimate``, ``--backend``, ``--json``); ``options`` map each
+    keyword of ``client.data.STEP`` to a flag's attribute, or to a function of the parsed flags.
+    """
+
+    help: str
+    output: bool
+    shards: bool
+    flags: tuple[tuple[tuple[str, ...], dict[str, Any]], ...]
+    options: tuple[tuple[str, str | Callable[[argparse.Namespace], Any]], ...]
+
+
+def _examples_flag(what: str) -> tuple[tuple[str, ...], dict[str, Any]]:
+    return ("--examples",), {"type": int, "default": 3, "help": f"{what} per type (default 3)"}
+
+
+def _step_table() -> dict[str, _StepCommand]:
+    """The step table: every ``data STEP`` command is generated from it (:func:`register`)."""
+    from ._names import PII_ACTIONS as ACTIONS
+    from ._names import PII_TYPES
+
+    return {
+        "scan": _StepCommand(
+            "count sensitive fields per type, with masked examples and a suggested action",
+            output=False,
+            shards=True,
+            flags=(
+                (("--types",), {"default": None, "help": f"comma-separated subset of {','.join(PII_TYPES)}"}),
+                _examples_flag("masked examples"),
+            ),
+            options=(("text_field", "text_field"), ("types", lambda a: _types(a.types)), ("examples", "examples")),
+        ),
+        "clean": _StepCommand(
+            "de-identify: apply an action per sensitive type into a new version",
+            output=True,
+            shards=True,
+            flags=(
+                (
+                    ("--action",),
+                    {
+                        "action": "append",
+                        "metavar": "TYPE=ACTION",
+                        "help": f"override a suggested action; actions: {', '.join(ACTIONS)} (repeatable)",
+                    },
+                ),
+                (
+                    ("--salt",),
+                    {"default": None, "metavar": "env:VAR|file:PATH", "help": "secret for pseudonyms, by reference"},
+                ),
+                _examples_flag("before/after examples"),
+            ),
+            options=(
+                ("actions", lambda a: _actions(a.action)),
+                ("salt", "salt"),
+                ("text_field", "text_field"),
+                ("examples", "examples"),
+            ),
+        ),
+        "dedup": _StepCommand(
+            "exact, MinHash near, paragraph and semantic duplicates into a new version",
+            output=True,
+            shards=True,
+            flags=(
+                (
+                    ("--threshold",),
+                    {"type": _unit, "default": 0.7, "help": "Jaccard at which a near duplicate is removed"},
+                ),
+                (
+                    ("--lsh-threshold",),
+                    {"type": _unit, "default": 0.5, "help": "LSH candidate threshold (default 0.5)"},
+                ),
+                (("--num-perm",), {"type": int, "default": 128}),
+                (("--ngram",), {"type": int, "default": 5, "help": "character shingle length (default 5)"}),
+                (
+                    ("--paragraph-share",),
+                    {
+                        "type": _unit,
+                        "default": 0.15,
+                        "help": "remove a document when more than "
+                        "this share of its characters are paragraphs an earlier one has",
+                    },
+                ),
+                (
+                    ("--boilerplate-docs",),
+                    {
+                        "type": int,
+                        "default": 4,
+                        "help": "a paragraph in this many documents is "
+                        "boilerplate: stripped, never a reason to remove (default 4)",
+                    },
+                ),
+                (
+                    ("--against",),
+                    {
+                        "default": None,
+                        "metavar": "NAME@VERSION",
+                        "help": "a version an earlier dedup "
+                        "wrote: remove from SOURCE what duplicates it, write the union",
+                    },
+                ),
+                (
+                    ("--semantic-clusters",),
+                    {"type": int, "default": 0, "help": "k-means clusters (default ~1 per 1,000 docs)"},
+                ),
+                (("--no-paragraph",), {"action": "store_true", "help": "skip the paragraph rule"}),
+                (
+                    ("--semantic",),
+                    {
+                        "default": None,
+                        "metavar": "hf:ORG/REPO",
+                        "help": "embedding model for semantic "
+                        "dedup: a transformer, or a static model (data.distill_static)",
+                    },
+                ),
+                (
+                    ("--semantic-threshold",),
+                    {"type": _unit, "default": 0.95, "help": "cosine similarity (default 0.95)"},
+                ),
+                (("--max-memory",), {"default": "256M", "help": "memory for band tables; the rest spills to disk"}),
+            ),
+            options=(
+                ("threshold", "threshold"),
+                ("lsh_threshold", "lsh_threshold"),
+                ("num_perm", "num_perm"),
+                ("ngram", "ngram"),
+                ("paragraph_share", lambda a: None if a.no_paragraph else a.paragraph_share),
+                ("semantic_model", "semantic"),
+                ("semantic_threshold", "semantic_threshold"),
+                ("max_memory", lambda a: parse_size(a.max_memory)),
+                ("text_field", "text_field"),
+                ("against", "against"),
+                ("boilerplate_docs", "boilerplate_docs"),
+                ("semantic_clusters", "semantic_clusters"),
+            ),
+        ),
+        "score": _StepCommand(
+            "quality, perplexity and domain relevance; remove past thresholds",
+            output=True,
+            shards=False,
+            flags=(
+                (
+                    ("--min-quality",),
+                    {"type": float, "default": 0.5, "help": "remove below this heuristic score (-1: keep all)"},
+                ),
+                (("--lm",), {"default": None, "metavar": "hf:ORG/REPO", "help": "language model for perplexity"}),
+                (("--max-perplexity",), {"type": float, "default": None}),
+                (("--encoder",), {"default": None, "metavar": "hf:ORG/REPO", "help": "embedding model for relevance"}),
+                (
+                    ("--example",),
+                    {"action": "append", "metavar": "TEXT", "help": "an in-domain example text (repeatable)"},
+                ),
+                (
+                    ("--examples-file",),
+                    {"default": None, "metavar": "FILE", "help": "in-domain examples, one per line"},
+                ),
+                (("--min-relevance",), {"type": float, "default": None}),
+            ),
+            options=(
+                ("min_quality", lambda a: None if a.min_quality < 0 else a.min_quality),
+                ("lm", "lm"),
+                ("max_perplexity", "max_perplexity"),
+                ("encoder", "encoder"),
+                ("examples", _examples),
+                ("min_relevance", "min_relevance"),
+                ("text_field", "text_field"),
+            ),
+        ),
+    }
+
+
+_STEPS: dict[str, _StepCommand] = {}
+
+
 def _common(p: argparse.ArgumentParser, step: str, *, output: bool = True) -> None:
     p.add_argument("source", metavar="SOURCE", help="store dataset NAME[@VERSION], a folder or an fsspec URL")
     p.add_argument("--text-field", default="text", help="the field/column holding the text (default: text)")
@@ -234,95 +362,42 @@ def _common(p: argparse.ArgumentParser, step: str, *, output: bool = True) -> No
     p.set_defaults(step=step)
 
 
+def _verb(
+    verbs: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    help: str,
+    run: Callable[..., object],
+    *flags: tuple[tuple[str, ...], dict[str, Any]],
+) -> argparse.ArgumentParser:
+    """A verb with its flags, ``--json`` and what it runs."""
+    p = verbs.add_parser(name, help=help)
+    for names, kw in flags:
+        p.add_argument(*names, **kw)
+    add_json_flag(p)
+    p.set_defaults(run=run)
+    return p
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from ._names import DATA_STEPS as STEPS
-    from ._names import PII_ACTIONS as ACTIONS
-    from ._names import PII_TYPES
 
     data = sub.add_parser("data", help="data preparation: sensitive fields, dedup, quality, as new dataset versions")
     verbs = data.add_subparsers(dest="data_command", metavar="VERB", parser_class=type(data))
 
-    p = verbs.add_parser("scan", help="count sensitive fields per type, with masked examples and a suggested action")
-    _common(p, "scan", output=False)
-    p.add_argument("--types", default=None, help=f"comma-separated subset of {','.join(PII_TYPES)}")
-    p.add_argument("--examples", type=int, default=3, help="masked examples per type (default 3)")
-    _add_shards(p)
-    p.set_defaults(run=_scan)
+    _STEPS.update(_step_table())
+    for step, cmd in _STEPS.items():
+        p = verbs.add_parser(step, help=cmd.help)
+        _common(p, step, output=cmd.output)
+        for names, kw in cmd.flags:
+            p.add_argument(*names, **kw)
+        if cmd.shards:
+            _add_shards(p)
+        p.set_defaults(run=_step)
 
-    p = verbs.add_parser("clean", help="de-identify: apply an action per sensitive type into a new version")
-    _common(p, "clean")
-    p.add_argument(
-        "--action",
-        action="append",
-        metavar="TYPE=ACTION",
-        help=f"override a suggested action; actions: {', '.join(ACTIONS)} (repeatable)",
-    )
-    p.add_argument("--salt", default=None, metavar="env:VAR|file:PATH", help="secret for pseudonyms, by reference")
-    p.add_argument("--examples", type=int, default=3, help="before/after examples per type (default 3)")
-    _add_shards(p)
-    p.set_defaults(run=_clean)
-
-    p = verbs.add_parser("dedup", help="exact, MinHash near, paragraph and semantic duplicates into a new version")
-    _common(p, "dedup")
-    p.add_argument("--threshold", type=_unit, default=0.7, help="Jaccard at which a near duplicate is removed")
-    p.add_argument("--lsh-threshold", type=_unit, default=0.5, help="LSH candidate threshold (default 0.5)")
-    p.add_argument("--num-perm", type=int, default=128)
-    p.add_argument("--ngram", type=int, default=5, help="character shingle length (default 5)")
-    p.add_argument(
-        "--paragraph-share",
-        type=_unit,
-        default=0.15,
-        help="remove a document when more than this share of its characters are paragraphs an earlier one has",
-    )
-    p.add_argument(
-        "--boilerplate-docs",
-        type=int,
-        default=4,
-        help="a paragraph in this many documents is boilerplate: stripped, never a reason to remove (default 4)",
-    )
-    p.add_argument(
-        "--against",
-        default=None,
-        metavar="NAME@VERSION",
-        help="a version an earlier dedup wrote: remove from SOURCE what duplicates it, write the union",
-    )
-    p.add_argument("--semantic-clusters", type=int, default=0, help="k-means clusters (default ~1 per 1,000 docs)")
-    p.add_argument("--no-paragraph", action="store_true", help="skip the paragraph rule")
-    p.add_argument(
-        "--semantic",
-        default=None,
-        metavar="hf:ORG/REPO",
-        help="embedding model for semantic dedup: a transformer, or a static model (data.distill_static)",
-    )
-    p.add_argument("--semantic-threshold", type=_unit, default=0.95, help="cosine similarity (default 0.95)")
-    p.add_argument("--max-memory", default="256M", help="memory for band tables; the rest spills to disk")
-    _add_shards(p)
-    p.set_defaults(run=_dedup)
-
-    p = verbs.add_parser("score", help="quality, perplexity and domain relevance; remove past thresholds")
-    _common(p, "score")
-    p.add_argument("--min-quality", type=float, default=0.5, help="remove below this heuristic score (-1: keep all)")
-    p.add_argument("--lm", default=None, metavar="hf:ORG/REPO", help="language model for perplexity")
-    p.add_argument("--max-perplexity", type=float, default=None)
-    p.add_argument("--encoder", default=None, metavar="hf:ORG/REPO", help="embedding model for relevance")
-    p.add_argument("--example", action="append", metavar="TEXT", help="an in-domain example text (repeatable)")
-    p.add_argument("--examples-file", default=None, metavar="FILE", help="in-domain examples, one per line")
-    p.add_argument("--min-relevance", type=float, default=None)
-    p.set_defaults(run=_score)
-
-    p = verbs.add_parser("estimate", help="time and memory a step would need, from a timed sample")
-    p.add_argument("step_name", metavar="STEP", choices=STEPS)
-    p.add_argument("source", metavar="SOURCE")
-    p.add_argument("--text-field", default="text")
-    add_json_flag(p)
-    p.set_defaults(run=_estimate)
-
-    p = verbs.add_parser("reports", help="list the reports of data steps")
-    add_json_flag(p)
-    p.set_defaults(run=_reports)
-
-    p = verbs.add_parser("report", help="one report (counts, clusters, histograms); --html writes the page")
-    p.add_argument("id", metavar="ID")
-    p.add_argument("--html", default=None, metavar="FILE", help="write the HTML report to FILE")
-    add_json_flag(p)
-    p.set_defaults(run=_report)
+    _verb(verbs, "estimate", "time and memory a step would need, from a timed sample", _estimate,
+          (("step_name",), {"metavar": "STEP", "choices": STEPS}), (("source",), {"metavar": "SOURCE"}),
+          (("--text-field",), {"default": "text"}))  # fmt: skip
+    _verb(verbs, "reports", "list the reports of data steps", _reports)
+    _verb(verbs, "report", "one report (counts, clusters, histograms); --html writes the page", _report,
+          (("id",), {"metavar": "ID"}),
+          (("--html",), {"default": None, "metavar": "FILE", "help": "write the HTML report to FILE"}))  # fmt: skip
