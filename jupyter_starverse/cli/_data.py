@@ -293,7 +293,11 @@ def _step_table() -> dict[str, _StepCommand]:
                 ),
                 (
                     ("--semantic-threshold",),
-                    {"type": _unit, "default": 0.95, "help": "cosine similarity (default 0.95)"},
+                    {
+                        "type": _unit,
+                        "default": None,
+                        "help": "cosine similarity (default per encoder: 0.96 static, 0.95 transformer)",
+                    },
                 ),
                 (("--max-memory",), {"default": "256M", "help": "memory for band tables; the rest spills to disk"}),
             ),

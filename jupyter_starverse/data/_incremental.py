@@ -9,7 +9,9 @@ the report), every document numbered by its place in the version's ``data.jsonl`
 merges each bucket partition of the old files with the new records (stage 2), makes pairs
 only where the later document is new (stage 3), decides only for new documents (stage 4),
 and writes the clean version followed by the kept new documents; the old signatures are
-read, never recomputed.
+read, never recomputed. A semantic dedup also keeps ``sem/``: the kept documents' vectors
+(renumbered like the signatures), the encoder's id and the centroids, so a later
+``--against --semantic`` with the same encoder embeds only the new batch (:func:`._semantic.attach_old`).
 """
 
 from __future__ import annotations
@@ -107,5 +109,39 @@ def keep_beside(stages: Path, dest: Path, *, against: Path | None = None) -> int
                 _link(off.with_name(off.name.replace("offsets-", f"{part}-")), dest / "sig" / f"{part}-{k:04d}.bin")
             docs += len(idx)
             k += 1
+    _keep_vectors(stages / "sem", dest / "sem", remap)
     (dest / "meta.json").write_text(json.dumps({"docs": docs, "files": k}))
     return docs
+
+
+def _keep_vectors(sem: Path, dest: Path, remap: Any, *, rows: int = 1 << 14) -> None:
+    """The kept documents' vectors of a semantic run as one shard of ``dest``, with the encoder and centroids."""
+    import numpy as np
+
+    from ._semantic import OLD_RANK
+
+    metas = sorted(sem.glob("embed-*.json")) if sem.is_dir() else []
+    infos = [json.loads(m.read_text()) for m in metas]
+    used = [(m, i) for m, i in zip(metas, infos, strict=True) if i.get("docs")]
+    if not used or len({i.get("encoder") for _, i in used}) != 1:
+        return
+    dim, encoder = int(used[0][1]["dim"]), used[0][1].get("encoder")
+    dest.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with open(dest / ".vec.tmp", "wb") as vf, open(dest / ".ids.tmp", "wb") as idf:
+        for meta, _info in used:
+            rank = meta.stem.split("-")[1]
+            ids = np.memmap(sem / f"ids-{rank}.bin", dtype=np.int64, mode="r")
+            vecs = np.memmap(sem / f"vec-{rank}.bin", dtype=np.float32, mode="r").reshape(-1, dim)
+            for at in range(0, len(ids), rows):
+                keep, new_ids = remap(np.asarray(ids[at : at + rows]))
+                vf.write(np.asarray(vecs[at : at + rows])[keep].tobytes())
+                idf.write(new_ids.astype(np.int64).tobytes())
+                n += int(keep.sum())
+    (dest / ".vec.tmp").replace(dest / f"vec-{OLD_RANK:04d}.bin")
+    (dest / ".ids.tmp").replace(dest / f"ids-{OLD_RANK:04d}.bin")
+    for name in ("centroids.npy", "centroids.json"):
+        if (sem / name).is_file():
+            shutil.copyfile(sem / name, dest / name)
+    meta_out = {"docs": n, "seconds": 0.0, "dim": dim, "encoder": encoder}
+    (dest / f"embed-{OLD_RANK:04d}.json").write_text(json.dumps(meta_out))

@@ -231,7 +231,7 @@ class DataPrep(StepRunner):
         ngram: int = 5,
         paragraph_share: float | None = 0.15,
         semantic_model: str | None = None,
-        semantic_threshold: float = 0.95,
+        semantic_threshold: float | None = None,
         max_memory: int = 256 << 20,
         to: str | None = None,
         text_field: str = "text",
@@ -252,7 +252,6 @@ class DataPrep(StepRunner):
         _text_field(text_field)
         _check_unit("threshold", threshold)
         _check_unit("lsh_threshold", lsh_threshold)
-        _check_unit("semantic_threshold", semantic_threshold)
         if paragraph_share is not None:
             _check_unit("paragraph_share", paragraph_share)
         if lsh_threshold > threshold:
@@ -283,6 +282,13 @@ class DataPrep(StepRunner):
             )
         target = self._target("dedup", inp, to)
         encoder = self._model(semantic_model, "semantic_model", load_encoder)
+        if encoder is not None:
+            encoder.ref = semantic_model  # its id in reports and beside kept vectors
+        if semantic_threshold is None:  # per encoder kind: see _semantic.DEFAULT_THRESHOLDS
+            from ._semantic import default_threshold
+
+            semantic_threshold = default_threshold(encoder) if encoder is not None else 0.95
+        _check_unit("semantic_threshold", semantic_threshold)
         params = {
             "text_field": text_field,
             "threshold": threshold,
@@ -352,7 +358,15 @@ class DataPrep(StepRunner):
                 result.notes.append(f"the dedup stages ran as {shards[0]} x {shards[1]} ranks")
                 union = _incremental.keep_beside(out / "stages", beside, against=against_dir)
             else:
-                result = _steps.dedup(docs, write, work, params=p, progress=tick, against=against_dir)
+                old_docs = None
+                if old is not None:
+                    old_src = old.source
+
+                    def old_docs() -> Iterator[Doc]:
+                        return read_docs(old_src, text_field=text_field)
+
+                result = _steps.dedup(docs, write, work, params=p, progress=tick, against=against_dir,
+                                      old_version=old_docs, say=say)  # fmt: skip
                 union = _incremental.keep_beside(work / "stages", beside, against=against_dir)
             if old is not None:
                 result.notes.append(

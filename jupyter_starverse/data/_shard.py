@@ -186,6 +186,7 @@ def _dedup_stages(
         from ._models import load_encoder
 
         encoder = load_encoder(runtime.mount_path(str(params["semantic_model"])))
+        encoder.ref = str(params["semantic_model"])
     try:
         stats = st.sign_shard(_with_offset(docs, offset), cfg, work, rank)
         done("signatures", docs=stats.docs)
@@ -195,9 +196,18 @@ def _dedup_stages(
 
             n, spent = sem.embed_shard(_with_offset(reread(), offset), encoder, work, rank)
             done("embed", docs=n, docs_per_s=round(n / spent, 1) if spent > 0 else 0.0)
+            reused = False
+            if rank == 0 and against is not None:  # the old version's kept vectors, or embedded once here
+                from ._read import list_files, read_docs
+
+                old_folder = str(runtime.mount_path(str(params["against_mount"])))
+                reused = sem.prepare_old(
+                    work, against, encoder, lambda: read_docs(list_files(old_folder), text_field=text_field)
+                )
+                done("old vectors")
             _barrier(out, "embed", rank, world)
-            if rank == 0:
-                total = sum(s.docs for s in st.shard_stats(work))
+            if rank == 0 and not reused:
+                total = offset + sum(s.docs for s in st.shard_stats(work))
                 sem.train_centroids(work, int(params.get("semantic_clusters") or 0) or sem.default_clusters(total))
                 done("k-means")
             _barrier(out, "centroids", rank, world)
@@ -205,10 +215,12 @@ def _dedup_stages(
             if k:
                 groups = sem.groups_for(cfg, k)
                 sem.assign_shard(work, rank, groups)
+                if rank == 0 and against is not None:
+                    sem.assign_shard(work, sem.OLD_RANK, groups)
                 _barrier(out, "assign", rank, world)
                 dim = sem.embed_dim(work)
                 for g in range(rank, groups, world):
-                    sem.group_pairs(cfg, work, g, dim=dim)
+                    sem.group_pairs(cfg, work, g, dim=dim, new_from=offset)
             done("semantic pairs")
         for p in range(rank, cfg.partitions, world):
             st.sort_partition(cfg, work, p, extra=against / "buckets" if against is not None else None)

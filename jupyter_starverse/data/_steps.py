@@ -200,6 +200,8 @@ def dedup(
     progress: Progress | None = None,
     staged: Path | None = None,
     against: Path | None = None,
+    old_version: Docs | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> StepResult:
     """Exact, MinHash near (Jaccard-verified), paragraph and semantic duplicates: the five stages in turn.
 
@@ -233,6 +235,10 @@ def dedup(
                     cfg,
                     w,
                     clusters=params.semantic_clusters,
+                    against=against,
+                    old_docs=old_version,
+                    new_from=offset,
+                    say=say,
                 )
             )
         for p in range(cfg.partitions):
