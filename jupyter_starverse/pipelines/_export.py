@@ -114,7 +114,8 @@ def _specs(pipeline: Pipeline, steps: list[StepPlan], backend: str, tag: str, fa
     The version a prep step writes is named by ``tag`` (sbatch: the submission's stamp, filled in
     by submit.sh), so the prep step after it reads it without waiting to learn its name. A training
     step fed by a prep step reads that version by its store folder, known before it exists
-    (:func:`_reads_prepared`); a recipe step, which names its datasets to the recipe, is refused.
+    (:func:`_reads_prepared`), and so does an eval step (:func:`_eval_reads_prepared`); a recipe
+    step, which names its datasets to the recipe, is refused with what to do instead.
     """
     out: dict[str, JobSpec] = {}
     targets: dict[str, str] = {}
@@ -122,16 +123,18 @@ def _specs(pipeline: Pipeline, steps: list[StepPlan], backend: str, tag: str, fa
         node = pipeline.by_id[step.node]
         if step.prep is None:
             fed = [n.id for n in pipeline.inputs(step.node) if n.kind == "prep"]
-            if fed and node.kind != "train":
+            if fed and node.kind not in ("train", "eval"):
                 raise BadInputError(
-                    f"step {step.node} mounts the data {fed[0]} prepares, which does not exist before the "
-                    "pipeline runs",
+                    f"step {step.node} ({node.kind}) names the data {fed[0]} prepares to its recipe, and that "
+                    "version does not exist before the pipeline runs, so an export cannot render it",
                     field="format",
-                    hint=f"run it (`starverse pipeline run FILE --backend {backend}` mounts the version "
-                    f"{fed[0]} wrote), feed it to a training step, or export the preparation steps alone",
+                    hint=f"run it (`starverse pipeline run FILE --backend {backend}` gives the recipe the "
+                    f"version {fed[0]} wrote), or export the preparation steps alone and point the recipe "
+                    "step at the version they wrote",
                 )
             if step.evaluation is not None:  # an eval step is a job in every export, after the one it scores
-                out[step.node] = eval_job_spec(pipeline, node, step.evaluation, facade)
+                spec = eval_job_spec(pipeline, node, step.evaluation, facade)
+                out[step.node] = _eval_reads_prepared(pipeline, step.evaluation, spec, targets, facade)
                 continue
             assert step.spec is not None
             out[step.node] = _reads_prepared(pipeline, node, step.spec, targets, facade) if fed else step.spec
@@ -153,8 +156,6 @@ def _reads_prepared(pipeline: Pipeline, node: Any, spec: JobSpec, targets: dict[
     dataset version's folder is a function of its name and version on the shared store, and the
     job starts only after the prep job succeeded (afterok; the wait container on Kubernetes).
     """
-    from jupyter_starverse.catalog import DatasetRef, parse_ref
-
     from ._plan import data_inputs
 
     env = dict(spec.env)
@@ -175,15 +176,40 @@ def _reads_prepared(pipeline: Pipeline, node: Any, spec: JobSpec, targets: dict[
             keep.add(ref)
             first = False
             continue
-        parsed = parse_ref(target)
-        assert isinstance(parsed, DatasetRef)
-        folder = str(facade.catalog.layout.data_dir(DatasetRef(parsed.name, parsed.version)))
+        folder = _prepared_folder(target, facade)
         env[f"DATA_PATH_{''.join(c if c.isalnum() else '_' for c in prep_node).upper()}"] = folder
         if first:
             env["DATA_PATH"] = folder  # the plan gave it the stand-in's folder
         first = False
     mounts = tuple(m for m in spec.mounts if m not in drop or m in keep)
     return replace(spec, mounts=mounts, env=env)
+
+
+def _prepared_folder(target: str, facade: Facade) -> str:
+    """The store folder the version ``target`` (``NAME@VERSION``) will have once its prep step published it."""
+    from jupyter_starverse.catalog import DatasetRef, parse_ref
+
+    parsed = parse_ref(target)
+    assert isinstance(parsed, DatasetRef)
+    return str(facade.catalog.layout.data_dir(DatasetRef(parsed.name, parsed.version)))
+
+
+def _eval_reads_prepared(pipeline: Pipeline, ev: Any, spec: JobSpec, targets: dict[str, str],
+                         facade: Facade) -> JobSpec:  # fmt: skip
+    """An eval step's job that scores on the version its prep step writes, read from its store folder.
+
+    The plan checked the fields on the prep step's source (the stand-in); the job reads the folder
+    the new version will have (a path: nothing to mount), and starts after the prep job succeeded.
+    A scan step writes nothing: its source is the data, and the job keeps it.
+    """
+    prep_node = ev.data_from
+    target = targets.get(prep_node or "")
+    if prep_node is None or target is None or pipeline.by_id[prep_node].params.get("step") == "scan":
+        return spec
+    params = json.loads(spec.args[0])
+    params["data"] = _prepared_folder(target, facade)
+    mounts = tuple(m for m in spec.mounts if m != ev.data)
+    return replace(spec, args=(json.dumps(params), *spec.args[1:]), mounts=mounts)
 
 
 def _submit(pipeline: Pipeline, steps: list[StepPlan], specs: dict[str, JobSpec], facade: Facade) -> ExportFile:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -130,3 +131,62 @@ def test_a_training_step_reads_what_the_prep_step_before_it_writes_in_the_yaml_e
     folder_of = client.catalog.layout.data_dir(DatasetRef("tiny", version.split("@")[1]))
     assert env["DATA_PATH"] == env["DATA_PATH_DEDUP"] == str(folder_of)
     assert next(m for m in trainer["volumeMounts"] if m["name"] == "store")["readOnly"]  # it only reads
+
+
+def _eval_fed(data: str) -> dict[str, Any]:
+    """data -> clean (prep) -> train, and an eval step scoring train's output on what clean writes."""
+    return {"version": 1, "name": "prep-eval", "nodes": [
+        {"id": "raw", "kind": "dataset", "params": {"ref": data}},
+        {"id": "clean", "kind": "prep", "params": {"step": "clean", "options": {"actions": {"person": "placeholder"}}}},
+        {"id": "train", "kind": "train", "params": {"script": "steps/train.py"}},
+        {"id": "score", "kind": "eval", "params": {"task": "classification"}},
+    ], "edges": [{"source": "raw", "target": "clean"}, {"source": "clean", "target": "train"},
+                 {"source": "clean", "target": "score"}, {"source": "train", "target": "score"}]}  # fmt: skip
+
+
+def test_an_eval_step_fed_by_a_prep_step_exports_to_sbatch_and_yaml_after_it(
+    client: Starverse, folder: Path, tmp_path: Path
+) -> None:
+    import yaml
+
+    from jupyter_starverse.catalog import DatasetRef
+    from tests.evals.conftest import labelled_rows, write_dataset
+    from tests.k8s._psa import violations
+
+    data = write_dataset(client, tmp_path / "reviews", labelled_rows(6))
+    client.catalog.pull(data)
+    name = data.split("@")[0]
+    out = client.pipelines.export(Pipeline.from_json(_eval_fed(data)), "sbatch", base_dir=folder)
+    assert [f.name for f in out.files] == ["submit.sh", "clean.sbatch", "train.sbatch", "score.sbatch"]
+    for f in out.files:
+        assert subprocess.run(["bash", "-n"], input=f.text, text=True).returncode == 0, f.name
+    submit, clean, _, score = (f.text for f in out.files)
+    version = f"{name}@clean-runSUBMITSTAMP-clean"
+    assert f"--to {version}" in clean
+    # score waits for clean (sid_0) and train (sid_1), and reads the folder clean's version will have
+    after = submit.split("sid_2=")[1].split("\n")[0]
+    assert "afterok:${sid_0}" in after and "${sid_1}" in after
+    assert submit.index("sid_0=") < submit.index("sid_1=") < submit.index("sid_2=")
+    folder_of = str(client.catalog.layout.data_dir(DatasetRef(name, "clean-runSUBMITSTAMP-clean")))
+    assert folder_of in score and "jupyter_starverse.evals.job" in score
+
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    text = client.pipelines.export(Pipeline.from_json({**_eval_fed(data), "backend": "kubernetes"}), "yaml",
+                                   base_dir=folder)  # fmt: skip
+    objs = [o for o in yaml.safe_load_all(text.main.text) if o]
+    for obj in objs:
+        kubernetes_validate.validate(obj, "1.32.0", strict=True)
+    jobs = {o["metadata"]["labels"]["starverse.io/experiment"].removeprefix("prep-eval-"): o
+            for o in objs if o["kind"] == "Job"}  # fmt: skip
+    assert set(jobs) >= {"clean", "train"}
+    kube_score = [o for o in objs if o["kind"] == "Job" and o["metadata"]["name"] not in
+                  {jobs["clean"]["metadata"]["name"], jobs["train"]["metadata"]["name"]}]  # fmt: skip
+    (score_job,) = kube_score
+    pod = score_job["spec"]["template"]
+    assert violations(pod) == []
+    (wait,) = [c for c in pod["spec"]["initContainers"] if c["name"] == "wait-for-steps"]
+    assert {f"job/{jobs[s]['metadata']['name']}" for s in ("clean", "train")} <= set(wait["command"])
+    clean_cmd = jobs["clean"]["spec"]["template"]["spec"]["containers"][0]["command"]
+    written = clean_cmd[clean_cmd.index("--to") + 1]
+    folder_k = str(client.catalog.layout.data_dir(DatasetRef(name, written.split("@")[1])))
+    assert folder_k in json.dumps(pod["spec"]["containers"][0])  # the eval reads the version clean writes
