@@ -63,6 +63,7 @@ class MinHasher:
         a, b = MinHash(num_perm=num_perm, seed=seed).permutations
         self._a = np.asarray(a, dtype=np.uint32)[None, :]
         self._b = np.asarray(b, dtype=np.uint32)[None, :]
+        self._buf: Any = None  # the (rows x num_perm) products, reused: no temporaries per document
         self._powers = np.array([pow(1_000_003, k, 1 << 64) for k in range(ngram)][::-1], dtype=np.uint64)
 
     def shingles(self, norm: str) -> Any:
@@ -101,16 +102,22 @@ class MinHasher:
         np = self.np
         s1, m1, s2, m2, s3 = _FMIX32
         sig = np.full(self.num_perm, np.iinfo(np.uint32).max, dtype=np.uint32)
-        for at in range(0, max(1, len(shingles)), _SIG_ROWS):
-            hv = shingles[at : at + _SIG_ROWS].astype(np.uint32)
+        rows = _SIG_ROWS
+        if self._buf is None or self._buf.shape[0] != rows:
+            self._buf = np.empty((rows, self.num_perm), dtype=np.uint32)
+        for at in range(0, max(1, len(shingles)), rows):
+            hv = shingles[at : at + rows].astype(np.uint32)  # a copy: mixed in place below
             if not len(hv):
                 break
-            hv = hv ^ (hv >> np.uint32(s1))
-            hv = hv * np.uint32(m1)
-            hv = hv ^ (hv >> np.uint32(s2))
-            hv = hv * np.uint32(m2)
-            hv = hv ^ (hv >> np.uint32(s3))
-            np.minimum(sig, (hv[:, None] * self._a + self._b).min(axis=0), out=sig)
+            hv ^= hv >> np.uint32(s1)
+            hv *= np.uint32(m1)
+            hv ^= hv >> np.uint32(s2)
+            hv *= np.uint32(m2)
+            hv ^= hv >> np.uint32(s3)
+            prod = self._buf[: len(hv)]
+            np.multiply(hv[:, None], self._a, out=prod)
+            np.add(prod, self._b, out=prod)
+            np.minimum(sig, prod.min(axis=0), out=sig)
         return sig
 
     @staticmethod
