@@ -65,6 +65,10 @@ class CrdInfo:
     def crd_name(self) -> str:
         return f"{self.plural}.{self.group}"
 
+    def manifest(self, metadata: V1ObjectMeta, spec: dict[str, Any]) -> dict[str, Any]:
+        """A whole object of this resource: its ``apiVersion`` and ``kind``, ``metadata`` serialised, ``spec``."""
+        return {"apiVersion": self.api_version, "kind": self.kind, "metadata": serialize(metadata), "spec": spec}
+
 
 CRD_INFO = {
     "jobset": CrdInfo("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
@@ -123,12 +127,7 @@ class JobSet:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "apiVersion": self.info.api_version,
-            "kind": self.info.kind,
-            "metadata": serialize(self.metadata),
-            "spec": self.spec_dict(),
-        }
+        return self.info.manifest(self.metadata, self.spec_dict())
 
 
 @dataclass(frozen=True)
@@ -174,18 +173,10 @@ class TrainingRuntime:
     info: ClassVar[CrdInfo] = CRD_INFO["trainingruntime"]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "apiVersion": self.info.api_version,
-            "kind": self.info.kind,
-            "metadata": serialize(self.metadata),
-            "spec": {
-                "mlPolicy": {"numNodes": self.num_nodes, "torch": {}},
-                "template": {
-                    "metadata": _drop_none({"labels": (serialize(self.jobset.metadata) or {}).get("labels")}),
-                    "spec": self.jobset.spec_dict(),
-                },
-            },
-        }
+        labels = (serialize(self.jobset.metadata) or {}).get("labels")
+        template = {"metadata": _drop_none({"labels": labels}), "spec": self.jobset.spec_dict()}
+        policy = {"numNodes": self.num_nodes, "torch": {}}
+        return self.info.manifest(self.metadata, {"mlPolicy": policy, "template": template})
 
 
 @dataclass(frozen=True)
@@ -199,15 +190,8 @@ class TrainJob:
     info: ClassVar[CrdInfo] = CRD_INFO["trainjob"]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "apiVersion": self.info.api_version,
-            "kind": self.info.kind,
-            "metadata": serialize(self.metadata),
-            "spec": {
-                "runtimeRef": {"name": self.runtime, "kind": self.runtime_kind, "apiGroup": self.info.group},
-                "trainer": self.trainer.to_dict(),
-            },
-        }
+        ref = {"name": self.runtime, "kind": self.runtime_kind, "apiGroup": self.info.group}
+        return self.info.manifest(self.metadata, {"runtimeRef": ref, "trainer": self.trainer.to_dict()})
 
 
 @dataclass(frozen=True)
@@ -247,13 +231,5 @@ class PyTorchJob:
                 "schedulingPolicy": {"queue": self.queue} if self.queue else None,
             }
         )
-        return {
-            "apiVersion": self.info.api_version,
-            "kind": self.info.kind,
-            "metadata": serialize(self.metadata),
-            "spec": {
-                "pytorchReplicaSpecs": replicas,
-                "nprocPerNode": str(self.nproc_per_node),
-                "runPolicy": run_policy,
-            },
-        }
+        spec = {"pytorchReplicaSpecs": replicas, "nprocPerNode": str(self.nproc_per_node), "runPolicy": run_policy}
+        return self.info.manifest(self.metadata, spec)
