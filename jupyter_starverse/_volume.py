@@ -29,6 +29,7 @@ import pwd
 import shutil
 import stat
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ __all__ = [
     "Modes",
     "Owner",
     "check_owned",
+    "create_folders",
     "current_owner",
     "group_id",
     "in_group",
@@ -264,8 +266,20 @@ def make_dir(path: Path, modes: Modes, root: Path | None = None) -> None:
     """
     if root is not None:
         inside(root, path)
+    create_folders(Path(path), lambda _folder: modes.folder)
+
+
+def create_folders(
+    path: Path, mode_of: Callable[[Path], int], refuse: Callable[[Path, OSError], Exception] | None = None
+) -> None:
+    """``mkdir -p path``: each folder created here gets ``mode_of(folder)`` (chmod, not the umask).
+
+    A folder someone else makes at the same moment is theirs, left with their mode. A folder that
+    cannot be made (a file in the way, no permission) raises ``refuse(folder, error)`` when given,
+    else the ``OSError`` itself.
+    """
     missing: list[Path] = []
-    p = Path(path)
+    p = path
     while not p.is_dir():
         missing.append(p)
         if p.parent == p:
@@ -274,12 +288,18 @@ def make_dir(path: Path, modes: Modes, root: Path | None = None) -> None:
     for folder in reversed(missing):
         try:
             folder.mkdir(mode=0o700)
-        except FileExistsError:
-            if not folder.is_dir():
+        except FileExistsError as e:
+            if folder.is_dir():
+                continue
+            if refuse is None:
                 raise
-            continue
+            raise refuse(folder, e) from None
+        except OSError as e:
+            if refuse is None:
+                raise
+            raise refuse(folder, e) from e
         with contextlib.suppress(OSError):
-            folder.chmod(modes.folder)
+            folder.chmod(mode_of(folder))
 
 
 def write_atomic(path: Path, data: bytes, mode: int) -> None:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from jupyter_starverse._format import format_bytes
+from jupyter_starverse._volume import create_folders
 from jupyter_starverse.errors import BadInputError, PermissionDeniedError, StoreError
 
 __all__ = [
@@ -199,27 +200,19 @@ def make_dirs(path: Path, *, shared: bool = False) -> None:
     (a hold folder), are ``3775`` (sticky: nobody removes another's file). Without group
     mode every folder is ``0755``.
     """
-    missing: list[Path] = []
-    p = path
-    while not p.is_dir():
-        missing.append(p)
-        if p.parent == p:
-            break
-        p = p.parent
-    for folder in reversed(missing):
-        try:
-            folder.mkdir(mode=0o700)
-        except FileExistsError:
-            if not folder.is_dir():
-                raise unusable_folder(folder, None) from None
-            continue  # someone else made it at the same moment: theirs, with their mode
-        except PermissionError as e:
-            raise denied(e, f"create the folder {folder}") from e
-        except OSError as e:  # a file on the way (ENOTDIR), /proc (ENOENT), a read-only file system
-            raise unusable_folder(folder, e) from e
-        mode = (DIR_MODE if shared else ENTRY_DIR_MODE) if group_mode(folder.parent) else _PUBLIC_DIR
-        with contextlib.suppress(OSError):
-            folder.chmod(mode)
+
+    def mode_of(folder: Path) -> int:
+        return (DIR_MODE if shared else ENTRY_DIR_MODE) if group_mode(folder.parent) else _PUBLIC_DIR
+
+    create_folders(path, mode_of, _refused_folder)
+
+
+def _refused_folder(folder: Path, error: OSError) -> StoreError | PermissionDeniedError:
+    if isinstance(error, FileExistsError):  # a file where the folder goes
+        return unusable_folder(folder, None)
+    if isinstance(error, PermissionError):
+        return denied(error, f"create the folder {folder}")
+    return unusable_folder(folder, error)  # a file on the way (ENOTDIR), /proc (ENOENT), a read-only file system
 
 
 def tighten(folder: Path) -> None:
