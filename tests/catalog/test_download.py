@@ -101,12 +101,27 @@ def test_connections_that_add_no_throughput_are_closed_again(
 
 
 def test_files_fetched_at_once_share_one_measurement_of_their_host(
-    files: FileServer, small_pieces: int, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    files: FileServer,
+    small_pieces: int,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """4 shards behind one shared link: the first file finds that more connections add nothing; the rest believe it."""
-    blobs = {f"shard-{i}.bin": Blob(size=12 * small_pieces, seed=120 + i) for i in range(4)}
+    blobs = {f"shard-{i}.bin": Blob(size=20 * small_pieces, seed=120 + i) for i in range(4)}
     urls = {name: files.add(f"mirror/{name}", blob) for name, blob in blobs.items()}
     files.link = 12_000_000
+    real = _ranged._Ranged._measure
+
+    def link_rate(self: _ranged._Ranged, k: int, *, settle: bool) -> tuple[float, float] | None:
+        """The host's rate is the link's, this file's as measured: a loaded machine's noise decides nothing.
+
+        (CI at load 2 on 2 cores measured "more connections helped" once and no file logged the verdict.)
+        """
+        got = real(self, k, settle=settle)
+        return None if got is None else (12e6, got[1])
+
+    monkeypatch.setattr(_ranged._Ranged, "_measure", link_rate)
 
     def one(name: str) -> str:
         target = engine.Target(name, blobs[name].size)
