@@ -3,7 +3,7 @@ import { ISignal, Signal } from '@lumino/signaling';
 
 import { errorText } from './format';
 import { requestAPI } from './request';
-import { IInfo } from './tokens';
+import { IInfo } from './tokens/info';
 
 /**
  * The workspace info shared by the panel and the status bar; polled with backoff,

@@ -1,7 +1,7 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-import { IErrorReply } from './tokens';
+import { IErrorReply } from './tokens/info';
 
 /** The REST namespace of the server extension. */
 export const NAMESPACE = 'jupyter-starverse';

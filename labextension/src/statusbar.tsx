@@ -5,7 +5,8 @@ import * as React from 'react';
 import { formatMoney } from './format';
 import { StarverseModel } from './model';
 import { requestAPI, sendJSON } from './request';
-import { IInfo, IModeStatus, ISwitchPlan, ISwitchRequest, ISwitchResult } from './tokens';
+import { IInfo } from './tokens/info';
+import { IModeStatus, ISwitchPlan, ISwitchRequest, ISwitchResult } from './tokens/modes';
 
 /** Text of the status bar item for a given info. */
 export function modeLabel(info: IInfo | null): string {

@@ -20,15 +20,9 @@ import * as React from 'react';
 import { errorText } from '../format';
 import { usePoll } from '../poll';
 import { requestAPI, sendJSON } from '../request';
-import {
-  IPipelineCheck,
-  IPipelineDoc,
-  IPipelineExport,
-  IPipelineRun,
-  IPriceTable,
-  IStepRun,
-  IStoreEntry
-} from '../tokens';
+import { IPriceTable } from '../tokens/costs';
+import { IPipelineCheck, IPipelineDoc, IPipelineExport, IPipelineRun, IStepRun } from '../tokens/pipeline';
+import { IStoreEntry } from '../tokens/store';
 import { SideForm } from './form';
 import {
   addNode,

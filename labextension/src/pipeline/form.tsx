@@ -1,16 +1,10 @@
 /** The side form of the selected node (cards, GPU type, nodes, backend, budget), and of the pipeline. */
 import * as React from 'react';
 
-import {
-  BILLING_MODES,
-  EvalTask,
-  IPipelineCheck,
-  IPipelineDoc,
-  IPipelineIssue,
-  IPipelineNode,
-  IStoreEntry,
-  ITrainParams
-} from '../tokens';
+import { BILLING_MODES } from '../tokens/costs';
+import { EvalTask } from '../tokens/evals';
+import { IPipelineCheck, IPipelineDoc, IPipelineIssue, IPipelineNode, ITrainParams } from '../tokens/pipeline';
+import { IStoreEntry } from '../tokens/store';
 import { IPaletteItem } from './graph';
 
 type Change = Partial<IPipelineNode['params']>;

@@ -2,13 +2,7 @@
  * Pure edits of a `.svpipeline` document: what the canvas does to it, without React.
  * The document is the truth; the canvas is drawn from it after every edit.
  */
-import {
-  IPipelineCheck,
-  IPipelineDoc,
-  IPipelineNode,
-  ITrainParams,
-  PipelineNodeKind
-} from '../tokens';
+import { IPipelineCheck, IPipelineDoc, IPipelineNode, ITrainParams, PipelineNodeKind } from '../tokens/pipeline';
 
 /** What a palette item carries through a drag. */
 export interface IPaletteItem {

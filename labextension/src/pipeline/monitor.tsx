@@ -5,7 +5,7 @@ import * as React from 'react';
 import { errorText } from '../format';
 import { usePoll } from '../poll';
 import { requestAPI } from '../request';
-import { FINISHED_STATES, IJob, ILogTail } from '../tokens';
+import { FINISHED_STATES, IJob, ILogTail } from '../tokens/jobs';
 
 function JobMonitor(props: { jobId: string; backend: string }): JSX.Element {
   const [job, setJob] = React.useState<IJob | null>(null);

@@ -2,7 +2,7 @@
 import { Handle, Node, NodeProps, Position } from '@xyflow/react';
 import * as React from 'react';
 
-import { IPipelineCheck, IPipelineIssue, IPipelineNode, IStepRun } from '../tokens';
+import { IPipelineCheck, IPipelineIssue, IPipelineNode, IStepRun } from '../tokens/pipeline';
 import { cardsOf } from './graph';
 
 /** What the canvas hands every node. */

@@ -10,7 +10,7 @@ import { LabIcon, redoIcon, ToolbarButton, undoIcon } from '@jupyterlab/ui-compo
 import { Signal } from '@lumino/signaling';
 import * as React from 'react';
 
-import { IPipelineDoc, IStepRun } from '../tokens';
+import { IPipelineDoc, IStepRun } from '../tokens/pipeline';
 import { PipelineEditor, IPipelineHost } from './editor';
 import { emptyPipeline, parsePipeline, serializePipeline } from './graph';
 import { JobMonitorWidget } from './monitor';

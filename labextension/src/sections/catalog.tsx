@@ -5,7 +5,8 @@ import * as React from 'react';
 import { errorText, formatBytes, formatDuration, formatHeadline } from '../format';
 import { usePoll } from '../poll';
 import { requestAPI, sendJSON } from '../request';
-import { ICatalogEntry, IEvalReport, IMountInfo, IPullProgress, IStoreEntry } from '../tokens';
+import { IEvalReport } from '../tokens/evals';
+import { ICatalogEntry, IMountInfo, IPullProgress, IStoreEntry } from '../tokens/store';
 
 /** `downloading 12.0 MiB / 40.0 MiB · 8.0 MiB/s · ETA 4s`. */
 export function formatProgress(p: IPullProgress): string {

@@ -3,14 +3,7 @@ import * as React from 'react';
 import { errorText, formatMoney } from '../format';
 import { usePoll } from '../poll';
 import { requestAPI } from '../request';
-import {
-  BILLING_MODES,
-  BillingMode,
-  IComparison,
-  IEstimate,
-  IPriceTable,
-  IUserTotal
-} from '../tokens';
+import { BILLING_MODES, BillingMode, IComparison, IEstimate, IPriceTable, IUserTotal } from '../tokens/costs';
 
 /** A billing mode, or every mode side by side. */
 type BillingChoice = BillingMode | 'all';

@@ -3,7 +3,8 @@ import * as React from 'react';
 import { errorText, formatBytes, formatCount, formatDuration, formatShare } from '../format';
 import { usePoll } from '../poll';
 import { requestAPI, sendJSON } from '../request';
-import { IDataReport, IDataReportSummary, IDataStepRun, IJob, IStepEstimate } from '../tokens';
+import { IDataReport, IDataReportSummary, IDataStepRun, IStepEstimate } from '../tokens/data';
+import { IJob } from '../tokens/jobs';
 
 const STEPS = ['scan', 'clean', 'dedup', 'score'] as const;
 /** Where a step runs: in this server (empty), or as a job of its own on a backend. */

@@ -4,7 +4,8 @@ import * as React from 'react';
 import { errorText, formatDuration, formatHeadline } from '../format';
 import { usePoll } from '../poll';
 import { requestAPI, sendJSON } from '../request';
-import { EvalTask, IEvalErrors, IEvalReport, IEvalRequest, IEvalRun, IStoreEntry } from '../tokens';
+import { EvalTask, IEvalErrors, IEvalReport, IEvalRequest, IEvalRun } from '../tokens/evals';
+import { IStoreEntry } from '../tokens/store';
 import { IconButton } from './catalog';
 
 /** The task kinds the form offers (`evals.TASKS`). */

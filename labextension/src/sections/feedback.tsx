@@ -2,7 +2,9 @@ import * as React from 'react';
 
 import { errorText, formatBytes } from '../format';
 import { requestAPI } from '../request';
-import { IChatSession, IChatTurn, IExportTask, IFeedbackRecord, IFeedbackTable } from '../tokens';
+import { IChatSession, IChatTurn } from '../tokens/chat';
+import { IExportTask } from '../tokens/export';
+import { IFeedbackRecord, IFeedbackTable } from '../tokens/feedback';
 
 /** How often a streaming answer or a running export is asked for news (ms). */
 const STREAM_MS = 150;

@@ -1,6 +1,6 @@
 import * as React from 'react';
 
-import { IInfo } from '../tokens';
+import { IInfo } from '../tokens/info';
 
 const ROWS: Array<[keyof IInfo, string]> = [
   ['version', 'Version'],

@@ -5,15 +5,7 @@ import { errorText, formatCount } from '../format';
 import { usePoll } from '../poll';
 import { openTensorBoard } from '../tensorboard';
 import { requestAPI, requestIfChanged, sendJSON } from '../request';
-import {
-  FINISHED_STATES,
-  IJob,
-  IJobList,
-  IJobProgress,
-  ILogTail,
-  ITensorBoardInfo,
-  JobState
-} from '../tokens';
+import { FINISHED_STATES, IJob, IJobList, IJobProgress, ILogTail, ITensorBoardInfo, JobState } from '../tokens/jobs';
 
 function isFinished(state: JobState): boolean {
   return FINISHED_STATES.includes(state);

@@ -3,7 +3,8 @@ import * as React from 'react';
 import { errorText, formatMoney, formatMoneyCompact } from '../format';
 import { usePoll } from '../poll';
 import { requestAPI } from '../request';
-import { IJob, IRecipe } from '../tokens';
+import { IJob } from '../tokens/jobs';
+import { IRecipe } from '../tokens/recipes';
 
 /** `208.00 CNY` (from the server's estimate), or why the recipe could not be priced. */
 export function recipeCost(recipe: IRecipe): string {
