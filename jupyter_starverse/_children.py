@@ -244,10 +244,13 @@ class Children:
             return [k for k, c in self._children.items() if c.alive]
 
     def stop(self, key: str, *, grace: float | None = None) -> bool:
-        """Stop the child of ``key``; False when none ran."""
+        """Stop the child of ``key`` (one that exited is reaped and forgotten); False when it had none."""
         with self._lock:
             child = self._children.get(key)
-        return child.stop(grace=grace) if child is not None else False
+        if child is None:
+            return False
+        child.stop(grace=grace)
+        return True
 
     def stop_all(self, *, at_exit_only: bool = False, grace: float | None = None) -> None:
         """Stop every child together (``at_exit_only``: those started with ``at_exit``, as at exit)."""

@@ -20,15 +20,14 @@ import importlib.util
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from jupyter_starverse._children import Children, free_port, port_open
 from jupyter_starverse.errors import BackendUnavailableError, MissingDependencyError
 
 __all__ = ["TENSORBOARDS", "Board", "TensorBoards", "experiment_board", "tensorboard_installed"]
@@ -125,19 +124,20 @@ def experiment_board(run_dir: Path) -> Board:
 
 
 class TensorBoards:
-    """The TensorBoard processes of this process, one per board (stopped when it exits)."""
+    """The TensorBoard processes of this process, one per board: children of :class:`Children`
+    (stopped when this process exits; with ``idle_seconds``, when nobody looked for that long)."""
 
-    def __init__(self) -> None:
-        self._procs: dict[str, tuple[subprocess.Popen[bytes], int, str]] = {}
+    def __init__(self, *, idle_seconds: float | None = None) -> None:
+        self._children = Children("tensorboard")
+        self._idle_seconds = idle_seconds
         self._links: dict[str, Path] = {}  # board -> its private folder of run links (removed when it stops)
         self._lock = threading.Lock()
-        atexit.register(self.stop_all)
+        atexit.register(self._drop_links)
 
     def port_of(self, board_id: str) -> int | None:
-        """The loopback port of the live TensorBoard of ``board_id``, if one runs."""
-        with self._lock:
-            found = self._procs.get(board_id)
-            return found[1] if found is not None and found[0].poll() is None else None
+        """The loopback port of the live TensorBoard of ``board_id``, if one runs (a use of it)."""
+        child = self._children.find(board_id)
+        return child.port if child is not None else None
 
     def ensure(self, board: Board, *, path_prefix: str, log: Path, timeout: float = 60.0) -> int:
         """The port of ``board``'s TensorBoard: the running one when it shows the same runs, else a
@@ -145,17 +145,15 @@ class TensorBoards:
         if not tensorboard_installed():
             raise MissingDependencyError("tensorboard", extra="train", purpose="showing runs in TensorBoard")
         with self._lock:
-            found = self._procs.get(board.id)
-            if found is not None and found[0].poll() is None and found[2] == board.logdir_spec:
-                return found[1]
-        if found is not None:
+            found = self._children.find(board.id)
+            if found is not None and found.meta == board.logdir_spec and found.port is not None:
+                return found.port
+        if found is not None or board.id in self._links:
             self.stop(board.id)  # a new run joined the experiment: a board that shows it too
         with self._lock:
             for _, folder in board.runs:
                 folder.mkdir(parents=True, exist_ok=True)
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", 0))
-                port = int(sock.getsockname()[1])
+            port = free_port()
             links, private = board.link_folder()
             if private:
                 self._links[board.id] = links
@@ -165,23 +163,17 @@ class TensorBoards:
                     "--port", str(port), "--host", "127.0.0.1", "--path_prefix", path_prefix.rstrip("/"),
                     "--reload_interval", "5"]  # fmt: skip
             with log.open("ab") as out:
-                proc = subprocess.Popen(
-                    argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-                )
-            self._procs[board.id] = (proc, port, board.logdir_spec)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                tail = log.read_text(errors="replace")[-300:].strip()
-                raise BackendUnavailableError(
-                    f"tensorboard exited with code {proc.returncode} before it served {board.experiment}",
-                    hint=f"its output is in {log}: {tail}",
-                )
-            with socket.socket() as probe:
-                probe.settimeout(0.5)
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    return port
-            time.sleep(0.2)
+                child = self._children.start(board.id, argv, stdout=out, stderr=subprocess.STDOUT, port=port,
+                                             meta=board.logdir_spec, idle_seconds=self._idle_seconds)  # fmt: skip
+        answered = child.wait_ready(lambda: port_open(port), timeout)
+        if answered:
+            return port
+        if answered is False:
+            tail = log.read_text(errors="replace")[-300:].strip()
+            raise BackendUnavailableError(
+                f"tensorboard exited with code {child.returncode} before it served {board.experiment}",
+                hint=f"its output is in {log}: {tail}",
+            )
         self.stop(board.id)
         raise BackendUnavailableError(
             f"tensorboard did not answer on port {port} within {timeout:g} s", hint=f"see {log}"
@@ -190,25 +182,20 @@ class TensorBoards:
     def stop(self, board_id: str) -> bool:
         """Stop the TensorBoard of ``board_id``; False when none ran."""
         with self._lock:
-            found = self._procs.pop(board_id, None)
             links = self._links.pop(board_id, None)
         if links is not None:
             shutil.rmtree(links, ignore_errors=True)  # the links only, never what they point at
-        if found is None:
-            return False
-        proc = found[0]
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-        return True
+        return self._children.stop(board_id)
 
     def stop_all(self) -> None:
-        for key in list(self._procs):
-            self.stop(key)
+        self._children.stop_all()
+        self._drop_links()
+
+    def _drop_links(self) -> None:
+        with self._lock:
+            folders, self._links = list(self._links.values()), {}
+        for links in folders:
+            shutil.rmtree(links, ignore_errors=True)
 
 
 #: One per process (the Jupyter server's).
