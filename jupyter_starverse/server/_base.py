@@ -1,14 +1,16 @@
-"""The one base handler: facade access, thread offloading, JSON in/out, error mapping."""
+"""The one base handler: facade access, thread offloading, JSON in/out, error mapping; and what the
+handlers share besides: reading a body's text and number fields, answers whose JSON is their fields."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
@@ -19,7 +21,10 @@ from .._json import to_jsonable
 from ..client import Starverse
 from ..errors import BadInputError, StarverseError, error_kind, missing_dependency
 
-__all__ = ["HEAVY_WORKERS", "MAX_DEPTH", "StarverseHandler", "parse_int", "status_for"]
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+__all__ = ["HEAVY_WORKERS", "MAX_DEPTH", "FieldsAnswer", "StarverseHandler", "body_text", "parse_int", "status_for"]
 
 T = TypeVar("T")
 
@@ -90,6 +95,23 @@ def parse_int(value: str | None, name: str, *, default: int | None, low: int, hi
             f"?{name} must be a whole number between {low} and {high}, got {number}", field=name, hint=hint
         )
     return number
+
+
+def body_text(body: dict[str, Any], key: str, *, required: bool = False) -> str | None:
+    """A JSON body's field ``key`` as a non-empty string (``None`` when absent and not ``required``), else a 400."""
+    value = body.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise BadInputError(f"{key!r} must be a non-empty string", field=key)
+    return value
+
+
+class FieldsAnswer:
+    """A mixin for a dataclass answer whose JSON is its fields, in their order (``to_json``)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(cast("DataclassInstance", self))}
 
 
 # The one mapping from our error families (errors.error_kind) to HTTP.

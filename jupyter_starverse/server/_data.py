@@ -36,7 +36,7 @@ from tornado import web
 from jupyter_starverse.data import STEPS, DataPrep, StepProgress, parse_shards
 from jupyter_starverse.errors import BadInputError, NotFoundError, StarverseError
 
-from ._base import StarverseHandler
+from ._base import FieldsAnswer, StarverseHandler, body_text
 
 __all__ = ["STEP_RUNS", "StepRun", "StepRuns", "routes"]
 
@@ -68,35 +68,20 @@ _OPTIONS: dict[str, dict[str, tuple[type, ...]]] = {
 
 
 @dataclass(frozen=True)
-class ReportPage:
+class ReportPage(FieldsAnswer):
     id: str
     html: str
 
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "html": self.html}
-
 
 @dataclass(frozen=True)
-class ThresholdPreview:
+class ThresholdPreview(FieldsAnswer):
     id: str
     threshold: float
     removed: int
 
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "threshold": self.threshold, "removed": self.removed}
-
-
-def _text(body: dict[str, Any], key: str, *, required: bool = False) -> str | None:
-    value = body.get(key)
-    if value is None and not required:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise BadInputError(f"{key!r} must be a non-empty string", field=key)
-    return value
-
 
 def _step(body: dict[str, Any]) -> str:
-    step = _text(body, "step", required=True)
+    step = body_text(body, "step", required=True)
     if step not in STEPS:
         raise BadInputError(f"unknown step {step!r}", field="step", hint=f"steps: {', '.join(STEPS)}")
     return step
@@ -298,8 +283,8 @@ class EstimateHandler(StarverseHandler):
     async def post(self) -> None:
         body = self.json_body()
         step = _step(body)
-        source = _text(body, "source", required=True)
-        text_field = _text(body, "text_field") or "text"
+        source = body_text(body, "source", required=True)
+        text_field = body_text(body, "text_field") or "text"
         # a timed sample of the corpus: seconds, in the pool of long calls
         self.finish_json(await self.run_heavy(self.client.data.estimate, step, source, text_field=text_field))
 
@@ -309,17 +294,17 @@ class StepsHandler(StarverseHandler):
     async def post(self) -> None:
         body = self.json_body()
         step = _step(body)
-        source = _text(body, "source", required=True)
+        source = body_text(body, "source", required=True)
         kwargs = _options(step, body.get("options"))
-        text_field = _text(body, "text_field")
+        text_field = body_text(body, "text_field")
         if text_field:
             kwargs["text_field"] = text_field
-        to = _text(body, "to")
+        to = body_text(body, "to")
         if step != "scan" and to:
             kwargs["to"] = to
         data = self.client.data
         assert source is not None
-        backend = _text(body, "backend")
+        backend = body_text(body, "backend")
         if backend:  # the whole step as one job there: the same facade call as `starverse data STEP --backend`
             shards = kwargs.pop("shards", (1, 1))
             to = kwargs.pop("to", None)

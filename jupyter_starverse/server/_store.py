@@ -26,7 +26,6 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from tornado import web
 
@@ -34,29 +33,17 @@ from jupyter_starverse.catalog import PullProgress, check_pull_options, parse_re
 from jupyter_starverse.client import Starverse
 from jupyter_starverse.errors import BadInputError
 
-from ._base import StarverseHandler
+from ._base import FieldsAnswer, StarverseHandler, body_text
 
 __all__ = ["MountInfo", "routes"]
 
 
 @dataclass(frozen=True)
-class MountInfo:
+class MountInfo(FieldsAnswer):
     """Where an entry is mounted (the same path in every pod)."""
 
     ref: str
     path: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"ref": self.ref, "path": self.path}
-
-
-def _text(body: dict[str, Any], key: str, *, required: bool = False) -> str | None:
-    value = body.get(key)
-    if value is None and not required:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise BadInputError(f"{key!r} must be a non-empty string", field=key)
-    return value
 
 
 class _Pulls:
@@ -104,11 +91,11 @@ class StoreHandler(StarverseHandler):
         body = self.json_body()
         entry = await self.run(
             self.client.catalog.add_dataset,
-            _text(body, "name", required=True),
-            _text(body, "source", required=True),
-            version=_text(body, "version"),
-            description=_text(body, "description"),
-            license=_text(body, "license"),
+            body_text(body, "name", required=True),
+            body_text(body, "source", required=True),
+            version=body_text(body, "version"),
+            description=body_text(body, "description"),
+            license=body_text(body, "license"),
         )
         self.finish_json(entry, status=201)
 
@@ -139,7 +126,7 @@ class PullHandler(StarverseHandler):
     @web.authenticated
     async def post(self) -> None:
         body = self.json_body()
-        ref = _text(body, "ref", required=True)
+        ref = body_text(body, "ref", required=True)
         assert ref is not None
         parsed = parse_ref(ref)  # bad refs and options are a 400 now, not a failed thread later
         n, allow, ignore = check_pull_options(
