@@ -208,6 +208,8 @@ class Children:
         )  # fmt: skip
         child = Child(key, proc, self, port, meta, idle_seconds, grace, ends_on_eof, at_exit)
         with self._lock:
+            for gone in [k for k, c in self._children.items() if not c.alive]:
+                del self._children[gone]  # reaped (no zombie left in a long-lived process) and forgotten
             replaced = self._children.get(key)
             self._children[key] = child
             if idle_seconds is not None and (self._reaper is None or not self._reaper.is_alive()):

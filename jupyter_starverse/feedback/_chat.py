@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from jupyter_starverse._children import Child, Children
 from jupyter_starverse._inputs import check_path
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.catalog import Catalog
@@ -76,56 +77,41 @@ def resolve_model(settings: Settings, catalog: Catalog, model: str) -> Path:
     )
 
 
-def _start_worker(folder: str, idle_seconds: float, log_path: Path) -> subprocess.Popen[str]:
-    """A worker process loading ``folder`` (``-``: a spare that waits for ``{"load": FOLDER}``)."""
+#: The chat workers of this process (a kernel, a server), by session (``chat-ID``) or spare
+#: (``spare-ID``): stopped when it exits.
+WORKERS = Children("chat worker")
+
+
+def _start_worker(key: str, folder: str, idle_seconds: float, log_path: Path) -> Child:
+    """A worker process loading ``folder`` (``-``: a spare that waits for ``{"load": FOLDER}``), in
+    a session of its own (a kernel interrupt, SIGINT to its group, leaves it alone). Stopping it
+    closes its stdin, which ends it; SIGTERM after 5 s, then SIGKILL, if it lingers."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     argv = [sys.executable, "-m", "jupyter_starverse.feedback._worker", folder, f"{idle_seconds:g}"]
     with open(log_path, "ab") as err:
-        return subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=err,
-            env=env,
-            text=True,
-            encoding="utf-8",
-            start_new_session=True,  # a kernel interrupt (SIGINT to its group) leaves it alone
-        )
-
-
-def _end(proc: subprocess.Popen[str], grace: float = 5.0) -> None:
-    """Stop a worker: closing stdin ends it; SIGTERM, then SIGKILL, if it lingers."""
-    if proc.stdin is not None:
-        try:
-            proc.stdin.close()
-        except OSError:
-            pass
-    try:
-        proc.wait(grace)
-    except subprocess.TimeoutExpired:
-        proc.terminate()
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        return WORKERS.start(key, argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                             text=True, ends_on_eof=True, grace=5.0)  # fmt: skip
 
 
 @dataclass
 class SpareWorker:
     """A worker that imported torch and transformers and waits for the model a chat names."""
 
-    proc: subprocess.Popen[str]
+    child: Child
     log_path: Path
     started_at: float = field(default_factory=time.monotonic)
 
     @property
+    def proc(self) -> subprocess.Popen[str]:
+        return self.child.proc
+
+    @property
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return self.child.alive
 
     def close(self) -> None:
         """End it now: it holds no model and no answer (SIGTERM: it may still be importing)."""
-        self.proc.terminate()
-        _end(self.proc)
+        self.child.stop(now=True)
 
 
 class ChatSession:
@@ -174,7 +160,7 @@ class ChatSession:
         began = time.monotonic()
         ready: dict[str, Any] = {}
         if spare is not None and spare.alive:
-            self._proc = spare.proc
+            self._child = spare.child
             assert self._proc.stdin is not None and self._proc.stdout is not None
             try:
                 self._proc.stdin.write(json.dumps({"load": str(self.folder)}, ensure_ascii=False) + "\n")
@@ -183,10 +169,10 @@ class ChatSession:
             except (OSError, ValueError):
                 ready = {}
             if not ready.get("ready") and not ready.get("error"):  # it exited (idle) as it was taken
-                _end(self._proc)
+                self._child.stop()
                 spare = None
         if spare is None or not ready:
-            self._proc = _start_worker(str(self.folder), self.idle_seconds, self.log_path)
+            self._child = _start_worker(f"chat-{self.id}", str(self.folder), self.idle_seconds, self.log_path)
             assert self._proc.stdout is not None
             ready = self._first_line(self._proc.stdout, self._start_timeout)
             spare = None
@@ -263,6 +249,11 @@ class ChatSession:
                 turn.done.set()
 
     @property
+    def _proc(self) -> subprocess.Popen[str]:
+        """The worker process now (another one after the worker exited idle and was woken)."""
+        return self._child.proc
+
+    @property
     def alive(self) -> bool:
         """Whether the session answers: its worker runs, or exited idle and starts at the next question."""
         return self._proc.poll() is None or self._asleep
@@ -295,10 +286,7 @@ class ChatSession:
         # question is pending, so a question never lands in a worker on its way out
         with self._lock:
             if self._asleep:
-                try:
-                    self._proc.wait(30)  # it said idle and its stdin is closed: it is on its way out
-                except subprocess.TimeoutExpired:
-                    self._proc.kill()
+                self._child.stop(grace=30)  # it said idle and its stdin is closed: it is on its way out
                 self._spawn()  # loads the model again: the first answer after a pause waits for it
                 self.restarts += 1
             if self._proc.poll() is not None:
@@ -331,7 +319,7 @@ class ChatSession:
     def close(self) -> None:
         """Stop the worker (closing stdin ends it; SIGTERM if it lingers)."""
         self._asleep = False
-        _end(self._proc)
+        self._child.stop()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -373,8 +361,10 @@ class ChatSessions:
                 return False
             log_dir = self.settings.home / "chat"
             log_dir.mkdir(parents=True, exist_ok=True)
-            log = log_dir / f"chat-spare-{uuid.uuid4().hex[:12]}.log"
-            self._spare = SpareWorker(_start_worker("-", self.settings.chat_idle_minutes * 60, log), log)
+            spare_id = uuid.uuid4().hex[:12]
+            log = log_dir / f"chat-spare-{spare_id}.log"
+            worker = _start_worker(f"spare-{spare_id}", "-", self.settings.chat_idle_minutes * 60, log)
+            self._spare = SpareWorker(worker, log)
             return True
 
     def _take_spare(self) -> SpareWorker | None:
