@@ -11,33 +11,25 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-import json
 import os
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from ._format import highlight_html, html_pre, html_table, pretty_text
+from ._client_services import Services
+from ._client_views import Info, JobsAcross, LaunchPreview, MixedPreview
 from ._settings import Settings
 from ._version import __version__
 from .errors import BackendUnavailableError, NotFoundError, StarverseError
 from .jobmodel import LaunchBackend, secret_env_warnings
 
 if TYPE_CHECKING:
-    from .catalog import Catalog
-    from .costs import CostService, MixedStage, Preview, PriceTable, UserTotal
+    from .costs import UserTotal
     from .data import DataPrep
-    from .envs import EnvPlan, JobEnvs
-    from .evals import EvalService
-    from .experiments import JobIndex, JobPage, ResumePlan
-    from .export import ExportService
-    from .feedback import ChatSessions, FeedbackService
+    from .experiments import JobPage
     from .jobmodel import Job, JobSpec
-    from .modes import Mode, ModeService, SmokeResult
+    from .modes import SmokeResult
     from .pipelines import PipelineService
-    from .recipes import RecipePlan, RecipeService
-    from .serve import ServeService
     from .watch import JobWatch
 
 __all__ = ["Info", "JobsAcross", "LaunchPreview", "MixedPreview", "Starverse"]
@@ -46,165 +38,8 @@ __all__ = ["Info", "JobsAcross", "LaunchPreview", "MixedPreview", "Starverse"]
 _MAX_WATCHES = 512
 
 
-@dataclass(frozen=True)
-class MixedPreview:
-    """A mixed plan's dry run (issue 37): the split plan's job of every pool, each rendered as a
-    launch of its GPU type would be (``yaml``/``json``/``sbatch``), in the plan's order."""
-
-    output: str
-    stages: tuple[tuple[MixedStage, LaunchPreview], ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "output": self.output,
-            "stages": [{**stage.to_json(), "preview": preview.to_json()} for stage, preview in self.stages],
-        }
-
-    @property
-    def notes(self) -> tuple[str, ...]:
-        return tuple(
-            line for stage, preview in self.stages for line in (stage.label, *(f"  {note}" for note in preview.notes))
-        )
-
-    @property
-    def document(self) -> str:
-        """Every stage's plan: YAML documents (each under a comment naming its stage), one JSON
-        ``v1 List`` of all their objects, or the batch scripts one after the other (one file each)."""
-        if self.output == "json":
-            items: list[Any] = []
-            for _, preview in self.stages:
-                data = json.loads(preview.document)
-                items += data["items"] if data.get("kind") == "List" else [data]
-            return json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, indent=2) + "\n"
-        parts = []
-        for stage, preview in self.stages:
-            head = f"# {stage.label}\n"
-            if self.output == "sbatch":
-                head = f"# ---- {stage.spec.name}.sbatch ({stage.label}) ----\n"
-            parts.append(head + preview.document.rstrip())
-        return ("\n---\n" if self.output != "sbatch" else "\n\n").join(parts) + "\n"
-
-    def __str__(self) -> str:
-        return "".join(f"# {line}\n" for line in self.notes) + self.document.rstrip()
-
-
-@dataclass(frozen=True)
-class LaunchPreview:
-    """A dry run: the rendered plan (``yaml``/``json``), the resume plan and the price, starting nothing."""
-
-    output: str
-    rendered: str
-    resume: ResumePlan | None
-    cost: Preview | str | None = None  # per-hour price, estimate and cap, shown before launch
-    recipe: RecipePlan | None = None  # a recipe job's batch plan (and what a resume recomputes)
-    warnings: tuple[str, ...] = ()  # e.g. an --env value that looks like a secret (use --secret)
-    env: EnvPlan | None = None  # what the job's environment installs over the image, and the working folder
-
-    def to_json(self) -> dict[str, Any]:
-        cost = self.cost if self.cost is None or isinstance(self.cost, str) else self.cost.to_json()
-        return {
-            "env": self.env.to_json() if self.env else None,
-            "output": self.output,
-            "rendered": self.rendered,
-            "resume": self.resume.to_json() if self.resume else None,
-            "cost": cost,
-            "recipe": self.recipe.to_json() if self.recipe else None,
-            "warnings": list(self.warnings),
-        }
-
-    @property
-    def notes(self) -> tuple[str, ...]:
-        """What goes with the plan but is not part of it: the price and the resume plan."""
-        out: list[str] = [f"warning: {w}" for w in self.warnings]
-        if self.env is not None:
-            out += self.env.lines()
-        if self.cost is not None:
-            out += [f"cost: {line.strip()}" for line in str(self.cost).splitlines() if line.strip()]
-        if self.resume:
-            out.append(str(self.resume))
-        if self.recipe:
-            out.append(str(self.recipe))
-        return tuple(out)
-
-    @property
-    def document(self) -> str:
-        """Exactly the rendered plan: one YAML/JSON document (several JSON objects become a ``v1 List``)."""
-        if self.output != "json":
-            return self.rendered.rstrip() + "\n"
-        try:
-            data = json.loads(self.rendered)
-        except ValueError:
-            return self.rendered.rstrip() + "\n"
-        if isinstance(data, list):
-            data = {"apiVersion": "v1", "kind": "List", "items": data}
-        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
-
-    def __str__(self) -> str:
-        if self.output == "json":  # comments would break JSON: notes first, then the document
-            head = "".join(f"# {line}\n" for line in self.notes)
-            return head + self.document.rstrip()
-        head = f"# {self.resume}\n" if self.resume else ""
-        head += f"# {self.recipe}\n" if self.recipe else ""
-        head += "".join(f"# {line}\n" for line in (self.env.lines() if self.env else ()))
-        if self.cost is not None:  # a comment line, so the text stays valid YAML
-            head = "".join(f"# cost: {line.strip()}\n" for line in str(self.cost).splitlines()) + head
-        return head + self.rendered.rstrip()
-
-    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
-        pretty_text(p, str(self))
-
-    def _repr_html_(self) -> str:
-        notes = "".join(f"<div class='starverse-note'>{html_pre(line)}</div>" for line in self.notes)
-        return f"<div class='starverse-preview'>{notes}{highlight_html(self.document.rstrip())}</div>"
-
-
-@dataclass(frozen=True)
-class JobsAcross:
-    """Jobs of every reachable backend, newest first, and why a backend was left out."""
-
-    jobs: tuple[Job, ...]
-    notes: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Info:
-    """What ``GET /jupyter-starverse/info``, ``starverse info`` and ``%sv info`` show."""
-
-    version: str
-    store: str
-    experiments: str
-    backend: str
-    mode: str
-    gpu_type: str | None
-    currency: str
-    user: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "version": self.version,
-            "store": self.store,
-            "experiments": self.experiments,
-            "backend": self.backend,
-            "mode": self.mode,
-            "gpu_type": self.gpu_type,
-            "currency": self.currency,
-            "user": self.user,
-        }
-
-    def __str__(self) -> str:
-        width = max(len(k) for k in self.to_json())
-        return "\n".join(f"{k:<{width}}  {'-' if v is None else v}" for k, v in self.to_json().items())
-
-    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
-        pretty_text(p, str(self))
-
-    def _repr_html_(self) -> str:
-        rows = [(k, "-" if v is None else str(v)) for k, v in self.to_json().items()]
-        return html_table(("", ""), rows)
-
-
-class Starverse:
-    """Entry point to every capability.
+class Starverse(Services):
+    """Entry point to every capability: the services of :class:`Services` and what uses them together.
 
     Parameters
     ----------
@@ -213,7 +48,7 @@ class Starverse:
     """
 
     def __init__(self, settings: Settings | None = None) -> None:
-        self.settings = settings if settings is not None else Settings.from_env()
+        super().__init__(settings)
         self._watches: collections.OrderedDict[tuple[str, str], JobWatch] = collections.OrderedDict()
         self._watches_lock = threading.Lock()
 
@@ -232,47 +67,7 @@ class Starverse:
             user=self.settings.user,
         )
 
-    # -- areas -------------------------------------------------------------------
-    @functools.cached_property
-    def modes(self) -> ModeService:
-        """Current GPU/CPU mode of the workspace and how to switch it."""
-        from .modes import ModeService
-
-        return ModeService(self.settings)
-
-    @property
-    def mode(self) -> Mode:
-        """Shortcut for ``modes.current()``."""
-        return self.modes.current()
-
-    @functools.cached_property
-    def prices(self) -> PriceTable:
-        """The price table in force (shipped defaults or the operator's file)."""
-        from .costs import load_price_table
-
-        return load_price_table(self.settings)
-
-    @functools.cached_property
-    def costs(self) -> CostService:
-        """Estimates, comparisons, the live meter, per-user totals and budget caps."""
-        from .costs import CostService
-
-        return CostService(self.settings, table=self.prices)
-
-    @functools.cached_property
-    def catalog(self) -> Catalog:
-        """Datasets and models on the shared store."""
-        from .catalog import Catalog
-
-        return Catalog(self.settings)
-
-    @functools.cached_property
-    def envs(self) -> JobEnvs:
-        """Job environments (the notebook's packages a job's image lacks) and working folders on the store."""
-        from .envs import JobEnvs
-
-        return JobEnvs(self.settings)
-
+    # -- what uses the areas together -------------------------------------------
     @functools.cached_property
     def data(self) -> DataPrep:
         """Data preparation: scan, clean, dedup and score store datasets into new versions."""
@@ -303,48 +98,6 @@ class Starverse:
         target = default_target(self.catalog, step, source, to)
         return self.launch(job_spec(step, source, to=target, options=options, shards=shards, backend=name),
                            backend=name)  # fmt: skip
-
-    @functools.cached_property
-    def feedback(self) -> FeedbackService:
-        """Thumbs up/down logs on the store: record, table, versions, preference pairs and labels."""
-        from .feedback import FeedbackService
-
-        return FeedbackService(self.settings, self.catalog)
-
-    @functools.cached_property
-    def chats(self) -> ChatSessions:
-        """Chat sessions of this process: a model in a worker process of its own, or a served endpoint."""
-        from .feedback import ChatSessions
-
-        return ChatSessions(self.settings, self.catalog, endpoints=lambda eid: self.serve.target(eid))
-
-    @functools.cached_property
-    def export(self) -> ExportService:
-        """ONNX exports (fp32, weight-only INT8/INT4) with a parity report, stored as model versions."""
-        from .export import ExportService
-
-        return ExportService(self.settings, self.catalog, self.feedback)
-
-    @functools.cached_property
-    def evals(self) -> EvalService:
-        """Evaluations of models on labelled store datasets, with baselines, stored reports and the export gate."""
-        from .evals import EvalService
-
-        return EvalService(self.settings, self.catalog)
-
-    @functools.cached_property
-    def serve(self) -> ServeService:
-        """OpenAI-compatible endpoints of store models: here (a detached process each), Kubernetes and Slurm."""
-        from .serve import ServeService
-
-        return ServeService(self.settings, self.catalog, prices=lambda: self.prices)
-
-    @functools.cached_property
-    def recipes(self) -> RecipeService:
-        """Training recipes (CPT, SFT, DPO, KTO, reward, LLaMA-Factory, Megatron, reproductions) as JobSpecs."""
-        from .recipes import RecipeService
-
-        return RecipeService(self.settings, catalog=self.catalog, costs=self.costs)
 
     def align(
         self,
@@ -377,36 +130,6 @@ class Starverse:
 
         # a run started without waiting is driven by the CLI's hidden `pipeline drive RUN_ID`
         return PipelineService(self, driver=(sys.executable, "-m", "jupyter_starverse.cli", "pipeline", "drive"))
-
-    def backend(self, name: str | None = None, *, port: int | None = None) -> LaunchBackend:
-        """The launch backend ``name`` (default: ``settings.backend``), built once.
-
-        ``port`` pins the local backend's rendezvous port (a new backend object each time).
-        """
-        if port is not None:
-            from .backends import make_backend
-
-            return make_backend(name or self.settings.backend, self.settings, port=port)
-        return self._backend(name or self.settings.backend)
-
-    @functools.cache  # noqa: B019 - one facade per settings, lives as long
-    def _backend(self, name: str) -> LaunchBackend:
-        from .backends import make_backend
-
-        return make_backend(name, self.settings)
-
-    def _target(self, backend: str | LaunchBackend | None) -> LaunchBackend:
-        return backend if isinstance(backend, LaunchBackend) else self.backend(backend)
-
-    def default_accelerator(self) -> str:
-        """What a job runs on when it names no GPU type: the workspace mode's accelerator."""
-        return self.modes.current().accelerator
-
-    def job_mode(self, spec: JobSpec) -> Mode:
-        """The mode a job runs in: its own accelerator decides (a CPU notebook may launch GPU pods)."""
-        from .modes import Mode
-
-        return Mode("gpu", spec.accelerator, spec.procs_per_node) if spec.is_gpu else Mode("cpu")
 
     def prepare(self, spec: JobSpec) -> JobSpec:
         """``spec`` as it is submitted: the CPU (gloo) or GPU (nccl/cuda) translation of its mode,
@@ -563,17 +286,6 @@ class Starverse:
                 jobs.setdefault((job.backend, job.id), job)
         ordered = sorted(jobs.values(), key=lambda j: j.created, reverse=True)
         return JobsAcross(tuple(ordered), tuple(notes))
-
-    @functools.cached_property
-    def job_index(self) -> JobIndex:
-        """Cached summaries of every run folder of the experiments root (see ``experiments.JobIndex``).
-
-        A folder whose spec the job model refuses is left out with a warning (``JobPage.warnings``).
-        """
-        from .experiments import JobIndex
-        from .jobmodel import JobSpec
-
-        return JobIndex(self.settings.experiments, check=JobSpec.from_json)
 
     def job_page(
         self,
