@@ -311,8 +311,7 @@ def _phase(kube: KubeServer, name: str) -> str:
 def test_preemptions_past_the_budget_fail_the_job_with_no_client(kube: KubeServer, settings: Settings) -> None:
     """``Ignore`` has no limit: each recreated pod compares its node's ignored-failure count (its own
     annotation, through the downward API) with the budget and exits 86, which the policy fails the Job on."""
-    plan = _UntilReleased()
-    plan.store_lost.set()  # not this test's subject: node 1's first pod runs like the others
+    plan = _UntilReleased()  # store_lost stays unset: node 1's first pod runs until it is evicted
     kube.set_plan(plan)
     backend = KubernetesBackend(settings, preempt_restarts=1)
     job = backend.submit(_spec(max_restarts=0))
