@@ -6,6 +6,10 @@ other process needs to find and stop it: ``spec.json`` (what was asked), ``pid.j
 (:func:`~jupyter_starverse._procs.process_record`: host, boot, start time, so a reused pid is
 never signalled), the log, and ``stopped.json`` once it was stopped. Folders are private
 (0700/0600). A handler, a magic or the CLI never owns the process: they all go through here.
+The ``Popen`` of each process started here is a child of :data:`SERVED` (the
+:class:`~jupyter_starverse._children.Children` service, ``at_exit=False``: it outlives this
+process), so this process stops and reaps its own; one started by another process is stopped by
+its recorded pid.
 """
 
 from __future__ import annotations
@@ -13,20 +17,29 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jupyter_starverse._children import Children
 from jupyter_starverse._procs import ProcessRecord, alive, process_record, stop_pids
 from jupyter_starverse._volume import PRIVATE, make_dir, write_atomic
 from jupyter_starverse.errors import BadInputError, NotFoundError
 
-__all__ = ["ProcessFolder", "Processes"]
+__all__ = ["SERVED", "ProcessFolder", "Processes"]
+
+#: The processes this process started, keyed by run folder (one per process: any ``Processes`` of
+#: a root reaps what another one of this process started there).
+SERVED = Children("served process")
 
 _ID_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")
+
+
+def _key(f: ProcessFolder) -> str:
+    """The key of a folder's process in :data:`SERVED`: its absolute path, however the root was spelled."""
+    return str(f.root.absolute())
 
 
 @dataclass(frozen=True)
@@ -89,7 +102,6 @@ class Processes:
     def __init__(self, root: Path, kind: str) -> None:
         self.root = Path(root)
         self.kind = kind
-        self._children: dict[str, subprocess.Popen[bytes]] = {}
 
     def folder(self, proc_id: str) -> ProcessFolder:
         if not isinstance(proc_id, str) or not proc_id or len(proc_id) > 100 or not set(proc_id) <= _ID_CHARS:
@@ -113,14 +125,10 @@ class Processes:
     def start(self, f: ProcessFolder, argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> ProcessRecord:
         """Start ``argv`` detached, its output to the folder's log; records and returns its pid."""
         fd = os.open(f.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "ab") as log:
-            proc = subprocess.Popen(
-                list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=f.root,
-                env=dict(env) if env is not None else None, start_new_session=True,
-            )  # fmt: skip
-        rec = process_record(proc.pid)
+        with os.fdopen(fd, "ab") as log:  # stdin closed, own session: a kernel interrupt leaves it alone
+            child = SERVED.start(_key(f), argv, stdout=log, stderr=log, cwd=f.root, env=env, at_exit=False)
+        rec = process_record(child.pid)
         f.write("pid.json", rec.to_json())
-        self._children[f.id] = proc  # reaped at stop (no zombie left in a long-lived server)
         return rec
 
     def ls(self) -> list[ProcessFolder]:
@@ -132,14 +140,15 @@ class Processes:
         return sorted(out, key=lambda f: f.read("spec.json").get("created_at") or 0, reverse=True)
 
     def stop(self, f: ProcessFolder, *, grace: float = 10.0, reason: str = "stopped") -> bool:
-        """SIGTERM (then SIGKILL after ``grace``) the recorded process if it is still that process."""
+        """SIGTERM (then SIGKILL after ``grace``) the recorded process if it is still that process:
+        this process's own child through :data:`SERVED` (so it is reaped), another's by its pid."""
         rec = f.record()
         was = rec is not None and alive(rec) is True
-        if was and rec is not None:
+        child = SERVED.find(_key(f), touch=False)  # one that exited is reaped here
+        if child is not None and rec is not None and child.pid == rec.pid:
+            child.stop(grace=grace)
+        elif was and rec is not None:
             stop_pids([rec.pid], grace=grace)
-        popen = self._children.pop(f.id, None)
-        if popen is not None:
-            popen.poll()
         if not f.stopped.exists():
             f.write("stopped.json", {"at": time.time(), "reason": reason, "was_running": was})
         return was
