@@ -16,254 +16,62 @@ Many users may share the experiments root (docs/sharing.md). A reader acts on a 
 never changed. A take-over runs nothing a record says: the new supervisor's plan is rebuilt
 from the owner's validated ``spec.json`` and handed to it on stdin. Only the owner (or root,
 or a member of ``STARVERSE_ADMIN_GROUP``) may cancel or preempt a job.
+
+This module reads, lists, cancels and preempts jobs and decides when a supervisor is gone (the
+take-over included); checks, planning and ``submit`` are ``_launch``'s, starting a supervisor
+process ``_spawn``'s, and the ownership, claim and billing records of a reader's act ``_recovery``'s.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import json
 import os
 import socket
-import stat
-import subprocess
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from jupyter_starverse._procs import ProcessRecord, alive, host_identity, job_processes, process_record, stop_pids
+from jupyter_starverse._procs import ProcessRecord, alive, host_identity, job_processes, stop_pids
 from jupyter_starverse._settings import Settings
-from jupyter_starverse._volume import check_owned, group_id, open_under, write_atomic
-from jupyter_starverse.errors import BadInputError, ConflictError, PermissionDeniedError, StarverseError, did_you_mean
+from jupyter_starverse._volume import check_owned, group_id
+from jupyter_starverse.errors import BadInputError, ConflictError, PermissionDeniedError, StarverseError
 from jupyter_starverse.experiments import (
     ExperimentPaths,
-    NodeRecord,
-    ResumePlan,
     RunPaths,
     RunStatus,
     find_run,
-    folder_modes,
     latest_checkpoint,
     list_runs,
-    new_job_id,
-    plan_resume,
     read_json,
     read_record,
     read_status,
-    run_modes,
     trusted_record,
     write_json,
     write_status,
 )
 from jupyter_starverse.jobmodel import Job, JobSpec, JobState, NodeStatus
 
-from .._runfolder import RunFolderBackend
-from .._secrets import check_secrets, run_secrets
-from .._torchrun import LOCAL_ADDR, WORKER_MODULE, LaunchPlan, job_env, make_local_plan, render_plan
-from ..templates import check_template, framework_args, write_framework_files
+from .._jobrecords import newest_first, run_job
+from .._torchrun import LaunchPlan
 from ._attempts import PREEMPT_RESTARTS
+from ._launch import GRACE_S, LocalLauncher
 from ._pool import PoolInfo, list_pools, stop_pools
-from ._supervisor import BUDGET_EVERY_S
+from ._recovery import claim, closed_nodes, final_cost, owned_by_me, runs_folder, uid_of
+from ._spawn import spawn_supervisor
 
 __all__ = ["LocalBackend"]
 
-_SUPERVISOR_MODULE = "jupyter_starverse.backends.local._supervisor"
 HEARTBEAT_S = 5.0  # how often the supervisor of a new job stamps its heartbeat
 STALE_BEATS = 3  # heartbeats a supervisor may miss before another host counts it dead ...
 STALE_MARGIN_S = 15.0  # ... plus this margin (a slow shared file system, clocks a little apart)
 STARTUP_GRACE_S = 60.0  # from submit to the supervisor's first heartbeat
-GRACE_S = 30.0  # from SIGTERM (cancel, budget, preemption drill) to SIGKILL
-BUDGET_STARTUP_S = 10.0  # a capped job needs this long to start and train before its first checkpoint
 
 
-class LocalBackend(RunFolderBackend):
-    """Local processes, one torchrun agent per node, gloo on CPU.
+class LocalBackend(LocalLauncher):
+    """Local processes, one torchrun agent per node, gloo on CPU (parameters: :class:`~._launch.LocalLauncher`).
 
-    Parameters
-    ----------
-    settings
-        Where experiments and the store live.
-    port
-        Port of the rendezvous store; ``None`` picks a free one. A port in use is refused.
-    grace
-        Seconds from SIGTERM to SIGKILL when the job is stopped (cancel, budget cap, drill);
-        also what the budget cap's margin is computed from.
-    preempt_restarts
-        How many times a job is relaunched after a preemption or a lost process or node
-        (failures of the script itself are retried ``JobSpec.max_restarts`` times).
+    Submitting and planning are :class:`~._launch.LocalLauncher`'s; this class reads jobs from their
+    run folders (taking over or failing a job whose supervisor is gone), cancels and preempts them.
     """
-
-    name = "local"
-
-    def __init__(
-        self,
-        settings: Settings,
-        *,
-        port: int | None = None,
-        grace: float = GRACE_S,
-        preempt_restarts: int = PREEMPT_RESTARTS,
-    ) -> None:
-        self.settings = settings
-        self.port = port
-        self.grace = grace
-        self.preempt_restarts = preempt_restarts
-
-    # -- planning -----------------------------------------------------------------
-    def _entry(self, spec: JobSpec, run: RunPaths) -> tuple[list[str], bool]:
-        extra = framework_args(spec, run_dir=str(run.root))
-        if spec.command:
-            return [*spec.command, *spec.args, *extra], True
-        script = str(run.script) if spec.code else str(Path(spec.script or "").expanduser().absolute())
-        return ["-m", WORKER_MODULE, script, *spec.args, *extra], False
-
-    def _check_gpu(self, spec: JobSpec) -> None:
-        if spec.is_gpu:  # a type nobody sells is a typo, whatever this machine has
-            from jupyter_starverse.costs import load_price_table
-
-            table = load_price_table(self.settings)
-            if spec.accelerator not in table.gpus:
-                raise BadInputError(
-                    f"unknown GPU type {spec.accelerator!r}",
-                    field="accelerator",
-                    hint=f"{did_you_mean(spec.accelerator, table.gpus)}known types: {', '.join(table.accelerators)}",
-                )
-        if spec.is_gpu and not any(Path("/dev").glob("nvidia[0-9]*")):
-            raise BadInputError(
-                f"the job asks for GPUs ({spec.accelerator!r}) but this machine has none",
-                field="accelerator",
-                hint="run it on the CPU here: `--gpu cpu` on `starverse launch` (or `%sv mode cpu` in a notebook, "
-                '"accelerator": "cpu" over REST), or launch on a cluster: `--backend kubernetes` or `--backend slurm`',
-            )
-
-    def _check_name_free(self, spec: JobSpec) -> None:
-        for job in self.list():
-            if job.spec.name == spec.name and not job.state.finished:
-                raise ConflictError(
-                    f"a job named {spec.name!r} is still {job.state.value}: {job.id}",
-                    hint=f"wait for it, cancel it (`starverse jobs cancel {job.id}`), or choose another name",
-                )
-
-    def _plan(
-        self, spec: JobSpec, job_id: str, port: int | None, *, mounts: dict[str, str], store_env: dict[str, str]
-    ) -> tuple[LaunchPlan, ResumePlan | None]:
-        exp = ExperimentPaths.of(self.settings.experiments, spec.experiment_name)
-        run = exp.run(job_id)
-        resume = (
-            plan_resume(exp.root, new_world_size=spec.world_size, data_parallel=spec.data_parallel)
-            if spec.resume
-            else None
-        )
-        env = job_env(
-            spec,
-            job_id=job_id,
-            run_dir=str(run.root),
-            checkpoint_dir=str(run.checkpoints),
-            store=store_env.get("STARVERSE_STORE", self.settings.store),
-            hf_cache=store_env.get("HF_HUB_CACHE", f"{self.settings.store}/hub"),
-            mounts=mounts,
-            resume_from=str(resume.checkpoint.path) if resume and resume.checkpoint else None,
-        )
-        if "PYTHONPATH" in env and os.environ.get("PYTHONPATH"):  # the job env layered over what ranks see now
-            env["PYTHONPATH"] += os.pathsep + os.environ["PYTHONPATH"]
-        entry, no_python = self._entry(spec, run)
-        return make_local_plan(spec, job_id=job_id, port=port, env=env, entry=entry, no_python=no_python), resume
-
-    def validate(self, spec: JobSpec) -> tuple[dict[str, str], dict[str, str]]:
-        """Every check ``submit`` makes before starting anything; returns mounts and store env."""
-        check_template(spec)
-        self._check_gpu(spec)
-        if spec.budget is not None:  # costs: a capped job must be priced, or its cap could not hold
-            from jupyter_starverse.costs import check_budget_covers, check_priced, load_price_table
-
-            table = load_price_table(self.settings)
-            check_priced(spec, table)
-            # the supervisor stops a capped job this long before its budget (see _supervisor.check_budget)
-            margin = BUDGET_EVERY_S + self.grace + 1.0
-            check_budget_covers(spec, table, startup_s=BUDGET_STARTUP_S, stop_margin_s=margin)
-        self.check_script(spec)
-        check_secrets(spec, where="the local backend")  # resolved again at spawn, into the supervisor's env only
-        return self.mounts(spec)
-
-    def resume_plan(self, spec: JobSpec) -> ResumePlan:
-        """Checkpoint step, old and new world size of ``spec`` resumed into its experiment."""
-        exp = ExperimentPaths.of(self.settings.experiments, spec.experiment_name)
-        return plan_resume(exp.root, new_world_size=spec.world_size, data_parallel=spec.data_parallel)
-
-    def render(self, spec: JobSpec, *, output: str = "yaml") -> str:
-        if output not in ("yaml", "json"):
-            raise BadInputError(f"output {output!r} is not yaml or json", field="output")
-        mounts, store_env = self.validate(spec)
-        plan, resume = self._plan(spec, "<job-id>", self.port, mounts=mounts, store_env=store_env)
-        extra = {"resume": resume.to_json()} if resume else {}
-        return render_plan(plan, output=output, extra=extra)
-
-    # -- submit -------------------------------------------------------------------
-    def _bind(self) -> socket.socket:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            sock.bind((LOCAL_ADDR, self.port or 0))
-            sock.listen(128)
-        except OSError as e:
-            sock.close()
-            if e.errno == errno.EADDRINUSE:
-                raise ConflictError(
-                    f"port {self.port} on {LOCAL_ADDR} is already in use", hint="omit the port to pick a free one"
-                ) from e
-            raise
-        return sock
-
-    def submit(self, spec: JobSpec, *, dry_run: bool = False) -> Job:
-        mounts, store_env = self.validate(spec)
-        self._check_name_free(spec)
-        if dry_run:
-            now = time.time()
-            run = ExperimentPaths.of(self.settings.experiments, spec.experiment_name).run("dry-run")
-            return Job("dry-run", self.name, spec, JobState.PENDING, str(run.root), now)
-        job_id = new_job_id(spec.name)
-        run = ExperimentPaths.of(self.settings.experiments, spec.experiment_name).run(job_id)
-        sock = self._bind()
-        try:
-            port = sock.getsockname()[1]
-            plan, _ = self._plan(spec, job_id, port, mounts=mounts, store_env=store_env)
-            modes, gid = run_modes(self.settings.experiments, self.settings.shared_group)
-            run.make(modes, gid=gid)  # 0700 (2770 in group mode) whatever the umask
-            if spec.code is not None:
-                write_atomic(run.script, spec.code.encode(), modes.file)
-            write_framework_files(spec, run.root)
-            write_json(run.spec, spec.to_json())
-            write_json(run.plan, plan.to_json())
-            status = RunStatus(job_id=job_id, created=time.time(), port=port)
-            write_status(run, status)
-            # `store rm`/`evict` refuse what a live job reads: held by us until the
-            # supervisor runs, then by the supervisor for as long as it lives.
-            with self._holds(spec, job_id, pid=None):
-                self._holds(spec, job_id, pid=self._start_supervisor(run, sock, plan=plan, spec=spec))
-        except BaseException as e:
-            sock.close()
-            if run.status.exists() and not isinstance(e, KeyboardInterrupt):
-                failed = RunStatus(
-                    job_id=job_id,
-                    state="failed",
-                    created=time.time(),
-                    finished=time.time(),
-                    reason=f"could not start: {e}",
-                )
-                write_status(run, failed)
-            raise
-        sock.close()
-        return self.get(job_id)
-
-    def _holds(self, spec: JobSpec, job_id: str, *, pid: int | None) -> contextlib.ExitStack:
-        """Hold every mounted store entry for ``job_id`` while ``pid`` (default: this process) lives."""
-        stack = contextlib.ExitStack()
-        if spec.mounts:
-            from jupyter_starverse.catalog import Catalog
-
-            catalog = Catalog(self.settings)
-            for name in spec.mounts:
-                stack.callback(catalog.hold(name, job_id, pid=pid).release)
-        return stack
 
     def _start_supervisor(self, run: RunPaths, sock: socket.socket | None, *, plan: LaunchPlan, spec: JobSpec) -> int:
         return start_supervisor(run, self.settings, sock, plan=plan, spec=spec, grace=self.grace,
@@ -320,7 +128,7 @@ class LocalBackend(RunFolderBackend):
             status = read_status(run) or RunStatus(job_id=run.job_id)
         except PermissionError:
             raise PermissionDeniedError(
-                f"cannot read job {run.job_id}: its run folder {run.root} belongs to uid {_uid(run.root)}",
+                f"cannot read job {run.job_id}: its run folder {run.root} belongs to uid {uid_of(run.root)}",
                 hint="run folders are private unless the experiments root is shared with STARVERSE_SHARED_GROUP "
                 "(docs/sharing.md)",
             ) from None
@@ -330,7 +138,7 @@ class LocalBackend(RunFolderBackend):
                 hint="the run folder is damaged; its owner can remove it",
             ) from None  # fmt: skip
         if not status.finished_state:
-            if _owned_by_me(run):
+            if owned_by_me(run):
                 status = _fail_if_supervisor_gone(run, status, self.settings)
             else:
                 status = _foreign_view(run, status)
@@ -348,12 +156,11 @@ class LocalBackend(RunFolderBackend):
             )
             for n in status.nodes
         )
-        return Job(
-            id=run.job_id,
-            backend=self.name,
-            spec=spec,
-            state=JobState(state),
-            experiment_dir=str(run.root),
+        return run_job(
+            run,
+            self.name,
+            spec,
+            JobState(state),
             created=status.created,
             started=status.started,
             finished=status.finished,
@@ -370,13 +177,9 @@ class LocalBackend(RunFolderBackend):
         return self._job(self.run_paths(job_id))
 
     def list(self) -> list[Job]:
-        jobs = []
-        for run in list_runs(self.settings.experiments):
-            try:
-                jobs.append(self._job(run))
-            except (StarverseError, OSError, ValueError, KeyError, TypeError, AttributeError):
-                continue  # a half-written, malformed or unreadable folder is not a job (the index names it)
-        return sorted(jobs, key=lambda j: j.created, reverse=True)
+        # a half-written, malformed or unreadable folder is not a job (the index names it)
+        skip = (StarverseError, OSError, ValueError, KeyError, TypeError, AttributeError)
+        return newest_first(list_runs(self.settings.experiments), self._job, skip=skip)
 
     def run_of(self, job_id: str) -> RunPaths:
         return self.run_paths(job_id)
@@ -437,54 +240,9 @@ def start_supervisor(
     resume: bool = False,
     secrets: bool = False,
 ) -> int:
-    """Start the detached supervisor of ``run`` (``sock``: the bound rendezvous port; ``None``: its own).
-
-    The job's secrets are resolved here, into the supervisor's environment only (its ranks inherit
-    them): ``secrets`` for a submit (a reference that does not resolve fails it), else (take-over)
-    only those that resolve, and only for a run folder of this uid.
-    """
-    env = {**os.environ, **settings.to_env()}
-    env.update(run_secrets(run.spec, strict=secrets))
-    env.pop("STARVERSE_JOB_ID", None)
-    argv = [sys.executable, "-m", _SUPERVISOR_MODULE, str(run.root)]
-    fds: tuple[int, ...] = ()
-    if sock is not None:
-        argv += ["--listen-fd", str(sock.fileno())]
-        fds = (sock.fileno(),)
-    argv += ["--heartbeat", str(HEARTBEAT_S), "--grace", f"{grace:g}", "--preempt-restarts", str(preempt_restarts)]
-    if resume:
-        argv.append("--resume")
-    # a link planted at supervisor.log is refused, never appended through
-    log_fd = open_under(run.root, run.root / "supervisor.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT,
-                        folder_modes(run.root).file)  # fmt: skip
-    with os.fdopen(log_fd, "ab") as log:
-        proc = subprocess.Popen(
-            argv,
-            env=env,
-            cwd=run.root,
-            stdin=subprocess.PIPE,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            pass_fds=fds,
-            start_new_session=True,
-        )
-    assert proc.stdin is not None
-    with contextlib.suppress(BrokenPipeError), proc.stdin:  # what it runs: from us, never from the folder
-        proc.stdin.write(json.dumps({"spec": spec.to_json(), "plan": plan.to_json()}).encode())
-    # status.json belongs to the supervisor from now on; its pid goes into a file of its own
-    record = process_record(proc.pid).to_json()
-    write_json(
-        run.root / "supervisor.json",
-        {
-            "pid": proc.pid,
-            "started": time.time(),
-            "process": record,
-            "grace": grace,
-            "preempt_restarts": preempt_restarts,
-        },
-    )
-    _reap_later(proc)
-    return proc.pid
+    """Start the detached supervisor of ``run``, beating every :data:`HEARTBEAT_S` (``_spawn``); its pid."""
+    return spawn_supervisor(run, settings, sock, plan=plan, spec=spec, heartbeat=HEARTBEAT_S, grace=grace,
+                            preempt_restarts=preempt_restarts, resume=resume, secrets=secrets)  # fmt: skip
 
 
 def _supervisor_record(run: RunPaths, status: RunStatus) -> ProcessRecord | None:
@@ -514,7 +272,7 @@ def _supervisor_alive(run: RunPaths, status: RunStatus) -> bool | None:
         # pid + start time name one process; its command line may still be the parent's for a
         # moment after the fork (before exec), so it is only asked when no start time was recorded
         return True
-    return verdict and _runs_folder(record.pid, run)
+    return verdict and runs_folder(record.pid, run)
 
 
 def _heartbeat_age(run: RunPaths, status: RunStatus) -> tuple[float, float]:
@@ -561,38 +319,14 @@ def _fail_if_supervisor_gone(run: RunPaths, status: RunStatus, settings: Setting
         taken = _take_over(run, fresh, settings, end)
         if taken is not None:
             return taken
-        if fresh.state in ("preempted", "resuming") and not _claim(run, fresh.attempt, "fail"):
+        if fresh.state in ("preempted", "resuming") and not claim(run, fresh.attempt, "fail"):
             return read_status(run) or fresh  # another reader is taking it over right now
     if verdict is False:
         stop_pids(job_processes(run.job_id, pid_dir=run.pids), grace=2.0)
-    fresh = replace(fresh, state="failed", reason=why, finished=end, nodes=_closed(fresh, end, "failed"))
+    fresh = replace(fresh, state="failed", reason=why, finished=end, nodes=closed_nodes(fresh, end, "failed"))
     write_status(run, fresh)
-    _final_cost(run, fresh, settings)
+    final_cost(run, fresh, settings)
     return fresh
-
-
-def _uid(path: Path) -> int | str:
-    try:
-        return os.lstat(path).st_uid
-    except OSError:
-        return "?"
-
-
-def _owned_by_me(run: RunPaths) -> bool:
-    """The run folder and the records that say what it runs are this uid's own (``lstat``, no link)."""
-    me = os.geteuid()
-    try:
-        if run.owner != me:
-            return False
-        for record in (run.spec, run.plan):
-            st = os.lstat(record)
-            if st.st_uid != me or not stat.S_ISREG(st.st_mode):
-                return False
-    except FileNotFoundError:
-        return run.spec.is_file() and not run.spec.is_symlink()  # no plan.json yet (an older version)
-    except OSError:
-        return False
-    return True
 
 
 def _foreign_view(run: RunPaths, status: RunStatus) -> RunStatus:
@@ -606,29 +340,9 @@ def _foreign_view(run: RunPaths, status: RunStatus) -> RunStatus:
         return status
     if verdict is not False:
         return status
-    owner = _uid(run.root)
+    owner = uid_of(run.root)
     return replace(status, reason=f"its supervisor is gone; it is resumed or marked failed when its owner "
                    f"(uid {owner}) next looks at it")  # fmt: skip
-
-
-def _closed(status: RunStatus, end: float, state: str) -> tuple[NodeRecord, ...]:
-    """The nodes with every open billing interval ended at ``end`` (the last heartbeat)."""
-    nodes = []
-    for n in status.nodes:
-        launches = tuple((a, b if b is not None else max(a, end)) for a, b in n.launches)
-        done = n.state in ("succeeded", "failed", "cancelled")
-        nodes.append(replace(n, launches=launches, state=n.state if done else state, finished=n.finished or end))
-    return tuple(nodes)
-
-
-def _claim(run: RunPaths, attempt: int, what: str) -> bool:
-    """Only one reader acts on a dead supervisor's attempt (``O_EXCL`` file)."""
-    try:
-        fd = os.open(run.root / f".{what}-{attempt}.claim", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    except FileExistsError:
-        return False
-    os.close(fd)
-    return True
 
 
 def _take_over(run: RunPaths, status: RunStatus, settings: Settings, end: float) -> RunStatus | None:
@@ -637,7 +351,7 @@ def _take_over(run: RunPaths, status: RunStatus, settings: Settings, end: float)
     Only for a run folder of this uid; the supervisor's plan is rebuilt here from the validated
     spec (``plan.json`` is never run), and a spec that does not plan (a mount gone) is ``None``.
     """
-    if not _owned_by_me(run):
+    if not owned_by_me(run):
         return None
     data = read_record(run.root / "supervisor.json")
     data = data if isinstance(data, dict) else {}
@@ -658,48 +372,13 @@ def _take_over(run: RunPaths, status: RunStatus, settings: Settings, end: float)
         plan, _ = backend._plan(spec, run.job_id, None, mounts=mounts, store_env=store_env)
     except (StarverseError, OSError, ValueError, TypeError):
         return None
-    if not _claim(run, status.attempt, "takeover"):
+    if not claim(run, status.attempt, "takeover"):
         return read_status(run) or status
     reason = "lost: the job's supervisor died; a new one resumes the job from its newest checkpoint"
-    fresh = replace(status, state="preempted", reason=reason, nodes=_closed(status, end, "preempted"))
+    fresh = replace(status, state="preempted", reason=reason, nodes=closed_nodes(status, end, "preempted"))
     write_status(run, fresh)
     pid = start_supervisor(run, settings, None, plan=plan, spec=spec, grace=grace, preempt_restarts=budget,
                            resume=True)  # fmt: skip
     fresh = replace(fresh, supervisor=None, supervisor_pid=pid)
     write_status(run, fresh)
     return fresh
-
-
-def _final_cost(run: RunPaths, status: RunStatus, settings: Settings | None) -> None:
-    """Rewrite ``cost.json`` from the closed intervals (a dead supervisor wrote its last reading)."""
-    if settings is None:
-        return
-    try:
-        from jupyter_starverse.costs import job_cost, load_price_table, write_cost
-        from jupyter_starverse.experiments import node_intervals
-
-        spec = JobSpec.from_json(read_json(run.spec))
-        end = status.finished or time.time()
-        cost = job_cost(spec, node_intervals(status), load_price_table(settings), now=end, job_id=run.job_id,
-                        user=settings.user)  # fmt: skip
-        write_cost(run.root, cost)
-    except Exception:  # the meter must not break reading a job
-        return
-
-
-def _runs_folder(pid: int, run: RunPaths) -> bool:
-    """The supervisor carries the run folder on its command line (guards against reused pids)."""
-    cmdline = Path(f"/proc/{pid}/cmdline")
-    if not cmdline.parent.is_dir():
-        return True  # no /proc (macOS): trust the recorded pid
-    try:
-        return str(run.root) in cmdline.read_bytes().decode(errors="replace")
-    except OSError:
-        return False
-
-
-def _reap_later(proc: subprocess.Popen[bytes]) -> None:
-    """Collect the supervisor's exit status when it ends, so it never lingers as a zombie."""
-    import threading
-
-    threading.Thread(target=proc.wait, name=f"starverse-reap-{proc.pid}", daemon=True).start()
