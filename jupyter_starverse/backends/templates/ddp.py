@@ -9,20 +9,18 @@ each rank trains on its share in gradient-accumulation steps of at most ``--batc
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 from jupyter_starverse import runtime as sv
-from jupyter_starverse.backends.templates._lm import CharData, TinyLM, lm_loss, load_text, template_args
+from jupyter_starverse.backends.templates._common import StepReport, accumulate, dataset_text
+from jupyter_starverse.backends.templates._lm import CharData, TinyLM, template_args
 
 
 def main() -> None:
     args = template_args(__doc__)
     ctx = sv.init()
-    mounts = sv.job_env().mounts
-    name = args.data or (next(iter(mounts)) if len(mounts) == 1 else None)
-    text = load_text(sv.mount_path(name) if name else None)
+    env = sv.job_env()
+    text = dataset_text(args.data, env)
     torch.manual_seed(0)  # same initial weights on every rank
     data = CharData(text, seq_len=args.seq_len, seed=1000 + ctx.rank)
     lm = TinyLM(data.vocab, seq_len=args.seq_len, layers=args.layers)
@@ -32,26 +30,13 @@ def main() -> None:
     plan = sv.keep_global_batch(micro_batch=args.batch, world_size=ctx.world_size, global_batch=args.global_batch)
     if ctx.is_main:
         params = sum(p.numel() for p in model.parameters())
-        print(f"training {params} parameters on {ctx.world_size} ranks ({ctx.device}, {sv.job_env().template})")
-    t0 = time.time()
-    meter = sv.Throughput(flops_per_token=flops, cards=ctx.world_size)
+        print(f"training {params} parameters on {ctx.world_size} ranks ({ctx.device}, {env.template})")
+    report = StepReport(ctx, args, plan, flops=flops)
     for step in sv.steps(model=model, optimizer=opt, batch=plan):
         opt.zero_grad(set_to_none=True)
-        total = torch.zeros((), device=ctx.device)
-        for size in plan.chunks(ctx.rank):
-            x, y = data.batch(max(size, 1))  # a 0-sample chunk still runs, weighted 0: collectives stay in step
-            loss = lm_loss(model(x.to(ctx.device)), y.to(ctx.device))
-            # DDP / FSDP average over ranks: weighting by the share makes it the mean of the global batch
-            (loss * (size * ctx.world_size / plan.global_batch)).backward()  # type: ignore[no-untyped-call]
-            total += loss.detach() * size
+        loss = accumulate(model, data, plan, ctx, dp_rank=ctx.rank, dp=ctx.world_size)
         opt.step()
-        loss = total / plan.share(ctx.rank)
-        rates = meter.step(plan.global_batch * args.seq_len)  # tokens/s and TFLOPS/card for the monitor
-        sv.log_metrics(step, loss=loss, tokens=(step + 1) * plan.global_batch * args.seq_len, **rates)
-        if ctx.is_main and step % 10 == 0:
-            print(f"step {step} loss {loss.item():.4f} ({time.time() - t0:.1f}s)", flush=True)
-        if args.step_sleep:
-            time.sleep(args.step_sleep)
+        report(step, loss)
 
 
 if __name__ == "__main__":

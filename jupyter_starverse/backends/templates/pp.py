@@ -12,17 +12,14 @@ Launch with ``template="pp", pipeline_parallel=N`` (world size a multiple of N).
 
 from __future__ import annotations
 
-import time
-
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
 from jupyter_starverse import runtime as sv
-from jupyter_starverse.backends.templates._lm import CharData, TinyLM, lm_loss, load_text, template_args
-from jupyter_starverse.errors import BadInputError
+from jupyter_starverse.backends.templates._common import StepReport, dataset_text, split_mesh
+from jupyter_starverse.backends.templates._lm import CharData, TinyLM, lm_loss, template_args
 
 
 class Stage(nn.Module):
@@ -65,17 +62,10 @@ def main() -> None:
     ctx = sv.init()
     env = sv.job_env()
     stages = int(env.pipeline_parallel)
-    if stages < 1 or ctx.world_size % stages:
-        raise BadInputError(
-            f"pipeline_parallel {stages} does not divide the world size {ctx.world_size}",
-            field="pipeline_parallel",
-            hint="choose a number of stages that divides nodes x processes per node",
-        )
-    dp = ctx.world_size // stages
-    mesh = init_device_mesh(ctx.device.split(":")[0], (dp, stages), mesh_dim_names=("dp", "pp"))
+    hint = "choose a number of stages that divides nodes x processes per node"
+    dp, mesh = split_mesh(ctx, stages, dim="pp", field="pipeline_parallel", hint=hint)
     me, dp_rank = mesh["pp"].get_local_rank(), mesh["dp"].get_local_rank()
-    name = args.data or (next(iter(env.mounts)) if len(env.mounts) == 1 else None)
-    text = load_text(sv.mount_path(name) if name else None)
+    text = dataset_text(args.data, env)
     torch.manual_seed(0)  # the same full model as ddp's, then cut
     data = CharData(text, seq_len=args.seq_len, seed=1000 + dp_rank)  # every stage of a pipeline draws the same
     layers = max(args.layers, stages)
@@ -98,8 +88,7 @@ def main() -> None:
             f"pipeline {stages} stages x data parallel {dp}, {kind.__name__} over {plan.accumulation} micro batches",
             flush=True,
         )
-    t0 = time.time()
-    meter = sv.Throughput(flops_per_token=flops, cards=ctx.world_size)
+    report = StepReport(ctx, args, plan, flops=flops)
     for step in sv.steps(model=module, optimizer=opt, batch=plan):
         share = plan.share(dp_rank)
         x, y = data.batch(share)
@@ -119,12 +108,7 @@ def main() -> None:
         opt.step()
         loss = torch.stack(losses).mean().detach() if losses else torch.zeros((), device=ctx.device)
         dist.broadcast(loss, src=last_rank, group=pp_group)  # the first stage (rank 0) reports it
-        rates = meter.step(plan.global_batch * args.seq_len)  # tokens/s and TFLOPS/card for the monitor
-        sv.log_metrics(step, loss=loss, tokens=(step + 1) * plan.global_batch * args.seq_len, **rates)
-        if ctx.is_main and step % 10 == 0:
-            print(f"step {step} loss {loss.item():.4f} ({time.time() - t0:.1f}s)", flush=True)
-        if args.step_sleep:
-            time.sleep(args.step_sleep)
+        report(step, loss)
 
 
 if __name__ == "__main__":

@@ -11,16 +11,13 @@ Launch with ``template="tp", tensor_parallel=N`` (world size a multiple of N).
 
 from __future__ import annotations
 
-import time
-
 import torch
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 from jupyter_starverse import runtime as sv
-from jupyter_starverse.backends.templates._lm import CharData, TinyLM, lm_loss, load_text, template_args
-from jupyter_starverse.errors import BadInputError
+from jupyter_starverse.backends.templates._common import StepReport, accumulate, dataset_text, split_mesh
+from jupyter_starverse.backends.templates._lm import CharData, TinyLM, template_args
 
 
 def main() -> None:
@@ -28,17 +25,10 @@ def main() -> None:
     ctx = sv.init()
     env = sv.job_env()
     tp = int(env.tensor_parallel)
-    if tp < 1 or ctx.world_size % tp:
-        raise BadInputError(
-            f"tensor_parallel {tp} does not divide the world size {ctx.world_size}",
-            field="tensor_parallel",
-            hint="choose a tensor-parallel degree that divides nodes x processes per node",
-        )
-    dp = ctx.world_size // tp
-    mesh = init_device_mesh(ctx.device.split(":")[0], (dp, tp), mesh_dim_names=("dp", "tp"))
+    hint = "choose a tensor-parallel degree that divides nodes x processes per node"
+    dp, mesh = split_mesh(ctx, tp, dim="tp", field="tensor_parallel", hint=hint)
     dp_rank = mesh["dp"].get_local_rank()
-    name = args.data or (next(iter(env.mounts)) if len(env.mounts) == 1 else None)
-    text = load_text(sv.mount_path(name) if name else None)
+    text = dataset_text(args.data, env)
     torch.manual_seed(0)  # the same full model as ddp's on every rank, then split
     data = CharData(text, seq_len=args.seq_len, seed=1000 + dp_rank)  # one stream per tensor-parallel group
     model = TinyLM(data.vocab, seq_len=args.seq_len, layers=args.layers).to(ctx.device)
@@ -53,24 +43,12 @@ def main() -> None:
     plan = sv.keep_global_batch(micro_batch=args.batch, world_size=dp, global_batch=args.global_batch)
     if ctx.is_main:
         print(f"tensor parallel {tp} x data parallel {dp} on {ctx.device} ({ctx.backend})", flush=True)
-    t0 = time.time()
-    meter = sv.Throughput(flops_per_token=flops, cards=ctx.world_size)
+    report = StepReport(ctx, args, plan, flops=flops)
     for step in sv.steps(model=model, optimizer=opt, batch=plan):
         opt.zero_grad(set_to_none=True)
-        total = torch.zeros((), device=ctx.device)
-        for size in plan.chunks(dp_rank):
-            x, y = data.batch(max(size, 1))
-            loss = lm_loss(model(x.to(ctx.device)), y.to(ctx.device))
-            (loss * (size * dp / plan.global_batch)).backward()  # type: ignore[no-untyped-call]
-            total += loss.detach() * size
+        loss = accumulate(model, data, plan, ctx, dp_rank=dp_rank, dp=dp)
         opt.step()
-        loss = total / plan.share(dp_rank)
-        rates = meter.step(plan.global_batch * args.seq_len)  # tokens/s and TFLOPS/card for the monitor
-        sv.log_metrics(step, loss=loss, tokens=(step + 1) * plan.global_batch * args.seq_len, **rates)
-        if ctx.is_main and step % 10 == 0:
-            print(f"step {step} loss {loss.item():.4f} ({time.time() - t0:.1f}s)", flush=True)
-        if args.step_sleep:
-            time.sleep(args.step_sleep)
+        report(step, loss)
 
 
 if __name__ == "__main__":
