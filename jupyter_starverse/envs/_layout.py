@@ -18,6 +18,7 @@ import os
 import re
 from pathlib import Path
 
+from jupyter_starverse.catalog._paths import store_root  # one copy of the store-as-a-folder rule
 from jupyter_starverse.errors import BadInputError
 
 __all__ = ["HASH_RE", "EnvPaths", "store_path"]
@@ -27,15 +28,12 @@ HASH_RE = re.compile(r"^[0-9a-f]{64}$")
 
 def store_path(store: str) -> Path:
     """The store as a local folder (environments need a file system every node sees)."""
-    if store.startswith("file://"):
-        store = store[len("file://") :]
-    elif "://" in store or store.startswith("memory:"):
-        raise BadInputError(
-            f"STARVERSE_STORE={store!r}: job environments need the store on a shared folder",
-            field="env_from",
-            hint="set STARVERSE_STORE to a network-mounted folder, or launch with --env-from image",
-        )
-    return Path(store).expanduser().absolute()
+    return store_root(
+        store,
+        why="job environments need the store on a shared folder",
+        field="env_from",
+        hint="set STARVERSE_STORE to a network-mounted folder, or launch with --env-from image",
+    )
 
 
 class EnvPaths:
