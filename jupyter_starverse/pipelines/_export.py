@@ -141,8 +141,9 @@ def _specs(pipeline: Pipeline, steps: list[StepPlan], backend: str, tag: str, fa
             continue
         prep = step.prep
         source = targets.get(prep.from_node or "", prep.source)
-        targets[step.node] = prep_target(source, prep.step, tag, step.node)
-        out[step.node] = prep_job_spec(pipeline, node, prep, source=source, target=targets[step.node],
+        target = prep_target(source, prep.step, tag, step.node)
+        targets[step.node] = source if prep.step == "scan" else target  # scan writes nothing: read its source
+        out[step.node] = prep_job_spec(pipeline, node, prep, source=source, target=target,
                                        backend=backend)  # fmt: skip
     return out
 

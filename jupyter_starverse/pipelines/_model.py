@@ -40,7 +40,7 @@ EVAL_KINDS = JOB_KINDS
 #: scores a model (a model entry, or the output of the training step before it) on a dataset.
 STEP_KINDS = (*JOB_KINDS, "prep", "eval")
 #: The data preparation steps that write a new version.
-PREP_STEPS = ("clean", "dedup", "score")
+PREP_STEPS = ("scan", "clean", "dedup", "score")
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 _MAX_NODES = 200

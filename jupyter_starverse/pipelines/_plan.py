@@ -83,7 +83,7 @@ def _prep_plan(pipeline: Pipeline, node: Node, produced: dict[str, str]) -> Step
     step = node.params.get("step")
     if step not in PREP_STEPS:
         raise BadInputError(f"data preparation step {step!r} is not one of {', '.join(PREP_STEPS)}", field="step",
-                            hint="clean (de-identify), dedup or score")  # fmt: skip
+                            hint="scan (find PII, writes nothing), clean (de-identify), dedup or score")  # fmt: skip
     inputs = [i for i in data_inputs(pipeline, node, produced) if i[0] == "dataset"]
     if len(inputs) != 1:
         raise BadInputError(f"{step} reads one dataset, it is fed {len(inputs)}", field="data",

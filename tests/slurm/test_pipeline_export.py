@@ -102,3 +102,43 @@ def test_pipeline_run_on_slurm_runs_a_prep_step_as_a_sharded_job(
     report = json.loads((Path(job.experiment_dir) / "data-report.json").read_text())
     assert report["output"] == written and report["docs_in"] == 4 and report["removed"] == {"exact": 1}
     assert any("2 x 1 ranks" in n for n in report["notes"])  # the shards were the job's two ranks
+
+
+def test_the_same_prep_chain_file_runs_on_local_and_on_slurm(
+    slurm: SlurmBackend, settings: Settings, tmp_path: Path
+) -> None:
+    """scan -> clean -> dedup -> score, one pipeline file: ``pipeline run`` on local (the driver runs
+    each step) and on Slurm (each step a job, after the one before it) keep the same documents."""
+    from jupyter_starverse.cli import main
+
+    client = Starverse(settings)
+    src = tmp_path / "corpus"
+    src.mkdir()
+    rows = ["a line that appears twice in the corpus"] * 2 + ["mail me at someone@example.com today", "and another"]
+    (src / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in rows))
+    client.catalog.add_dataset("corpus", str(src), version="v1")
+    client.catalog.pull("corpus@v1")
+    chain = ["scan", "clean", "dedup", "score"]
+    nodes = [{"id": "raw", "kind": "dataset", "params": {"ref": "corpus@v1"}}]
+    options = {"clean": {"actions": {"email": "placeholder", "person": "placeholder"}}}
+    nodes += [{"id": s, "kind": "prep", "params": {"step": s, "options": options.get(s, {})}} for s in chain]
+    edges = [{"source": a, "target": b} for a, b in zip(["raw", *chain], chain)]
+    path = tmp_path / "chain.svpipeline"
+    path.write_text(json.dumps({"version": 1, "name": "chain", "nodes": nodes, "edges": edges}))
+
+    kept: dict[str, list[str]] = {}
+    for backend in ("local", "slurm"):
+        before = {e.ref for e in client.catalog.ls()}
+        assert main(["pipeline", "run", str(path), "--backend", backend]) == 0, backend
+        run = client.pipelines.runs()[0]
+        assert run.state == "succeeded", (backend, run)
+        assert [s for s in chain if run.step(s).state == "succeeded"] == chain, (backend, run)
+        if backend == "slurm":  # each step a Slurm job (on local, the driver ran them)
+            assert all(run.step(s).job_id for s in chain), run
+        new = {e.ref for e in client.catalog.ls()} - before
+        (dedup,) = [r for r in new if r.startswith("corpus@dedup-")]
+        text = (client.catalog.mount(dedup) / "data.jsonl").read_text()
+        kept[backend] = sorted(json.loads(line)["text"] for line in text.splitlines() if line.strip())
+    assert kept["local"] == kept["slurm"], kept
+    assert sum("appears twice" in t for t in kept["slurm"]) == 1 and len(kept["slurm"]) == 3
+    assert not any("someone@example.com" in t for t in kept["slurm"])  # clean ran before dedup
