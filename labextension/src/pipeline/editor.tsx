@@ -1,20 +1,9 @@
 /**
- * The pipeline editor: palette (catalog entries and steps), canvas (@xyflow/react), side form,
- * and a bar with the live check, the whole pipeline's cost, export and run.
+ * The pipeline editor: it composes the palette (palette.tsx), the canvas (canvas.tsx) and the side
+ * form (form.tsx) under a bar with the live check, the whole pipeline's cost, export and run; it
+ * holds the state they share (the catalog, the check, the selection, the run) and talks to the server.
  */
-import {
-  applyNodeChanges,
-  Background,
-  Connection,
-  Controls,
-  Edge,
-  Node,
-  NodeChange,
-  ReactFlow,
-  ReactFlowProvider,
-  useReactFlow
-} from '@xyflow/react';
-import '@xyflow/react/dist/style.css';
+import { ReactFlowProvider } from '@xyflow/react';
 import * as React from 'react';
 
 import { errorText } from '../format';
@@ -23,22 +12,10 @@ import { requestAPI, sendJSON } from '../request';
 import { IPriceTable } from '../tokens/costs';
 import { IPipelineCheck, IPipelineDoc, IPipelineExport, IPipelineRun, IStepRun } from '../tokens/pipeline';
 import { IStoreEntry } from '../tokens/store';
+import { Canvas } from './canvas';
 import { SideForm } from './form';
-import {
-  addNode,
-  connect,
-  DRAG_TYPE,
-  dropEntryOnStep,
-  IPaletteItem,
-  isStep,
-  moveNodes,
-  nodeFor,
-  pinEntries,
-  removeEdges,
-  removeNodes,
-  setParams
-} from './graph';
-import { FlowData, NODE_TYPES } from './nodes';
+import { dropEntryOnStep, pinEntries, removeEdges, removeNodes, setParams } from './graph';
+import { IRecipeItem, Palette } from './palette';
 
 /** What the editor needs from the document widget around it. */
 export interface IPipelineHost {
@@ -50,130 +27,12 @@ export interface IPipelineHost {
   openPath: (path: string) => void;
 }
 
-/** What the palette shows of a recipe (`GET recipes`: `Recipe.to_json()`). */
-interface IRecipeItem {
-  name: string;
-  title: string;
-}
-
-const PREP: IPaletteItem[] = [
-  { kind: 'prep', label: 'Prep · clean (de-identify)', step: 'clean' },
-  { kind: 'prep', label: 'Prep · dedup', step: 'dedup' },
-  { kind: 'prep', label: 'Prep · score (quality)', step: 'score' }
-];
-
-/** An evaluation step: `starverse eval` on the model drawn into it (or the training step before it). */
-const EVAL: IPaletteItem = { kind: 'eval', label: 'Eval · score a model on a labelled set' };
-
-const TEMPLATES: IPaletteItem[] = [
-  { kind: 'train', label: 'Train · DDP (data parallel)', template: 'ddp' },
-  { kind: 'train', label: 'Train · FSDP (sharded)', template: 'fsdp' },
-  { kind: 'train', label: 'Train · TP (tensor parallel)', template: 'tp' },
-  { kind: 'train', label: 'Train · PP (pipeline parallel)', template: 'pp' }
-];
-
-function PaletteItem(props: { item: IPaletteItem; detail?: string }): JSX.Element {
-  return (
-    <div
-      className={`jp-SvPipeline-paletteItem jp-SvPipeline-${props.item.kind}`}
-      draggable
-      data-palette-kind={props.item.kind}
-      data-palette-ref={props.item.ref ?? props.item.template ?? props.item.step ?? props.item.recipe ?? ''}
-      title={props.detail ?? 'drag onto the canvas'}
-      onDragStart={event => {
-        event.dataTransfer.setData(DRAG_TYPE, JSON.stringify(props.item));
-        event.dataTransfer.effectAllowed = 'copy';
-      }}
-    >
-      {props.item.label}
-    </div>
-  );
-}
-
-/** Datasets and models of the catalog, and the steps; all draggable onto the canvas. */
-function Palette(props: {
-  entries: IStoreEntry[];
-  recipes: IRecipeItem[];
-  prep: boolean;
-  error: string | null;
-}): JSX.Element {
-  // a Hub dataset repo is a dataset node like any other: it is mounted the same way
-  const datasets = props.entries.filter(e => e.kind === 'dataset' || e.kind === 'hf-dataset');
-  const models = props.entries.filter(e => e.kind === 'model');
-  const entry = (e: IStoreEntry): JSX.Element => (
-    <PaletteItem
-      key={e.ref}
-      item={{ kind: e.kind === 'model' ? 'model' : 'dataset', label: e.ref, ref: e.ref }}
-      detail={`${e.state}${e.path ? `: ${e.path}` : ''} — drop onto a training step to mount it`}
-    />
-  );
-  return (
-    <div className="jp-SvPipeline-palette">
-      <h3>Steps</h3>
-      {TEMPLATES.map(t => (
-        <PaletteItem key={t.template} item={t} />
-      ))}
-      {props.prep && <h3>Data preparation</h3>}
-      {props.prep && PREP.map(p => <PaletteItem key={p.step} item={p} detail="runs in the workspace; drop a dataset onto it" />)}
-      <h3>Evaluation</h3>
-      <PaletteItem item={EVAL} detail="drop a model (or draw a training step) and a labelled dataset onto it" />
-      {props.recipes.length > 0 && <h3>Recipes</h3>}
-      {props.recipes.map(r => (
-        <PaletteItem
-          key={r.name}
-          item={{ kind: 'recipe', label: `${r.name}: ${r.title}`, recipe: r.name }}
-          detail={`${r.title} — drop a model and a dataset onto it`}
-        />
-      ))}
-      <h3>Datasets</h3>
-      {datasets.length ? datasets.map(entry) : <div className="jp-SvPipeline-help">none on the store</div>}
-      <h3>Models</h3>
-      {models.length ? models.map(entry) : <div className="jp-SvPipeline-help">none on the store</div>}
-      {props.error && <div className="jp-Starverse-error">{props.error}</div>}
-    </div>
-  );
-}
-
-function toFlowNodes(
-  doc: IPipelineDoc,
-  check: IPipelineCheck | null,
-  run: IPipelineRun | null,
-  prev: Node<FlowData>[],
-  onOpenJob: (run: IStepRun) => void
-): Node<FlowData>[] {
-  const before = new Map(prev.map(n => [n.id, n]));
-  return doc.nodes.map(node => {
-    const old = before.get(node.id);
-    const cost = check?.costs.find(c => c.node === node.id);
-    const figure = cost?.preview?.estimate
-      ? `${cost.preview.estimate.amount} ${cost.preview.estimate.currency} for ${cost.preview.estimate.seconds / 3600} h`
-      : (cost?.reason ?? null);
-    return {
-      id: node.id,
-      type: isStep(node.kind) ? node.kind : 'entry',
-      position: old?.dragging ? old.position : node.position,
-      selected: old?.selected,
-      measured: old?.measured,
-      data: {
-        node,
-        issues: check?.issues.filter(i => i.node === node.id) ?? [],
-        info: check?.info[node.id] ?? null,
-        cost: figure,
-        run: run?.steps.find(s => s.node === node.id) ?? null,
-        onOpenJob
-      }
-    };
-  });
-}
-
 function Editor(props: {
   doc: IPipelineDoc;
   onDoc: (doc: IPipelineDoc) => void;
   host: IPipelineHost;
 }): JSX.Element {
   const { doc, onDoc, host } = props;
-  const flow = useReactFlow();
-  const [nodes, setNodes] = React.useState<Node<FlowData>[]>([]);
   const [selected, setSelected] = React.useState<string | null>(null);
   const [check, setCheck] = React.useState<IPipelineCheck | null>(null);
   const [checkError, setCheckError] = React.useState<string | null>(null);
@@ -249,49 +108,6 @@ function Editor(props: {
   });
 
   const openJob = React.useCallback((step: IStepRun) => host.openJob(step), [host]);
-  React.useEffect(() => {
-    setNodes(prev => toFlowNodes(doc, check, run, prev, openJob));
-  }, [doc, check, run, openJob]);
-
-  const edges: Edge[] = doc.edges.map(e => {
-    const source = run?.steps.find(s => s.node === e.source);
-    return {
-      id: `${e.source}->${e.target}`,
-      source: e.source,
-      target: e.target,
-      animated: source?.state === 'running' || source?.state === 'pending'
-    };
-  });
-
-  const onNodesChange = (changes: NodeChange<Node<FlowData>>[]): void => {
-    const kept = changes.filter(c => c.type !== 'remove');
-    setNodes(prev => applyNodeChanges(kept, prev));
-    const removed = changes.filter(c => c.type === 'remove').map(c => (c.type === 'remove' ? c.id : ''));
-    if (removed.length) {
-      onDoc(removeNodes(doc, removed));
-    }
-  };
-
-  const onDrop = (event: React.DragEvent): void => {
-    event.preventDefault();
-    const raw = event.dataTransfer.getData(DRAG_TYPE);
-    if (!raw) {
-      return;
-    }
-    const item = JSON.parse(raw) as IPaletteItem;
-    const target = (event.target as HTMLElement).closest('.jp-SvPipeline-step');
-    const stepId = target?.getAttribute('data-node-id');
-    if (!isStep(item.kind) && stepId) {
-      const dropped = dropEntryOnStep(doc, item, stepId);
-      onDoc(dropped.doc);
-      setSelected(stepId);
-      return;
-    }
-    const position = flow.screenToFlowPosition({ x: event.clientX, y: event.clientY });
-    const node = nodeFor(doc, item, position);
-    onDoc(addNode(doc, node));
-    setSelected(node.id);
-  };
 
   const doExport = async (format: IPipelineExport['format']): Promise<void> => {
     setBusy(true);
@@ -385,34 +201,7 @@ function Editor(props: {
       ))}
       <div className="jp-SvPipeline-body">
         <Palette entries={entries} recipes={recipes} prep={prep} error={entriesError} />
-        <div
-          className="jp-SvPipeline-canvas"
-          tabIndex={0}
-          onDragOver={event => {
-            event.preventDefault();
-            event.dataTransfer.dropEffect = 'copy';
-          }}
-          onDrop={onDrop}
-        >
-          <ReactFlow<Node<FlowData>, Edge>
-            nodes={nodes}
-            edges={edges}
-            nodeTypes={NODE_TYPES}
-            onNodesChange={onNodesChange}
-            onEdgesDelete={gone => onDoc(removeEdges(doc, gone))}
-            onConnect={(c: Connection) => onDoc(connect(doc, c.source, c.target))}
-            onNodeDragStop={(_event, _node, moved) =>
-              onDoc(moveNodes(doc, Object.fromEntries(moved.map(n => [n.id, n.position]))))
-            }
-            onSelectionChange={({ nodes: chosen }) => setSelected(chosen.length ? chosen[0].id : null)}
-            fitView
-            fitViewOptions={{ maxZoom: 1 }}
-            proOptions={{ hideAttribution: true }}
-          >
-            <Background />
-            <Controls />
-          </ReactFlow>
-        </div>
+        <Canvas doc={doc} check={check} run={run} onDoc={onDoc} onSelect={setSelected} onOpenJob={openJob} />
         <SideForm
           doc={doc}
           selected={selectedNode}

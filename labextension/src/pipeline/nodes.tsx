@@ -61,10 +61,54 @@ function RunBadge(props: { run: IStepRun | null; onOpen: (run: IStepRun) => void
   );
 }
 
+/** A step's estimated cost (or why it has none); nothing before the first check. */
+function CostLine(props: { cost: string | null }): JSX.Element | null {
+  if (props.cost === null) {
+    return null;
+  }
+  return (
+    <div className="jp-SvPipeline-nodeLine jp-SvPipeline-cost" data-role="cost">
+      {props.cost}
+    </div>
+  );
+}
+
+/** What a step's run said once it succeeded (e.g. the report it wrote); nothing before. */
+function RunReason(props: { run: IStepRun | null; role?: string }): JSX.Element | null {
+  const { run } = props;
+  if (!run?.reason || run.state !== 'succeeded') {
+    return null;
+  }
+  return (
+    <div className="jp-SvPipeline-nodeLine" data-role={props.role} title={run.reason}>
+      {run.reason}
+    </div>
+  );
+}
+
 function stateClass(data: FlowData): string {
   const errors = data.issues.some(i => i.level === 'error');
   const warnings = data.issues.some(i => i.level === 'warning');
   return errors ? 'jp-mod-error' : warnings ? 'jp-mod-warning' : 'jp-mod-ok';
+}
+
+/** The frame of a step: its box (kind, state, id for drops), handles and title with its tag. */
+function StepBox(props: { data: FlowData; tag: string; children: React.ReactNode }): JSX.Element {
+  const { data } = props;
+  return (
+    <div
+      className={`jp-SvPipeline-node jp-SvPipeline-step jp-SvPipeline-${data.node.kind} ${stateClass(data)}`}
+      data-node-id={data.node.id}
+    >
+      <Handle type="target" position={Position.Left} />
+      <div className="jp-SvPipeline-nodeTitle">
+        <span>{data.node.id}</span>
+        <span className="jp-SvPipeline-tag">{props.tag}</span>
+      </div>
+      {props.children}
+      <Handle type="source" position={Position.Right} />
+    </div>
+  );
 }
 
 /** A training step: template, cards and parallel sizes, data it mounts, cost, issues, run state. */
@@ -76,18 +120,9 @@ export function TrainNodeView(props: NodeProps<StepNode>): JSX.Element {
   const cards = cardsOf(p);
   const dp = p.data_parallel ?? (cards % (tp * pp) === 0 ? cards / (tp * pp) : null);
   const mounts = data.info?.mounts ?? [];
+  const tag = data.node.kind === 'recipe' ? `recipe ${p.recipe ?? '?'}` : (p.template ?? 'ddp').toUpperCase();
   return (
-    <div
-      className={`jp-SvPipeline-node jp-SvPipeline-step jp-SvPipeline-${data.node.kind} ${stateClass(data)}`}
-      data-node-id={data.node.id}
-    >
-      <Handle type="target" position={Position.Left} />
-      <div className="jp-SvPipeline-nodeTitle">
-        <span>{data.node.id}</span>
-        <span className="jp-SvPipeline-tag">
-          {data.node.kind === 'recipe' ? `recipe ${p.recipe ?? '?'}` : (p.template ?? 'ddp').toUpperCase()}
-        </span>
-      </div>
+    <StepBox data={data} tag={tag}>
       <div className="jp-SvPipeline-nodeLine" data-role="topology">
         {p.nodes ?? 1} node(s) x {p.gpus_per_node ?? 1} {p.gpu ?? 'default'} = {cards} card(s)
       </div>
@@ -99,15 +134,10 @@ export function TrainNodeView(props: NodeProps<StepNode>): JSX.Element {
           data: {data.info?.produced_by?.[ref] ? `output of ${data.info.produced_by[ref]}` : ref}
         </div>
       ))}
-      {data.cost !== null && (
-        <div className="jp-SvPipeline-nodeLine jp-SvPipeline-cost" data-role="cost">
-          {data.cost}
-        </div>
-      )}
+      <CostLine cost={data.cost} />
       <Issues issues={data.issues} />
       <RunBadge run={data.run} onOpen={data.onOpenJob} />
-      <Handle type="source" position={Position.Right} />
-    </div>
+    </StepBox>
   );
 }
 
@@ -149,15 +179,7 @@ export function PrepNodeView(props: NodeProps<PrepNode>): JSX.Element {
   const { data } = props;
   const seconds = data.info?.seconds;
   return (
-    <div
-      className={`jp-SvPipeline-node jp-SvPipeline-step jp-SvPipeline-prep ${stateClass(data)}`}
-      data-node-id={data.node.id}
-    >
-      <Handle type="target" position={Position.Left} />
-      <div className="jp-SvPipeline-nodeTitle">
-        <span>{data.node.id}</span>
-        <span className="jp-SvPipeline-tag">prep {data.node.params.step ?? '?'}</span>
-      </div>
+    <StepBox data={data} tag={`prep ${data.node.params.step ?? '?'}`}>
       <div className="jp-SvPipeline-nodeLine">
         {data.info?.source ? `reads ${data.info.source}` : 'drop a dataset onto it'}
       </div>
@@ -166,13 +188,8 @@ export function PrepNodeView(props: NodeProps<PrepNode>): JSX.Element {
       </div>
       <Issues issues={data.issues} />
       <RunBadge run={data.run} onOpen={data.onOpenJob} />
-      {data.run?.reason && data.run.state === 'succeeded' && (
-        <div className="jp-SvPipeline-nodeLine" title={data.run.reason}>
-          {data.run.reason}
-        </div>
-      )}
-      <Handle type="source" position={Position.Right} />
-    </div>
+      <RunReason run={data.run} />
+    </StepBox>
   );
 }
 
@@ -187,15 +204,7 @@ export function EvalNodeView(props: NodeProps<EvalNode>): JSX.Element {
   const model = ev.from_node ? `output of ${ev.from_node}` : ev.model;
   const dataset = ev.data_from ? `output of ${ev.data_from}` : ev.data;
   return (
-    <div
-      className={`jp-SvPipeline-node jp-SvPipeline-step jp-SvPipeline-eval ${stateClass(data)}`}
-      data-node-id={data.node.id}
-    >
-      <Handle type="target" position={Position.Left} />
-      <div className="jp-SvPipeline-nodeTitle">
-        <span>{data.node.id}</span>
-        <span className="jp-SvPipeline-tag">eval {p.task ?? 'classification'}</span>
-      </div>
+    <StepBox data={data} tag={`eval ${p.task ?? 'classification'}`}>
       <div className="jp-SvPipeline-nodeLine" data-role="scores">
         {model ? `scores ${model}` : 'draw a model or a training step into it'}
       </div>
@@ -203,20 +212,11 @@ export function EvalNodeView(props: NodeProps<EvalNode>): JSX.Element {
         {dataset ? `on ${dataset}` : 'drop a labelled dataset onto it'}
         {p.limit ? ` (first ${p.limit})` : ''}
       </div>
-      {data.cost !== null && (
-        <div className="jp-SvPipeline-nodeLine jp-SvPipeline-cost" data-role="cost">
-          {data.cost}
-        </div>
-      )}
+      <CostLine cost={data.cost} />
       <Issues issues={data.issues} />
       <RunBadge run={data.run} onOpen={data.onOpenJob} />
-      {data.run?.reason && data.run.state === 'succeeded' && (
-        <div className="jp-SvPipeline-nodeLine" data-role="report" title={data.run.reason}>
-          {data.run.reason}
-        </div>
-      )}
-      <Handle type="source" position={Position.Right} />
-    </div>
+      <RunReason run={data.run} role="report" />
+    </StepBox>
   );
 }
 
