@@ -401,7 +401,7 @@ def test_group_mode_other_member_reads_carol_does_not(shared_tmp: Path, umask: i
 
 def test_a_link_in_logs_is_refused_not_written_through(settings: Settings, tmp_path: Path) -> None:
     from jupyter_starverse.backends.local._attempts import banner
-    from jupyter_starverse.backends.local._supervisor import open_log
+    from jupyter_starverse.backends.local._supstate import open_log
     from jupyter_starverse.errors import PermissionDeniedError
 
     run = _own_finished_run(settings)

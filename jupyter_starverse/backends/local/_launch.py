@@ -38,11 +38,10 @@ from .._secrets import check_secrets
 from .._torchrun import LOCAL_ADDR, WORKER_MODULE, LaunchPlan, make_local_plan, render_plan
 from ..templates import check_template, write_framework_files
 from ._attempts import PREEMPT_RESTARTS
-from ._supervisor import BUDGET_EVERY_S
+from ._supstate import BUDGET_EVERY_S, GRACE_S
 
 __all__ = ["BUDGET_STARTUP_S", "GRACE_S", "LocalLauncher"]
 
-GRACE_S = 30.0  # from SIGTERM (cancel, budget, preemption drill) to SIGKILL
 BUDGET_STARTUP_S = 10.0  # a capped job needs this long to start and train before its first checkpoint
 
 

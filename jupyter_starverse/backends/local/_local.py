@@ -57,10 +57,10 @@ from ._launch import GRACE_S, LocalLauncher
 from ._pool import PoolInfo, list_pools, stop_pools
 from ._recovery import claim, closed_nodes, final_cost, owned_by_me, runs_folder, uid_of
 from ._spawn import spawn_supervisor
+from ._supstate import HEARTBEAT_S  # how often the supervisor of a new job stamps its heartbeat
 
 __all__ = ["LocalBackend"]
 
-HEARTBEAT_S = 5.0  # how often the supervisor of a new job stamps its heartbeat
 STALE_BEATS = 3  # heartbeats a supervisor may miss before another host counts it dead ...
 STALE_MARGIN_S = 15.0  # ... plus this margin (a slow shared file system, clocks a little apart)
 STARTUP_GRACE_S = 60.0  # from submit to the supervisor's first heartbeat

@@ -51,29 +51,10 @@ from ._attempts import PREEMPT_RESTARTS
 from ._readonly import after_job
 from ._suprecover import Recovery
 from ._supspawn import Spawning
-from ._supstate import (
-    BUDGET_EVERY_S,
-    GRACE_S,
-    HARD_LOOKAHEAD_S,
-    HEARTBEAT_S,
-    IDLE_POLL_S,
-    POLL_S,
-    SETTLE_S,
-    open_log,
-)
+from ._supstate import GRACE_S, HEARTBEAT_S
 from ._supwatch import Watching
 
-__all__ = [
-    "BUDGET_EVERY_S",
-    "GRACE_S",
-    "HARD_LOOKAHEAD_S",
-    "HEARTBEAT_S",
-    "IDLE_POLL_S",
-    "POLL_S",
-    "SETTLE_S",
-    "main",
-    "open_log",
-]
+__all__ = ["main"]
 
 
 class _Supervisor(Spawning, Watching, Recovery):
