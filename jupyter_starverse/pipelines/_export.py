@@ -24,7 +24,7 @@ from jupyter_starverse.jobmodel import JobSpec
 from ._evalstep import eval_job_spec
 from ._model import Pipeline
 from ._plan import plan
-from ._prep import prep_job_spec, prep_target
+from ._prep import prep_job_spec, prep_output, prep_target, writes_version
 from ._records import StepPlan
 
 if TYPE_CHECKING:
@@ -142,7 +142,7 @@ def _specs(pipeline: Pipeline, steps: list[StepPlan], backend: str, tag: str, fa
         prep = step.prep
         source = targets.get(prep.from_node or "", prep.source)
         target = prep_target(source, prep.step, tag, step.node)
-        targets[step.node] = source if prep.step == "scan" else target  # scan writes nothing: read its source
+        targets[step.node] = prep_output(source, prep.step, target)
         out[step.node] = prep_job_spec(pipeline, node, prep, source=source, target=target,
                                        backend=backend)  # fmt: skip
     return out
@@ -173,7 +173,7 @@ def _reads_prepared(pipeline: Pipeline, node: Any, spec: JobSpec, targets: dict[
         drop.add(ref)
         target = targets.get(prep_node)
         prep = pipeline.by_id[prep_node]
-        if target is None or prep.params.get("step") == "scan":  # scan writes nothing: its source is the data
+        if target is None or not writes_version(prep.params.get("step")):  # its source is the data
             keep.add(ref)
             first = False
             continue
@@ -205,7 +205,7 @@ def _eval_reads_prepared(pipeline: Pipeline, ev: Any, spec: JobSpec, targets: di
     """
     prep_node = ev.data_from
     target = targets.get(prep_node or "")
-    if prep_node is None or target is None or pipeline.by_id[prep_node].params.get("step") == "scan":
+    if prep_node is None or target is None or not writes_version(pipeline.by_id[prep_node].params.get("step")):
         return spec
     params = json.loads(spec.args[0])
     params["data"] = _prepared_folder(target, facade)

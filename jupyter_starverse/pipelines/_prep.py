@@ -18,7 +18,7 @@ from jupyter_starverse.jobmodel._spec import job_name_of
 from ._model import Node, Pipeline
 from ._records import PrepPlan
 
-__all__ = ["prep_backend", "prep_job_spec", "prep_target", "runs_as_job"]
+__all__ = ["prep_backend", "prep_job_spec", "prep_output", "prep_target", "runs_as_job", "writes_version"]
 
 
 def prep_backend(pipeline: Pipeline, node: Node) -> str:
@@ -49,10 +49,20 @@ def prep_target(source: str, step: str, tag: str, node_id: str) -> str:
     return f"{source.split('@')[0]}@{step}-{tag}-{node_id}"
 
 
+def writes_version(step: object) -> bool:
+    """Whether a prep step writes a new version: every step but ``scan``, which only reports PII."""
+    return step != "scan"
+
+
+def prep_output(source: str, step: str, target: str) -> str:
+    """What the steps after a prep step read: the version it writes, or its source when it writes none."""
+    return target if writes_version(step) else source
+
+
 def prep_job_spec(pipeline: Pipeline, node: Node, prep: PrepPlan, *, source: str, target: str,
                   backend: str) -> JobSpec:  # fmt: skip
     """The job of a prep node on ``backend``: ``shards`` ranks of the data step's entry point."""
-    to = None if prep.step == "scan" else target
+    to = target if writes_version(prep.step) else None
     return job_spec(prep.step, source, to=to, options=dict(prep.options), shards=shards_of(node, prep.step),
                     backend=backend, name=job_name_of(f"{pipeline.name}-{node.id}"),
                     display_name=f"{pipeline.name}: {node.id} ({prep.step})")  # fmt: skip

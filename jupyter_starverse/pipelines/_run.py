@@ -32,7 +32,7 @@ from jupyter_starverse.jobmodel import Job, JobSpec, JobState
 from ._evalstep import eval_job_spec, evaluate_here
 from ._model import Pipeline
 from ._plan import plan, step_plan
-from ._prep import prep_backend, prep_job_spec, prep_target, runs_as_job
+from ._prep import prep_backend, prep_job_spec, prep_output, prep_target, runs_as_job, writes_version
 from ._records import StepPlan
 
 if TYPE_CHECKING:
@@ -266,7 +266,7 @@ def drive(facade: Facade, store: RunStore, run_id: str, *, poll: float = 0.5,
                 target = prep_target(source, prep.step, "-".join(run_id.split("-")[-3:]), step.node)
                 make = partial(prep_job_spec, pipeline, node, prep, source=source, target=target, backend=backend)
                 if submit(step.node, make, backend, job_deps, chain):
-                    prep_out[step.node] = source if prep.step == "scan" else target  # scan writes nothing
+                    prep_out[step.node] = prep_output(source, prep.step, target)
                 continue
             if produced:  # mount what the prep steps before it wrote, not their stand-ins
                 paths = {ref: facade.catalog.status(ref).path for ref in produced.values()}
@@ -298,15 +298,13 @@ def _prepare(facade: Facade, run_id: str, pipeline: Pipeline, step: StepPlan, pr
     target = prep_target(name, prep.step, "-".join(run_id.split("-")[-3:]), step.node)  # one version per run
     record(StepRun(step.node, step.backend, "running", reason=f"{prep.step} {source} -> {target}"))
     try:
-        if prep.step == "scan":  # scan writes nothing: the steps after it read its source
-            report = facade.data.scan(source, **prep.options)
-        else:
-            report = getattr(facade.data, prep.step)(source, to=target, **prep.options)
+        to = {"to": target} if writes_version(prep.step) else {}
+        report = getattr(facade.data, prep.step)(source, **to, **prep.options)
     except (StarverseError, TypeError) as e:
         failed[step.node] = str(getattr(e, "message", e))
         record(StepRun(step.node, step.backend, "failed", reason=failed[step.node]))
         return
-    produced[step.node] = source if prep.step == "scan" else str(report.output or target)
+    produced[step.node] = prep_output(source, prep.step, str(report.output or target))
     done = f"wrote {produced[step.node]} ({report.docs_out} of {report.docs_in} documents), report {report.id}"
     record(StepRun(step.node, step.backend, "succeeded", reason=done))
 
