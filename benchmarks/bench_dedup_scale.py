@@ -27,11 +27,14 @@ MiniLM transformer's documents/s and recall on a subset. Peers missing: skipped,
 ``--chain``: after the MinHash stages, their growth rows and the baselines on ``--docs``, the
 four steps scan -> clean -> dedup (MinHash + semantic) -> score run through the store as jobs of
 4 ranks on the local backend over ``--chain-docs`` generated documents (streamed to disk), each
-with its wall time and every rank's per-stage wall time and peak RSS (the report's ``ranks``).
+with its wall time and every rank's per-stage wall time and peak RSS (the report's ``ranks``; each
+stage's own peak, not the largest of the stages before it on that rank). ``--chain-grow G`` runs the
+chain on ``--chain-docs / G`` documents first and prints each stage's peak RSS, Gx against 1x.
 
     python benchmarks/bench_dedup_scale.py --docs 50000 --grow 4
     python benchmarks/bench_dedup_scale.py --paraphrases --static minilm --subset 600
     python benchmarks/bench_dedup_scale.py --chain --docs 25000 --static minilm --datatrove-python PY
+    python benchmarks/bench_dedup_scale.py --chain --chain-grow 4 --static minilm   # 250,000 then 1,000,000
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ import os
 import random
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -267,6 +271,8 @@ def main() -> None:
                         "MinHash stages, baselines and growth rows on --docs")  # fmt: skip
     parser.add_argument("--chain-docs", type=int, default=1_000_000, help="documents of the chain's corpus")
     parser.add_argument("--chain-words", type=int, default=120, help="words per document of the chain's corpus")
+    parser.add_argument("--chain-grow", type=int, default=1, metavar="G",
+                        help="first run the chain on --chain-docs / G documents (peak RSS, 1x -> Gx)")  # fmt: skip
     args = parser.parse_args()
     if args.static == "minilm":
         args.static = str(_distilled(Path(tempfile.mkdtemp(prefix="bench-static-"))))
@@ -287,7 +293,18 @@ def main() -> None:
             docs, near = generate(n)
             _minhash_part(args, n, docs, near, root)
             del docs, near
-            chain(args, root / "chain", Path(args.static))
+            sizes = [args.chain_docs // args.chain_grow, args.chain_docs] if args.chain_grow > 1 else [args.chain_docs]
+            runs = []
+            for size in sizes:
+                runs.append(chain(args, root / f"chain-{size}", Path(args.static), size))
+                shutil.rmtree(root / f"chain-{size}", ignore_errors=True)
+            if len(runs) == 2:
+                print(f"chain: each stage's peak RSS on its largest rank, {sizes[1]:,} / {sizes[0]:,} documents:")
+                for name, (small, small_grew) in runs[0].items():
+                    if name in runs[1]:
+                        big, big_grew = runs[1][name]
+                        print(f"    {name:<26} {big / small:5.2f}x   ({big:,.0f} / {small:,.0f} MiB; "
+                              f"grown in the stage {big_grew:,.1f} / {small_grew:,.1f} MiB)")  # fmt: skip
         return
     n = 1_000_000 if args.full else args.docs
     _context()
@@ -678,18 +695,22 @@ def write_chain_corpus(folder: Path, n: int, *, words: int, dup_share: float = 0
     return size, copies
 
 
-def chain(args: Any, root: Path, static: Path) -> None:
-    """The four steps as jobs of ``WORLD`` ranks on the local backend, through the store, as a pipeline runs them."""
+def chain(args: Any, root: Path, static: Path, n: int) -> dict[str, tuple[float, float]]:
+    """The four steps as jobs of ``WORLD`` ranks on the local backend, through the store, as a pipeline runs them,
+    on ``n`` documents. Returns each stage's peak RSS on its largest rank and the largest rank's growth of it
+    over the RSS the stage began with (MiB)."""
     from jupyter_starverse._settings import Settings
     from jupyter_starverse.client import Starverse
 
+    root.mkdir(parents=True, exist_ok=True)
     os.environ["STARVERSE_HOME"] = str(root / "home")
+    peaks: dict[str, tuple[float, float]] = {}
     os.environ["BENCH_SALT"] = "bench-secret"
     client = Starverse(Settings.from_env())
     t = time.perf_counter()
     _CHAIN_WORDS[:] = chain_vocabulary(static)
-    size, copies = write_chain_corpus(root / "corpus", args.chain_docs, words=args.chain_words)
-    print(f"chain through the store: {args.chain_docs:,} documents ({size / 1e9:.2f} GB, {len(copies):,} near "
+    size, copies = write_chain_corpus(root / "corpus", n, words=args.chain_words)
+    print(f"chain through the store: {n:,} documents ({size / 1e9:.2f} GB, {len(copies):,} near "
           f"copies; {len(_CHAIN_WORDS):,}-word vocabulary), written in {time.perf_counter() - t:.0f} s; "
           f"each step a job of {WORLD} ranks on the local "
           f"backend (scores: one rank), load {_load()}")  # fmt: skip
@@ -712,18 +733,21 @@ def chain(args: Any, root: Path, static: Path) -> None:
         path = Path(done.experiment_dir) / "data-report.json"
         if done.state.value != "succeeded" or not path.is_file():
             print(f"  {step}: job {job.id} ended {done.state.value}; see `starverse jobs logs {job.id}`")
-            return
+            return peaks
         rep = json.loads(path.read_text(encoding="utf-8"))
         removed = sum(rep["removed"].values())
         print(f"  {step:<5} {wall:7.1f} s (job; the step itself {rep['elapsed_s']:.1f} s) "
               f"{rep['docs_in'] / wall:9,.0f} documents/s, {removed:,} removed, load {_load()}")  # fmt: skip
-        per_stage: dict[str, list[tuple[float, float]]] = {}
+        per_stage: dict[str, list[tuple[float, float, float]]] = {}
         for r in rep.get("ranks", []):
             for s in r["stages"]:
-                per_stage.setdefault(s["stage"], []).append((s["wall_s"], s["peak_rss_mib"]))
+                grew = s["peak_rss_mib"] - s.get("start_rss_mib", s["peak_rss_mib"])
+                per_stage.setdefault(s["stage"], []).append((s["wall_s"], s["peak_rss_mib"], grew))
         for name, vals in per_stage.items():
-            print(f"        {name:<16} {max(w for w, _ in vals):7.1f} s slowest rank, peak RSS "
-                  f"{max(m for _, m in vals):7.1f} MiB largest rank ({len(vals)} ranks)")  # fmt: skip
+            peak, grew = max(m for _, m, _ in vals), max(g for _, _, g in vals)
+            peaks[f"{step}: {name}" if name != step else step] = (peak, grew)
+            print(f"        {name:<16} {max(w for w, _, _ in vals):7.1f} s slowest rank, peak RSS "
+                  f"{peak:7.1f} MiB largest rank (+{grew:.1f} in the stage; {len(vals)} ranks)")  # fmt: skip
         for note in rep.get("notes", []):
             if note.startswith("semantic:"):
                 print(f"        {note}")
@@ -732,6 +756,7 @@ def chain(args: Any, root: Path, static: Path) -> None:
             print(f"        planted near copies: recall {len(found & copies) / max(1, len(copies)):.3f}, "
                   f"{len(found - copies):,} others removed")  # fmt: skip
     print(f"  chain: {time.perf_counter() - total:.0f} s in all")
+    return peaks
 
 
 def _removed_docs(client: Any, version: str) -> set[int]:

@@ -90,6 +90,8 @@ def _job(args: argparse.Namespace) -> None:
     )
     n = 0
     began = time.perf_counter()
+    _peak_mib()  # the stage's peak starts here: after the imports, before its share is read
+    start = _rss_mib()
     summary: dict[str, Any] = {"rank": rank, "world": world}
     if args.step in ("scan", "clean"):
         deid = (
@@ -118,7 +120,7 @@ def _job(args: argparse.Namespace) -> None:
                 rows.write(json.dumps({"i": doc.idx, "row": row}, ensure_ascii=False, default=str) + "\n")
         rows_tmp.replace(rows_path)
         summary["stages"] = [{"stage": args.step, "wall_s": round(time.perf_counter() - began, 3),
-                              "peak_rss_mib": _peak_mib(), "docs": n}]  # fmt: skip
+                              "peak_rss_mib": _peak_mib(), "start_rss_mib": start, "docs": n}]  # fmt: skip
         summary["tally"] = _tally_json(tally, tally.firsts)
         summary["before_after"] = before_after
     elif args.step == "dedup":
@@ -149,17 +151,37 @@ def _barrier(out: Path, name: str, rank: int, world: int, *, timeout: float = 7 
         time.sleep(0.2)
 
 
-def _peak_mib() -> float:
-    import resource
+def _rss_mib() -> float:
+    """This process's resident memory now, in MiB (0.0 where ``/proc`` is not there)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            return round(next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024, 1)
+    except (OSError, StopIteration, ValueError):
+        return 0.0
 
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+def _peak_mib(*, reset: bool = True) -> float:
+    """This process's peak RSS in MiB since the last reset, so that each stage reports its own peak and not
+    the largest of the stages before it (the stages of a rank share one process). Linux keeps the peak as
+    ``VmHWM`` and resets it through ``clear_refs``; elsewhere it is the process's peak (``ru_maxrss``)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            kib = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+        if reset:
+            with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+                f.write("5")
+        return round(kib / 1024, 1)
+    except (OSError, StopIteration, ValueError):
+        import resource
+
+        return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 def _dedup_stages(
     out: Path, rank: int, world: int, docs: Iterator[Doc], text_field: str, reread: Any, params: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """The dedup stages on this rank: its shard, its semantic share, its partitions, rank 0 the components,
-    its shard again. Returns this rank's figures per stage (wall seconds, peak RSS so far)."""
+    its shard again. Returns this rank's figures per stage (wall seconds, the stage's own peak RSS)."""
     from jupyter_starverse import runtime
 
     from . import _stages as st
@@ -168,11 +190,15 @@ def _dedup_stages(
     cfg = st.StageConfig.load(work)
     figures: list[dict[str, Any]] = []
     clock = [time.perf_counter()]
+    _peak_mib()
+    start = [_rss_mib()]
 
     def done(stage: str, **extra: Any) -> None:
         now = time.perf_counter()
-        figures.append({"stage": stage, "wall_s": round(now - clock[0], 3), "peak_rss_mib": _peak_mib(), **extra})
-        clock[0] = now
+        peak = _peak_mib()
+        figures.append({"stage": stage, "wall_s": round(now - clock[0], 3), "peak_rss_mib": peak,
+                        "start_rss_mib": start[0], **extra})  # fmt: skip
+        clock[0], start[0] = now, _rss_mib()
 
     against: Path | None = None
     offset = 0
