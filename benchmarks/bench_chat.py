@@ -27,12 +27,8 @@ time on a loaded machine), and the worker's own load phases (imports, tokenizer,
 from __future__ import annotations
 
 import argparse
-import http.client
-import json
 import os
 import resource
-import secrets
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,6 +38,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._jupyter import JupyterServer as Server  # noqa: E402
+
 PROMPT = "How many cards do I need?"
 MODEL = "hf:bench/tiny"
 
@@ -98,52 +98,6 @@ def _first_byte(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
             raise SystemExit(f"{argv[:4]} failed ({proc.returncode}): {err[-2000:]}")
     total = time.perf_counter() - start
     return {"first": first_at, "end": total, "cpu": _cpu() - before, "err": err}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Server:
-    """``jupyter server`` with the extension on loopback; JSON calls with its token."""
-
-    def __init__(self, env: dict[str, str], home: Path) -> None:
-        self.port, self.token = _free_port(), secrets.token_hex(16)
-        argv = [sys.executable, "-m", "jupyter_server", f"--port={self.port}", "--ip=127.0.0.1", "--no-browser",
-                "--allow-root", f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={home}"]  # fmt: skip
-        self.log = (home / "server.log").open("wb")
-        self.proc = subprocess.Popen(argv, env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            try:
-                self.call("GET", "/api/status")
-                return
-            except OSError:
-                time.sleep(0.3)
-        raise SystemExit(f"the server did not start; see {home / 'server.log'}")
-
-    def call(self, method: str, path: str, body: object = None) -> Any:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
-        try:
-            data = json.dumps(body) if body is not None else None
-            conn.request(method, path, body=data, headers={"Authorization": f"token {self.token}"})
-            resp = conn.getresponse()
-            raw = resp.read()
-            if resp.status >= 400:
-                raise SystemExit(f"{method} {path}: {resp.status} {raw[:500]!r}")
-            return json.loads(raw) if raw else None
-        finally:
-            conn.close()
-
-    def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
 
 
 def _ask(server: Server, session: str, tokens: int, started: float) -> tuple[float, float]:

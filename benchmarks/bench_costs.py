@@ -16,31 +16,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._common import median_ms  # noqa: E402
 from jupyter_starverse._settings import Settings  # noqa: E402
 from jupyter_starverse.costs import NodeInterval, check_budget, job_cost, load_price_table, write_cost  # noqa: E402
 from jupyter_starverse.jobmodel import JobSpec  # noqa: E402
 
 T0 = 1_796_000_000.0
-
-
-def _median_ms(fn: Callable[[], object], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
 
 
 def _intervals(nodes: int) -> list[NodeInterval]:
@@ -59,7 +48,7 @@ def bench_meter(repeat: int) -> None:
     for nodes in (1, 64, 1024):
         spec = JobSpec(name="b", script="t.py", nodes=nodes, procs_per_node=8, accelerator="a100-80g", budget="1e6")
         ivs = _intervals(nodes)
-        ms = _median_ms(lambda s=spec, i=ivs: check_budget(s, i, table, now=T0 + 9000, grace=27), repeat)
+        ms = median_ms(lambda s=spec, i=ivs: check_budget(s, i, table, now=T0 + 9000, grace=27), repeat)
         base = base or ms
         print(f"  {nodes:5d} nodes x 5 intervals: {ms:8.3f} ms  ({ms / base:6.1f}x the 1-node case)")
 
@@ -88,8 +77,8 @@ def bench_total(repeat: int, runs: int) -> None:
 
         result = user_total(root, "alice")
         assert len(result.records) == runs // 2 and result.amounts[0][1] > Decimal(0)
-        base = _median_ms(floor, repeat)
-        ms = _median_ms(lambda: user_total(root, "alice"), repeat)
+        base = median_ms(floor, repeat)
+        ms = median_ms(lambda: user_total(root, "alice"), repeat)
         print(f"user_total over {runs} runs ({runs // 2} of the user's)")
         print(f"  read + json.loads only (baseline): {base:8.1f} ms")
         print(f"  user_total (walk, parse, validate, sum): {ms:8.1f} ms  ({ms / base:4.1f}x the baseline)")

@@ -57,6 +57,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._common import load
 from jupyter_starverse.data import _stages as st
 from jupyter_starverse.data._read import Doc
 
@@ -569,7 +570,7 @@ def paraphrase_part(args: Any, root: Path) -> None:
               f"{best['threshold']}, {best['clusters']} clusters (tune half: recall {best['recall']:.3f}, "
               f"{best['fp']} FP); on the other half: recall {r['recall']:.3f}, {r['fp']} false positives "
               f"({shared} of them share a passage with the kept one: 5-gram Jaccard >= 0.4), "
-              f"{r['compared']:,} comparisons; encoder {rate:,.0f} documents/s, load {_load()}")  # fmt: skip
+              f"{r['compared']:,} comparisons; encoder {rate:,.0f} documents/s, load {load()}")  # fmt: skip
         for row in rows:
             print(f"    tune half, {row['clusters']:>3} clusters, threshold {row['threshold']:.2f}: "
                   f"recall {row['recall']:.3f}, {row['fp']} FP")  # fmt: skip
@@ -577,7 +578,7 @@ def paraphrase_part(args: Any, root: Path) -> None:
             rec, fp, srate = semhash_run(test, test_planted, enc, best["threshold"])
             print(f"  semhash {_version('semhash')} (usearch ANN) with the same {kind} encoder at "
                   f"{best['threshold']}: recall {rec:.3f}, {fp} false positives, {srate:,.0f} documents/s "
-                  f"(embedding included), load {_load()}")  # fmt: skip
+                  f"(embedding included), load {load()}")  # fmt: skip
         except ImportError:
             print("  semhash: skipped (pip install -e '.[bench]')")
         chosen[kind] = (enc, best)
@@ -589,17 +590,13 @@ def paraphrase_part(args: Any, root: Path) -> None:
     sub_texts, sub_planted = planted_paraphrases(halves[1][: args.subset], seed=3)
     rows, rate = semantic_grid(sub_texts, sub_planted, enc, root / "minilm", thresholds, [1])
     print(f"  MiniLM transformer ({minilm.parent.name}) on a subset of that half ({len(sub_texts):,} documents, "
-          f"{len(sub_planted)} copies, all pairs): {rate:,.1f} documents/s, load {_load()}")  # fmt: skip
+          f"{len(sub_planted)} copies, all pairs): {rate:,.1f} documents/s, load {load()}")  # fmt: skip
     for row in rows:
         print(f"    threshold {row['threshold']:.2f}: recall {row['recall']:.3f}, {row['fp']} FP")
     for kind, (s_enc, best) in chosen.items():
         s_rows, s_rate = semantic_grid(sub_texts, sub_planted, s_enc, root / f"sub-{kind}", [best["threshold"]], [1])
         print(f"  the {kind} encoder on the same subset at {best['threshold']}: recall {s_rows[0]['recall']:.3f}, "
               f"{s_rows[0]['fp']} FP, {s_rate:,.0f} documents/s = {s_rate / rate:,.0f}x the transformer")  # fmt: skip
-
-
-def _load() -> str:
-    return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def _shared_passages(texts: list[str], *, work: Path, planted: set[int]) -> int:
@@ -713,7 +710,7 @@ def chain(args: Any, root: Path, static: Path, n: int) -> dict[str, tuple[float,
     print(f"chain through the store: {n:,} documents ({size / 1e9:.2f} GB, {len(copies):,} near "
           f"copies; {len(_CHAIN_WORDS):,}-word vocabulary), written in {time.perf_counter() - t:.0f} s; "
           f"each step a job of {WORLD} ranks on the local "
-          f"backend (scores: one rank), load {_load()}")  # fmt: skip
+          f"backend (scores: one rank), load {load()}")  # fmt: skip
     client.catalog.add_dataset("gen", str(root / "corpus"), version="1")
     client.catalog.import_model(str(static), repo="bench/static")
     steps = [
@@ -737,7 +734,7 @@ def chain(args: Any, root: Path, static: Path, n: int) -> dict[str, tuple[float,
         rep = json.loads(path.read_text(encoding="utf-8"))
         removed = sum(rep["removed"].values())
         print(f"  {step:<5} {wall:7.1f} s (job; the step itself {rep['elapsed_s']:.1f} s) "
-              f"{rep['docs_in'] / wall:9,.0f} documents/s, {removed:,} removed, load {_load()}")  # fmt: skip
+              f"{rep['docs_in'] / wall:9,.0f} documents/s, {removed:,} removed, load {load()}")  # fmt: skip
         per_stage: dict[str, list[tuple[float, float, float]]] = {}
         for r in rep.get("ranks", []):
             for s in r["stages"]:
@@ -824,7 +821,7 @@ def semantic_growth(n: int, grow: int, root: Path) -> None:
                 peaks = pool.map(_sem_task, [(stage, str(work), r, size) for r in ranks])
             out.append((stage, time.perf_counter() - t, max(p for p, _ in peaks), max(d for _, d in peaks)))
         rows.append((size, out))
-        print(f"semantic stages on {size:,} vectors (256 dims, {WORLD} workers), load {_load()}:")
+        print(f"semantic stages on {size:,} vectors (256 dims, {WORLD} workers), load {load()}:")
         for stage, wall, peak, own in out:
             print(f"    {stage:<8} {wall:7.2f} s   peak RSS / worker {peak:7.1f} MiB (its share: +{own:.1f} MiB)")
     print(f"  peak RSS per worker, {grow}x / 1x:")

@@ -52,25 +52,7 @@ from jupyter_starverse.backends.local._local import LocalBackend  # noqa: E402
 from jupyter_starverse.costs import read_cost  # noqa: E402
 from jupyter_starverse.experiments import read_metrics, read_status  # noqa: E402
 from jupyter_starverse.jobmodel import JobSpec  # noqa: E402
-
-TRAIN = """
-import os, time, torch
-from jupyter_starverse import runtime as sv
-
-ctx = sv.init()
-torch.manual_seed(0)
-model = sv.wrap(torch.nn.Linear(8, 1))
-opt = torch.optim.SGD(model.parameters(), lr=0.05)
-x, y = torch.ones(16, 8), torch.zeros(16, 1)
-sleep = float(os.environ.get("STEP_SLEEP", "0"))
-for step in sv.steps(model=model, optimizer=opt):
-    loss = (model(x) - y).pow(2).mean()
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    sv.log_metrics(step, loss=loss)
-    time.sleep(sleep)
-"""
+from tests.backends._local import TINY as TRAIN  # noqa: E402  (the local backend tests' training script)
 
 BUDGET = Decimal("1.00")
 PRICE_PER_NODE_HOUR = "3.6"  # 0.001 per node-second

@@ -19,11 +19,8 @@ prints medians of:
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
-import secrets
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._jupyter import JupyterServer as Server  # noqa: E402
 from jupyter_starverse._format import format_bytes, format_count  # noqa: E402
 from jupyter_starverse.experiments import ExperimentPaths, RunStatus, write_json, write_status  # noqa: E402
 from jupyter_starverse.jobmodel import JobSpec  # noqa: E402
@@ -84,52 +82,6 @@ def make_runs(root: Path, count: int, experiments: int = 10) -> None:
 
 def _median(fn: Callable[[], float], repeat: int) -> float:
     return statistics.median(fn() for _ in range(repeat))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Server:
-    """``jupyter server`` on loopback with this experiments root; GET with a token."""
-
-    def __init__(self, env: dict[str, str], home: Path) -> None:
-        self.port, self.token = _free_port(), secrets.token_hex(16)
-        argv = [sys.executable, "-m", "jupyter_server", f"--port={self.port}", "--ip=127.0.0.1", "--no-browser",
-                "--allow-root", f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={home}"]  # fmt: skip
-        self.log = (home / "server.log").open("wb")
-        self.proc = subprocess.Popen(argv, env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if self.get("/api/status")[0] == 200:
-                    return
-            except OSError:
-                time.sleep(0.3)
-        raise RuntimeError(f"the server did not start; see {home / 'server.log'}")
-
-    def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, int, dict[str, str], bytes]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-        try:
-            conn.request("GET", path, headers={"Authorization": f"token {self.token}", **(headers or {})})
-            resp = conn.getresponse()
-            body = resp.read()
-            head = {k: v for k, v in resp.getheaders()}
-            # bytes on the wire: status line, headers and body
-            wire = len(f"HTTP/1.1 {resp.status} {resp.reason}\r\n") + sum(len(f"{k}: {v}\r\n") for k, v in head.items())
-            return resp.status, wire + 2 + len(body), head, body
-        finally:
-            conn.close()
-
-    def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
 
 
 def _timed_process(argv: list[str], env: dict[str, str]) -> float:

@@ -33,9 +33,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-
-def _load() -> str:
-    return " ".join(open("/proc/loadavg").read().split()[:3])
+from benchmarks._common import load  # noqa: E402
 
 
 def _chat(n: int) -> list[dict[str, object]]:
@@ -94,7 +92,7 @@ def main() -> int:
     client.catalog.pull("chat@v1")
     params = {"steps": args.steps, "warmup_steps": 1, "global_batch": 4, "micro_batch": 2, "seq_len": 64, "lr": 1e-3}
     backend = client.backend("local")
-    print(f"load before {_load()}  cpus {os.cpu_count()}  llamafactory python: {python}", flush=True)
+    print(f"load before {load()}  cpus {os.cpu_count()}  llamafactory python: {python}", flush=True)
 
     walls: dict[str, list[float]] = {"ours": [], "direct": []}
     rates: dict[str, list[float]] = {"ours": [], "direct": []}
@@ -165,7 +163,7 @@ def main() -> int:
     print(f"  ratio ours / direct: wall {ratio:.2f}x   trainer steps/s {speed:.2f}x")
     for line in monitor:
         print(f"  {line}")
-    print(f"load after {_load()}")
+    print(f"load after {load()}")
     if args.keep:
         print(f"home kept: {home}")
     else:

@@ -19,28 +19,17 @@ from __future__ import annotations
 
 import argparse
 import io
-import statistics
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._common import median_ms  # noqa: E402
 from jupyter_starverse.kube._pools import default_pools  # noqa: E402
 from jupyter_starverse.modes import Mode, restore_namespace, save_namespace  # noqa: E402
 from jupyter_starverse.modes._k8s import make_workspace_patch  # noqa: E402
-
-
-def _median_ms(fn: Callable[[], object], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -75,25 +64,30 @@ def main() -> None:
         out = torch.load(io.BytesIO(path.read_bytes()), map_location="cpu", weights_only=False)
         assert len(out) == len(ns)
 
-    base = _median_ms(baseline, args.repeat)
-    mine = _median_ms(ours, args.repeat)
+    base = median_ms(baseline, args.repeat)
+    mine = median_ms(ours, args.repeat)
     print(f"namespace of {args.mb} MB + model + 1000 small values ({args.repeat} runs, median)")
     print(f"  torch.save+load, one file (baseline)   {base:8.1f} ms")
     print(f"  save_namespace+restore_namespace       {mine:8.1f} ms   ratio {mine / base:.2f}")
 
     deployment = {
         "kind": "Deployment",
-        "spec": {"template": {"spec": {
-            "nodeSelector": {"starverse.io/pool": "a100-80g"},
-            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-            "containers": [{"name": "notebook", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
-            "volumes": [{"name": "home", "persistentVolumeClaim": {"claimName": "home"}}],
-        }}},
+        "spec": {
+            "template": {
+                "spec": {
+                    "nodeSelector": {"starverse.io/pool": "a100-80g"},
+                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                    "containers": [{"name": "notebook", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+                    "volumes": [{"name": "home", "persistentVolumeClaim": {"claimName": "home"}}],
+                }
+            }
+        },
     }
     pools = default_pools()
     n = 2000
-    patch_ms = _median_ms(lambda: [make_workspace_patch(deployment, target=Mode("cpu"), pools=pools)
-                                   for _ in range(n)], args.repeat)
+    patch_ms = median_ms(
+        lambda: [make_workspace_patch(deployment, target=Mode("cpu"), pools=pools) for _ in range(n)], args.repeat
+    )
     print(f"  make_workspace_patch                   {patch_ms * 1000 / n:8.1f} us per patch")
 
 

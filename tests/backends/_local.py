@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -13,6 +14,9 @@ from jupyter_starverse._settings import Settings
 from jupyter_starverse.backends.local._local import LocalBackend
 from jupyter_starverse.experiments import read_metrics
 from jupyter_starverse.jobmodel import Job
+
+if TYPE_CHECKING:
+    from jupyter_starverse.catalog import Catalog
 
 # A linear model trained with the runtime: resumes, checkpoints, logs "loss", and can be
 # slowed down per step (STEP_SLEEP) so that tests can act while it runs.
@@ -35,6 +39,19 @@ for step in sv.steps(model=model, optimizer=opt):
     print(f"step {step} loss {loss.item():.4f}", flush=True)
     time.sleep(sleep)
 """
+
+
+def pulled_corpus(settings: Settings, folder: Path) -> Catalog:
+    """A one-file dataset ``corpus`` added and pulled into the store; the catalog that holds it."""
+    from jupyter_starverse.catalog import Catalog
+
+    src = folder / "corpus"
+    src.mkdir()
+    (src / "a.txt").write_text("hello\n")
+    catalog = Catalog(settings)
+    catalog.add_dataset("corpus", str(src))
+    catalog.pull("corpus")
+    return catalog
 
 
 def wait_for(what: Callable[[], bool], *, timeout: float = 180.0, every: float = 0.2, why: str = "") -> None:

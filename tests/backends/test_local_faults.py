@@ -21,6 +21,7 @@ from ._local import (
     _stop_leftover_jobs,  # noqa: F401 - autouse: no job outlives its test
     assert_no_processes_left,
     logs_text,
+    pulled_corpus,
     wait_for,
     wait_for_step,
 )
@@ -124,15 +125,9 @@ def test_a_dead_supervisor_fails_the_job_and_stops_its_processes(settings: Setti
 
 @pytest.mark.slow
 def test_a_supervisor_that_takes_over_holds_the_mounts_again(settings: Settings, tmp_path: Path) -> None:
-    from jupyter_starverse.catalog import Catalog
     from jupyter_starverse.errors import ConflictError
 
-    src = tmp_path / "corpus"
-    src.mkdir()
-    (src / "a.txt").write_text("hello\n")
-    catalog = Catalog(settings)
-    catalog.add_dataset("corpus", str(src))
-    catalog.pull("corpus")
+    catalog = pulled_corpus(settings, tmp_path)
     backend = LocalBackend(settings)
     spec = JobSpec(name="adopted", code=TINY, steps=100000, mounts=("corpus",), env={"STEP_SLEEP": "0.1"})
     job = backend.submit(spec)

@@ -19,6 +19,7 @@ from ._local import (
     _stop_leftover_jobs,  # noqa: F401 - autouse: no job outlives its test
     assert_no_processes_left,
     logs_text,
+    pulled_corpus,
     wait_for_step,
 )
 
@@ -141,15 +142,9 @@ def test_a_command_job_runs_under_torchrun_and_a_failing_one_says_why(settings: 
 
 
 def test_a_running_job_holds_its_mounts_against_store_rm(settings: Settings, tmp_path: Path) -> None:
-    from jupyter_starverse.catalog import Catalog
     from jupyter_starverse.errors import ConflictError
 
-    src = tmp_path / "corpus"
-    src.mkdir()
-    (src / "a.txt").write_text("hello\n")
-    catalog = Catalog(settings)
-    catalog.add_dataset("corpus", str(src))
-    catalog.pull("corpus")
+    catalog = pulled_corpus(settings, tmp_path)
     backend = LocalBackend(settings)
     job = backend.submit(JobSpec(name="holder", code="import time\ntime.sleep(120)\n", mounts=("corpus",)))
     try:

@@ -151,13 +151,18 @@ def test_a_touch_without_a_change_is_resealed_by_the_owners_verify(catalog: Cata
     assert catalog.mount("toy") == toy and catalog.status("toy").state == "cached"
 
 
-def test_an_older_manifest_is_checked_by_size_only_and_says_so(catalog: Catalog, toy: Path) -> None:
-    path = _manifest(catalog, "toy")
+def _as_older_manifest(catalog: Catalog, ref: str) -> None:
+    """Rewrite the entry's manifest as an older version wrote it: no folders, no file stamps (sizes only)."""
+    path = _manifest(catalog, ref)
     data = json.loads(path.read_text())
     data.pop("folders")
     for f in data["files"]:
         f.pop("mtime_ns"), f.pop("ctime_ns")
     path.write_text(json.dumps(data))
+
+
+def test_an_older_manifest_is_checked_by_size_only_and_says_so(catalog: Catalog, toy: Path) -> None:
+    _as_older_manifest(catalog, "toy")
     status = catalog.status("toy")
     assert status.state == "cached" and "size only" in (status.note or "") and "size only" in str(status)
     _overwrite_same_size(toy / "b.txt")
@@ -173,12 +178,7 @@ def test_an_older_manifest_is_checked_by_size_only_and_says_so(catalog: Catalog,
 
 
 def test_the_owners_verify_adds_stamps_to_an_older_manifest(catalog: Catalog, toy: Path) -> None:
-    path = _manifest(catalog, "toy")
-    data = json.loads(path.read_text())
-    data.pop("folders")
-    for f in data["files"]:
-        f.pop("mtime_ns"), f.pop("ctime_ns")
-    path.write_text(json.dumps(data))
+    _as_older_manifest(catalog, "toy")
     report = catalog.verify("toy")
     assert report.ok and report.size_only == 3 and report.resealed
     assert catalog.status("toy").note is None

@@ -17,6 +17,7 @@ from jupyter_starverse.costs import BUDGET_REASON_PREFIX, read_cost, write_cost
 from jupyter_starverse.experiments import list_checkpoints
 from jupyter_starverse.jobmodel import JobSpec, JobState
 from jupyter_starverse.runtime._budget import BudgetGuard
+from tests.costs._scripts import FOREVER as SCRIPT
 
 CAP_VARS = ("STARVERSE_BUDGET", "STARVERSE_COST_PER_SECOND", "STARVERSE_COST_INFO")
 
@@ -68,24 +69,6 @@ def test_guard_counts_an_earlier_attempt_and_whole_packages(tmp_path: Path) -> N
     daily = BudgetGuard.from_env({**env, "STARVERSE_COST_INFO": info}, run_dir=None, job_id=None, now=0.0)
     assert daily is not None and daily.cost(1.0).amount == Decimal("86.40")  # a whole day is bought at once
     assert BudgetGuard.from_env({"STARVERSE_BUDGET": "x"}, run_dir=None, job_id=None, now=0.0) is None
-
-
-SCRIPT = """
-import time
-import torch
-from jupyter_starverse import runtime as sv
-
-sv.init()
-model = torch.nn.Linear(4, 1)
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-for step in sv.steps(model=model, optimizer=opt, checkpoint_every=0):
-    loss = model(torch.ones(2, 4)).pow(2).mean()
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    sv.log_metrics(step, loss=loss.item())
-    time.sleep(0.1)
-"""
 
 
 @pytest.mark.slow

@@ -16,27 +16,9 @@ from jupyter_starverse.costs import BUDGET_REASON_PREFIX, read_cost
 from jupyter_starverse.errors import BadInputError
 from jupyter_starverse.experiments import list_checkpoints, read_metrics
 from jupyter_starverse.jobmodel import JobSpec, JobState
+from tests.costs._scripts import FOREVER as SCRIPT
 
 pytestmark = pytest.mark.slow
-
-# Runs "forever" (100000 steps) and never checkpoints on a schedule: a checkpoint can only
-# come from the SIGTERM the cap sends.
-SCRIPT = """
-import time
-import torch
-from jupyter_starverse import runtime as sv
-
-sv.init()
-model = torch.nn.Linear(4, 1)
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-for step in sv.steps(model=model, optimizer=opt, checkpoint_every=0):
-    loss = model(torch.ones(2, 4)).pow(2).mean()
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    sv.log_metrics(step, loss=loss.item())
-    time.sleep(0.1)
-"""
 
 
 def _write_prices(path: Path, cpu_per_hour: Decimal) -> None:
