@@ -6,6 +6,7 @@ the same run, with the load beside them, never a single wall-clock figure.
 
 from __future__ import annotations
 
+import atexit
 import os
 import statistics
 import time
@@ -25,3 +26,9 @@ def median_ms(fn: Callable[[], object], repeat: int) -> float:
 def load() -> str:
     """The machine's load over 1, 5 and 15 minutes, as ``1.0/0.8/0.5``."""
     return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def show_load() -> None:
+    """Print the machine's load now and again when the benchmark ends: its figures ran between the two."""
+    print(f"machine: load {load()} on {os.cpu_count()} cores")
+    atexit.register(lambda: print(f"machine at the end: load {load()}"))

@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import median_ms  # noqa: E402
+from benchmarks._common import median_ms, show_load  # noqa: E402
 from jupyter_starverse._settings import Settings  # noqa: E402
 from jupyter_starverse.costs import NodeInterval, check_budget, job_cost, load_price_table, write_cost  # noqa: E402
 from jupyter_starverse.jobmodel import JobSpec  # noqa: E402
@@ -89,6 +89,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--runs", type=int, default=2000)
     args = parser.parse_args()
+    show_load()
     bench_meter(args.repeat)
     bench_total(args.repeat, args.runs)
 

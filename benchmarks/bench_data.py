@@ -31,6 +31,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks._common import show_load  # noqa: E402
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from jupyter_starverse.data import PII_TYPES, find_pii, normalize  # noqa: E402
@@ -210,6 +213,7 @@ def main() -> None:
     parser.add_argument("--step-docs", type=int, default=1000, help="lines per corpus of the store steps")
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
+    show_load()
     bench_pii(args.pii_docs, args.repeat)
     bench_dedup(args.docs, args.repeat)
     bench_steps(args.step_docs)

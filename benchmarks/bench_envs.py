@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._common import show_load
 from jupyter_starverse._settings import Settings
 from jupyter_starverse.envs import JobEnvs
 from jupyter_starverse.jobmodel import JobSpec
@@ -73,6 +74,7 @@ def _round(root: Path) -> tuple[float, float, float, int]:
 
 
 def main() -> None:
+    show_load()
     rows = []
     for _ in range(ROUNDS):
         with tempfile.TemporaryDirectory() as tmp:

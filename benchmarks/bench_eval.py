@@ -28,6 +28,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks._common import show_load  # noqa: E402
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 LABELS = ("negative", "neutral", "positive")
@@ -67,6 +70,7 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--layers", type=int, default=2)
     args = ap.parse_args()
+    show_load()
 
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)

@@ -47,6 +47,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._common import show_load  # noqa: E402
 from jupyter_starverse._settings import Settings  # noqa: E402
 from jupyter_starverse.backends.local._local import LocalBackend  # noqa: E402
 from jupyter_starverse.costs import read_cost  # noqa: E402
@@ -253,6 +254,7 @@ def main() -> None:
     parser.add_argument("--only", default=None, help="one scenario")
     parser.add_argument("--backends", default="local,kubernetes,slurm", help="comma-separated")
     args = parser.parse_args()
+    show_load()
     chosen = {b.strip() for b in args.backends.split(",")}
     if "kubernetes" in chosen:
         print("kubernetes (test API server: the Job controller recreates the pod; pods do not train)")

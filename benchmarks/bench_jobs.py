@@ -32,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._common import show_load  # noqa: E402
 from benchmarks._jupyter import JupyterServer as Server  # noqa: E402
 from jupyter_starverse._format import format_bytes, format_count  # noqa: E402
 from jupyter_starverse.experiments import ExperimentPaths, RunStatus, write_json, write_status  # noqa: E402
@@ -95,6 +96,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=10_000)
     ap.add_argument("--repeat", type=int, default=7)
     args = ap.parse_args()
+    show_load()
     home = Path(tempfile.mkdtemp(prefix="bench-jobs-"))
     root = home / "experiments"
     env = {**os.environ, "STARVERSE_HOME": str(home), "STARVERSE_EXPERIMENTS": str(root),

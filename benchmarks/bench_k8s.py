@@ -28,6 +28,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._common import show_load  # noqa: E402
 from jupyter_starverse._settings import Settings  # noqa: E402
 from jupyter_starverse.backends.kubernetes import KubernetesBackend  # noqa: E402
 from jupyter_starverse.jobmodel import JobSpec  # noqa: E402
@@ -135,6 +136,7 @@ def main() -> None:
     ap.add_argument("--serve", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--no-controllers", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    show_load()
     if args.serve:
         return serve(Path(args.serve), controllers=not args.no_controllers, lines=args.lines)
     with tempfile.TemporaryDirectory() as d:

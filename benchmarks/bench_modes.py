@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import median_ms  # noqa: E402
+from benchmarks._common import median_ms, show_load  # noqa: E402
 from jupyter_starverse.kube._pools import default_pools  # noqa: E402
 from jupyter_starverse.modes import Mode, restore_namespace, save_namespace  # noqa: E402
 from jupyter_starverse.modes._k8s import make_workspace_patch  # noqa: E402
@@ -37,6 +37,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--mb", type=int, default=64)
     args = parser.parse_args()
+    show_load()
 
     import torch
 

@@ -30,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._common import show_load  # noqa: E402
 from jupyter_starverse._api import launch  # noqa: E402
 from jupyter_starverse._settings import Settings  # noqa: E402
 from jupyter_starverse.experiments import RunPaths, read_metrics  # noqa: E402
@@ -51,6 +52,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--records", default="1000,10000,50000")
     opts = parser.parse_args()
+    show_load()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     with tempfile.TemporaryDirectory() as home:
         settings = Settings.from_env({"STARVERSE_HOME": home, "STARVERSE_MODE": "cpu"})

@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._common import show_load  # noqa: E402
 from jupyter_starverse._settings import Settings  # noqa: E402
 from jupyter_starverse.catalog import Catalog  # noqa: E402
 
@@ -52,6 +53,7 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
+    show_load()
     with tempfile.TemporaryDirectory(prefix="sv-bench-seal-") as tmp:
         base = Path(tmp)
         settings = Settings.from_env({"STARVERSE_HOME": str(base / "home")})

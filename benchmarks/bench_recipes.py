@@ -31,6 +31,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._common import show_load  # noqa: E402
+
 TEXT = [
     "Large models are trained on rented GPUs from a notebook.",
     "Checkpoints are saved every ten steps and the job resumes after a preemption.",
@@ -142,6 +144,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--layers", type=int, default=4)
     args = parser.parse_args()
+    show_load()
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
         os.environ["STARVERSE_HOME"] = str(home / "home")

@@ -28,6 +28,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks._common import show_load  # noqa: E402
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 PROMPTS = [
@@ -111,6 +114,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--requests", type=int, default=16)
     args = ap.parse_args()
+    show_load()
     tmp = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     os.environ.update(
         STARVERSE_HOME=str(tmp / "home"), STARVERSE_STORE=str(tmp / "store"), STARVERSE_EXPERIMENTS=str(tmp / "exp")

@@ -28,6 +28,7 @@ from jupyter_starverse.experiments import (
 )
 from jupyter_starverse.runtime import _dist
 from jupyter_starverse.runtime._metrics import close_metrics
+from tests.runtime._jobenv import as_job
 
 torch = pytest.importorskip("torch")
 
@@ -44,17 +45,6 @@ class _Payload:
         return (open, (str(self.marker), "w"))
 
 
-def _as_job(monkeypatch: pytest.MonkeyPatch, run: Path, *, resume_from: Path | None = None) -> None:
-    monkeypatch.setenv("STARVERSE_EXPERIMENT_DIR", str(run))
-    monkeypatch.setenv("STARVERSE_JOB_ID", run.name)
-    if resume_from is None:
-        monkeypatch.delenv("STARVERSE_RESUME_FROM", raising=False)
-    else:
-        monkeypatch.setenv("STARVERSE_RESUME_FROM", str(resume_from))
-    sv.job_env.cache_clear()
-    _dist._CONTEXT.clear()
-
-
 @pytest.fixture
 def exp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ExperimentPaths]:
     """An experiment with one run of ours that saved real DCP checkpoints after steps 4 and 9."""
@@ -62,7 +52,7 @@ def exp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ExperimentP
     own = exp.run("own")
     own.make()
     write_json(own.spec, {"name": "e"})
-    _as_job(monkeypatch, own.root)
+    as_job(monkeypatch, own.root)
     model = torch.nn.Linear(3, 2)
     for step in (4, 9):
         sv.save_checkpoint(step, model=model, keep=2)
@@ -101,7 +91,7 @@ def _resume_new_run(exp: ExperimentPaths, monkeypatch: pytest.MonkeyPatch) -> tu
     new = exp.run("new")
     new.make()
     write_json(new.spec, {"name": "e"})
-    _as_job(monkeypatch, new.root, resume_from=plan.checkpoint.path)
+    as_job(monkeypatch, new.root, resume_from=plan.checkpoint.path)
     return sv.load_latest(model=torch.nn.Linear(3, 2)), plan.checkpoint.path
 
 
@@ -129,7 +119,7 @@ def test_explicitly_named_planted_checkpoint_is_refused(
 ) -> None:
     marker = tmp_path / "PWNED"
     planted = _plant(exp, marker)
-    _as_job(monkeypatch, exp.run("new").root, resume_from=planted)
+    as_job(monkeypatch, exp.run("new").root, resume_from=planted)
     with pytest.raises(PermissionDeniedError) as err:
         sv.load_latest(model=torch.nn.Linear(3, 2))
     assert str(planted) in str(err.value) and err.value.hint
@@ -178,7 +168,7 @@ def test_checkpoint_owned_by_another_uid_is_ignored_even_with_a_forged_record(
     assert not marker.exists()
 
     # a foreign checkpoint folder inside a run folder of ours is refused as well
-    _as_job(monkeypatch, exp.run("new").root, resume_from=planted)
+    as_job(monkeypatch, exp.run("new").root, resume_from=planted)
     with pytest.raises(PermissionDeniedError, match=str(planted)):
         sv.load_latest(model=torch.nn.Linear(3, 2))
     assert not marker.exists()

@@ -36,6 +36,7 @@ from jupyter_starverse.experiments._checkpoints import RUN_SECRET
 from jupyter_starverse.runtime import _dist
 from jupyter_starverse.runtime._metrics import close_metrics
 from tests._users import ALICE, BOB, CAROL, TEAM, as_root, as_user
+from tests.runtime._jobenv import as_job
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -282,17 +283,6 @@ def torch_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Exper
     _dist._CONTEXT.clear()
 
 
-def _as_job(monkeypatch: pytest.MonkeyPatch, run: Path, resume_from: Path | None = None) -> None:
-    monkeypatch.setenv("STARVERSE_EXPERIMENT_DIR", str(run))
-    monkeypatch.setenv("STARVERSE_JOB_ID", run.name)
-    if resume_from is None:
-        monkeypatch.delenv("STARVERSE_RESUME_FROM", raising=False)
-    else:
-        monkeypatch.setenv("STARVERSE_RESUME_FROM", str(resume_from))
-    sv.job_env.cache_clear()
-    _dist._CONTEXT.clear()
-
-
 def test_a_new_run_resumes_an_older_run_and_refuses_its_edited_record(
     torch_job: ExperimentPaths, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -301,14 +291,14 @@ def test_a_new_run_resumes_an_older_run_and_refuses_its_edited_record(
     old = torch_job.run("old")
     old.make()
     write_json(old.spec, {"name": "e"})
-    _as_job(monkeypatch, old.root)
+    as_job(monkeypatch, old.root)
     model = torch.nn.Linear(3, 2)
     sv.save_checkpoint(4, model=model)
     plan = plan_resume(torch_job, new_world_size=1)
     assert plan.checkpoint is not None
 
     new = torch_job.run("new")
-    _as_job(monkeypatch, new.root, resume_from=plan.checkpoint.path)
+    as_job(monkeypatch, new.root, resume_from=plan.checkpoint.path)
     assert sv.load_latest(model=torch.nn.Linear(3, 2)) == 5  # the old run's secret vouches for it
 
     data = _index(old.root)
