@@ -332,7 +332,7 @@ class DataPrep(StepRunner):
                 if against_dir is not None:
                     _incremental.old_config(against_dir, p).save(prep / "stages")
                 else:
-                    p.stage_config(est.docs).save(prep / "stages")
+                    p.stage_config(est.docs, ranks=world).save(prep / "stages")
                 job_params = dict(params)
                 mounts = [m for m in (semantic_model,) if m]
                 if old is not None:

@@ -172,7 +172,10 @@ class DedupParams:
     boilerplate_docs: int = 4
     semantic_clusters: int = 0  # k-means clusters; 0: about sqrt(documents / 4)
 
-    def stage_config(self, docs: int) -> StageConfig:
+    def stage_config(self, docs: int, *, ranks: int = 1) -> StageConfig:
+        """The stages' settings for ``docs`` documents: enough bucket partitions that one holds at most
+        ``max_memory`` of band records, and at least one per rank (rank r works partitions r, r + ranks, ...:
+        fewer partitions than ranks would leave ranks idle while one holds all the buckets)."""
         cfg = StageConfig(
             num_perm=self.num_perm,
             ngram=self.ngram,
@@ -183,7 +186,7 @@ class DedupParams:
             semantic_threshold=self.semantic_threshold,
         )
         bands, _ = cfg.bands_rows
-        return replace(cfg, partitions=partitions_for(max(docs, 1), bands, self.max_memory))
+        return replace(cfg, partitions=max(ranks, partitions_for(max(docs, 1), bands, self.max_memory)))
 
 
 def exact_hash(text: str) -> bytes:

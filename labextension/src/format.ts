@@ -4,6 +4,7 @@
  */
 
 import { StarverseRequestError } from './request';
+import { ILogLine } from './tokens/jobs';
 
 /** The server's message plus its hint (`message (hint)`), so a 400 says what to do. */
 export function errorText(reason: unknown): string {
@@ -112,4 +113,9 @@ export function formatMetric(metric: string, value: number | undefined): string 
 export function formatHeadline(task: string, metrics: Record<string, number>): string {
   const m = EVAL_HEADLINE[task] ?? Object.keys(metrics)[0] ?? '';
   return `${m} ${formatMetric(m, metrics[m])}`;
+}
+
+/** Log lines as the panel shows them: each prefixed by its rank (`[0]`), or by its node when no rank wrote it. */
+export function logText(lines: ILogLine[]): string {
+  return lines.map(l => `${l.rank === null ? `[node${l.node}]` : `[${l.rank}]`} ${l.text}`).join('\n');
 }

@@ -25,6 +25,17 @@ function Section(props: {
   );
 }
 
+/** The sections below the workspace's, in order: (id, title, component). */
+const SECTIONS: ReadonlyArray<[string, string, React.ComponentType]> = [
+  ['catalog', 'Catalog', CatalogSection],
+  ['jobs', 'Jobs', JobsSection],
+  ['cost', 'Costs', CostSection],
+  ['data', 'Data preparation', DataSection],
+  ['recipes', 'Recipes', RecipesSection],
+  ['evals', 'Evaluation', EvalsSection],
+  ['chat', 'Chat and feedback', ChatSection]
+];
+
 /**
  * The "Starverse" left side panel. Each area adds its section here
  * (sections/<area>.tsx exports one React component).
@@ -45,27 +56,11 @@ export class StarversePanel extends ReactWidget {
             <Section id="workspace" title="Workspace">
               <InfoSection info={this.model.info} error={this.model.error} />
             </Section>
-            <Section id="catalog" title="Catalog">
-              <CatalogSection />
-            </Section>
-            <Section id="jobs" title="Jobs">
-              <JobsSection />
-            </Section>
-            <Section id="cost" title="Costs">
-              <CostSection />
-            </Section>
-            <Section id="data" title="Data preparation">
-              <DataSection />
-            </Section>
-            <Section id="recipes" title="Recipes">
-              <RecipesSection />
-            </Section>
-            <Section id="evals" title="Evaluation">
-              <EvalsSection />
-            </Section>
-            <Section id="chat" title="Chat and feedback">
-              <ChatSection />
-            </Section>
+            {SECTIONS.map(([id, title, Body]) => (
+              <Section key={id} id={id} title={title}>
+                <Body />
+              </Section>
+            ))}
           </div>
         )}
       </UseSignal>

@@ -2,7 +2,7 @@
 import { ReactWidget } from '@jupyterlab/apputils';
 import * as React from 'react';
 
-import { errorText } from '../format';
+import { errorText, logText } from '../format';
 import { usePoll } from '../poll';
 import { requestAPI } from '../request';
 import { FINISHED_STATES, IJob, ILogTail } from '../tokens/jobs';
@@ -28,9 +28,7 @@ function JobMonitor(props: { jobId: string; backend: string }): JSX.Element {
   };
   const done = job !== null && FINISHED_STATES.includes(job.state);
   usePoll(`jupyter-starverse:pipeline-job:${props.jobId}`, done ? 60 * 1000 : 1500, load);
-  const text = (tail?.lines ?? [])
-    .map(l => `${l.rank === null ? `[node${l.node}]` : `[${l.rank}]`} ${l.text}`)
-    .join('\n');
+  const text = logText(tail?.lines ?? []);
   return (
     <div className="jp-SvPipeline-monitor" data-job-id={props.jobId}>
       <div className="jp-SvPipeline-monitorHead">

@@ -1,7 +1,7 @@
 import * as React from 'react';
 
 import { errorText, formatMoney } from '../format';
-import { usePoll } from '../poll';
+import { usePolled } from '../poll';
 import { requestAPI } from '../request';
 import { BILLING_MODES, BillingMode, IComparison, IEstimate, IPriceTable, IUserTotal } from '../tokens/costs';
 
@@ -215,18 +215,12 @@ function EstimateForm(props: { table: IPriceTable }): JSX.Element {
 
 /** What the user has spent over all experiments, refreshed every 30 s while visible. */
 function TotalView(): JSX.Element {
-  const [total, setTotal] = React.useState<IUserTotal | null>(null);
-  const [error, setError] = React.useState<string | null>(null);
-  const load = async (): Promise<void> => {
-    try {
-      setTotal(await requestAPI<IUserTotal>(['cost', 'total']));
-      setError(null);
-    } catch (reason) {
-      setError(errorText(reason));
-      throw reason;
-    }
-  };
-  usePoll('jupyter-starverse:cost-total', 30 * 1000, load, { max: 5 * 60 * 1000 });
+  const { value: total, error } = usePolled(
+    'jupyter-starverse:cost-total',
+    30 * 1000,
+    () => requestAPI<IUserTotal>(['cost', 'total']),
+    { max: 5 * 60 * 1000 }
+  );
   if (error !== null) {
     return <div className="jp-Starverse-error">{error}</div>;
   }

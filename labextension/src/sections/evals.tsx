@@ -2,7 +2,7 @@ import { closeIcon, listIcon } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
 import { errorText, formatDuration, formatHeadline } from '../format';
-import { usePoll } from '../poll';
+import { usePolled } from '../poll';
 import { requestAPI, sendJSON } from '../request';
 import { EvalTask, IEvalErrors, IEvalReport, IEvalRequest, IEvalRun } from '../tokens/evals';
 import { IStoreEntry } from '../tokens/store';
@@ -159,30 +159,25 @@ function StartEval(props: { models: string[]; onDone: (run: IEvalRun) => void })
  * the examples each got wrong, and a form that scores a store model on a dataset.
  */
 export function EvalsSection(): JSX.Element {
-  const [reports, setReports] = React.useState<IEvalReport[]>([]);
-  const [models, setModels] = React.useState<string[]>([]);
-  const [error, setError] = React.useState<string | null>(null);
   const [last, setLast] = React.useState<string | null>(null);
-
-  const refresh = async (): Promise<void> => {
-    try {
+  const polled = usePolled(
+    'jupyter-starverse:evals',
+    5000,
+    async () => {
       const [list, store] = await Promise.all([
         requestAPI<IEvalReport[]>(['evals']),
         requestAPI<IStoreEntry[]>(['store'])
       ]);
-      setReports([...list].reverse());
-      setModels(store.filter(e => e.kind === 'model').map(e => e.ref));
-      setError(null);
-    } catch (reason) {
-      setError(errorText(reason));
-      throw reason;
-    }
-  };
-  usePoll('jupyter-starverse:evals', 5000, refresh, { max: 60 * 1000 });
+      return { reports: [...list].reverse(), models: store.filter(e => e.kind === 'model').map(e => e.ref) };
+    },
+    { max: 60 * 1000 }
+  );
+  const { reports, models } = polled.value ?? { reports: [], models: [] };
+  const { error, refresh } = polled;
 
   const done = (run: IEvalRun): void => {
     setLast(run.reports.map(r => `${r.model}: ${formatHeadline(r.task, r.metrics)}`).join(' · '));
-    refresh().catch(() => undefined); // shown through `error`
+    void refresh(); // a failure is shown through `error`
   };
 
   return (

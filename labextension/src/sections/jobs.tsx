@@ -1,8 +1,8 @@
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 import * as React from 'react';
 
-import { errorText, formatCount } from '../format';
-import { usePoll } from '../poll';
+import { errorText, formatCount, logText } from '../format';
+import { usePoll, usePolled } from '../poll';
 import { openTensorBoard } from '../tensorboard';
 import { requestAPI, requestIfChanged, sendJSON } from '../request';
 import { FINISHED_STATES, IJob, IJobList, IJobProgress, ILogTail, ITensorBoardInfo, JobState } from '../tokens/jobs';
@@ -14,28 +14,18 @@ function isFinished(state: JobState): boolean {
 /** The last lines of a job's logs, refreshed while shown and the job runs. */
 function JobLogs(props: { job: IJob }): JSX.Element {
   const { job } = props;
-  const [tail, setTail] = React.useState<ILogTail | null>(null);
-  const [error, setError] = React.useState<string | null>(null);
-  const load = async (): Promise<void> => {
-    try {
-      setTail(await requestAPI<ILogTail>(['jobs', job.id, 'logs'], {}, { tail: '200' }));
-      setError(null);
-    } catch (reason) {
-      setError(errorText(reason));
-      throw reason;
-    }
-  };
-  usePoll(`jupyter-starverse:logs:${job.id}`, isFinished(job.state) ? 60 * 1000 : 2000, load);
+  const { value: tail, error } = usePolled(
+    `jupyter-starverse:logs:${job.id}`,
+    isFinished(job.state) ? 60 * 1000 : 2000,
+    () => requestAPI<ILogTail>(['jobs', job.id, 'logs'], {}, { tail: '200' })
+  );
   if (error !== null) {
     return <div className="jp-Starverse-error">{error}</div>;
   }
   if (tail === null) {
     return <div className="jp-Starverse-loading">Loading logs…</div>;
   }
-  const text = tail.lines
-    .map(l => `${l.rank === null ? `[node${l.node}]` : `[${l.rank}]`} ${l.text}`)
-    .join('\n');
-  return <pre className="jp-Starverse-jobLogs">{text || '(no output yet)'}</pre>;
+  return <pre className="jp-Starverse-jobLogs">{logText(tail.lines) || '(no output yet)'}</pre>;
 }
 
 /** `x1,y1 x2,y2 ...` of `(step, value)` pairs in a `w` x `h` box over the given ranges. */
@@ -54,18 +44,11 @@ function polyline(
 /** The live metric by step (`GET jobs/ID`), with a reproduction's reference curve dashed beside it. */
 function JobChart(props: { job: IJob }): JSX.Element {
   const { job } = props;
-  const [p, setP] = React.useState<IJobProgress | null>(null);
-  const [error, setError] = React.useState<string | null>(null);
-  const load = async (): Promise<void> => {
-    try {
-      setP((await requestAPI<IJob>(['jobs', job.id], {}, { backend: job.backend })).progress);
-      setError(null);
-    } catch (reason) {
-      setError(errorText(reason));
-      throw reason;
-    }
-  };
-  usePoll(`jupyter-starverse:chart:${job.id}`, isFinished(job.state) ? 60 * 1000 : 2000, load);
+  const { value: p, error } = usePolled<IJobProgress | null>(
+    `jupyter-starverse:chart:${job.id}`,
+    isFinished(job.state) ? 60 * 1000 : 2000,
+    async () => (await requestAPI<IJob>(['jobs', job.id], {}, { backend: job.backend })).progress
+  );
   if (error !== null) {
     return <div className="jp-Starverse-error">{error}</div>;
   }
@@ -190,10 +173,11 @@ function JobRow(props: { job: IJob; onChanged: () => void }): JSX.Element {
   const [error, setError] = React.useState<string | null>(null);
   const p = job.progress;
   const finished = isFinished(job.state);
-  const cancel = async (): Promise<void> => {
+  // POST jobs/ID/<verb> (cancel, preempt), the row busy meanwhile; the list refreshes after it either way.
+  const act = async (verb: 'cancel' | 'preempt'): Promise<void> => {
     setBusy(true);
     try {
-      await sendJSON<IJob>(['jobs', job.id, 'cancel'], 'POST');
+      await sendJSON<IJob>(['jobs', job.id, verb], 'POST');
       setError(null);
     } catch (reason) {
       setError(errorText(reason));
@@ -202,6 +186,7 @@ function JobRow(props: { job: IJob; onChanged: () => void }): JSX.Element {
       onChanged();
     }
   };
+  const cancel = (): Promise<void> => act('cancel');
   // The preemption drill: the backend sends what a provider would; the job checkpoints and resumes.
   const preempt = async (): Promise<void> => {
     const answer = await showDialog({
@@ -209,18 +194,8 @@ function JobRow(props: { job: IJob; onChanged: () => void }): JSX.Element {
       body: `Send ${job.id} what a provider sends on a preemption? Its ranks checkpoint, then it is relaunched and resumes from that checkpoint (the steps since it are redone).`,
       buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Preempt' })]
     });
-    if (!answer.button.accept) {
-      return;
-    }
-    setBusy(true);
-    try {
-      await sendJSON<IJob>(['jobs', job.id, 'preempt'], 'POST');
-      setError(null);
-    } catch (reason) {
-      setError(errorText(reason));
-    } finally {
-      setBusy(false);
-      onChanged();
+    if (answer.button.accept) {
+      await act('preempt');
     }
   };
   const toggle = (what: 'logs' | 'tensorboard' | 'chart'): void => setOpen(open === what ? null : what);

@@ -1,7 +1,7 @@
 import * as React from 'react';
 
 import { errorText, formatMoney, formatMoneyCompact } from '../format';
-import { usePoll } from '../poll';
+import { usePolled } from '../poll';
 import { requestAPI } from '../request';
 import { IJob } from '../tokens/jobs';
 import { IRecipe } from '../tokens/recipes';
@@ -211,18 +211,9 @@ function RecipeRow(props: { recipe: IRecipe }): JSX.Element {
 
 /** The recipe catalog: every recipe with its defaults and the cost of its default resources. */
 export function RecipesSection(): JSX.Element {
-  const [recipes, setRecipes] = React.useState<IRecipe[] | null>(null);
-  const [error, setError] = React.useState<string | null>(null);
-  const load = async (): Promise<void> => {
-    try {
-      setRecipes(await requestAPI<IRecipe[]>(['recipes']));
-      setError(null);
-    } catch (reason) {
-      setError(errorText(reason));
-      throw reason;
-    }
-  };
-  usePoll('starverse-recipes', 5 * 60 * 1000, load);
+  const { value: recipes, error } = usePolled('starverse-recipes', 5 * 60 * 1000, () =>
+    requestAPI<IRecipe[]>(['recipes'])
+  );
   return (
     <div className="jp-Starverse-recipes">
       {error && <div className="jp-Starverse-error">{error}</div>}

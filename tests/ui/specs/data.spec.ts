@@ -1,6 +1,8 @@
 import { expect, test } from '@jupyterlab/galata';
 import * as path from 'path';
 
+import { addDataset } from './steps';
+
 const ARTIFACTS = path.join(__dirname, '..', 'artifacts');
 /** The server's root folder (set by tests/ui/test_galata.py). */
 const ROOT = process.env.STARVERSE_UI_ROOT ?? '';
@@ -33,12 +35,7 @@ test.describe('Starverse data section', () => {
     await page.contents.uploadContent(corpus(), 'text', 'tickets/part-0.jsonl');
 
     // register the folder through the catalog section, as a user would
-    const catalog = page.locator('.jp-Starverse-section[data-section="catalog"]');
-    const form = catalog.locator('form.jp-Starverse-addDataset');
-    await form.locator('input[placeholder="name"]').fill('tickets');
-    await form.locator('input').nth(1).fill(path.join(ROOT, 'tickets'));
-    await form.locator('button[type="submit"]').click();
-    await expect(catalog.locator('.jp-Starverse-entry', { hasText: 'tickets' })).toBeVisible();
+    await addDataset(page, 'tickets', path.join(ROOT, 'tickets'));
 
     const data = page.locator('.jp-Starverse-section[data-section="data"]');
     await data.scrollIntoViewIfNeeded();

@@ -1,6 +1,8 @@
 import { expect, test } from '@jupyterlab/galata';
 import * as path from 'path';
 
+import { addDataset } from './steps';
+
 const ARTIFACTS = path.join(__dirname, '..', 'artifacts');
 /** The server's root folder (set by tests/ui/test_galata.py). */
 const ROOT = process.env.STARVERSE_UI_ROOT ?? '';
@@ -23,14 +25,7 @@ test.describe('Starverse pipeline editor', () => {
 
     // A dataset on the store, added and pulled from the side panel as a user does.
     await page.sidebar.openTab('jupyter-starverse-panel');
-    const catalog = page.locator('.jp-Starverse-section[data-section="catalog"]');
-    const form = catalog.locator('form.jp-Starverse-addDataset');
-    await form.locator('input[placeholder="name"]').fill('pipedata');
-    await form.locator('input').nth(1).fill(path.join(ROOT, 'pipedata'));
-    await form.locator('button[type="submit"]').click();
-    const entry = catalog.locator('.jp-Starverse-entry', { hasText: 'pipedata' });
-    await entry.getByRole('button', { name: /pull/i }).click();
-    await expect(entry).toHaveAttribute('data-state', 'cached', { timeout: 60000 });
+    await addDataset(page, 'pipedata', path.join(ROOT, 'pipedata'), { pull: true });
 
     // "New pipeline" (the palette command) makes and opens work/untitled.svpipeline.
     await page.evaluate(async () => {
@@ -129,12 +124,7 @@ test.describe('Starverse pipeline editor', () => {
   test('a bare dataset name is pinned to its exact version on the canvas and in the saved file', async ({ page }) => {
     await page.contents.uploadContent('{"text": "hello pin"}\n', 'text', 'pindata/part-0.jsonl');
     await page.sidebar.openTab('jupyter-starverse-panel');
-    const catalog = page.locator('.jp-Starverse-section[data-section="catalog"]');
-    const form = catalog.locator('form.jp-Starverse-addDataset');
-    await form.locator('input[placeholder="name"]').fill('pindata');
-    await form.locator('input').nth(1).fill(path.join(ROOT, 'pindata'));
-    await form.locator('button[type="submit"]').click();
-    await expect(catalog.locator('.jp-Starverse-entry', { hasText: 'pindata' })).toBeVisible({ timeout: 30000 });
+    await addDataset(page, 'pindata', path.join(ROOT, 'pindata'));
     await page.sidebar.close('left');
     // a file written by hand (or by a colleague) names the dataset without a version
     const file = 'pin/bare.svpipeline';
@@ -253,12 +243,7 @@ test.describe('Starverse pipeline editor', () => {
   test('a prep node runs as a job: backend and shards from its form, checked by the server', async ({ page }) => {
     await page.contents.uploadContent('{"text": "hello prep"}\n', 'text', 'prepdata/part-0.jsonl');
     await page.sidebar.openTab('jupyter-starverse-panel');
-    const catalog = page.locator('.jp-Starverse-section[data-section="catalog"]');
-    const form = catalog.locator('form.jp-Starverse-addDataset');
-    await form.locator('input[placeholder="name"]').fill('prepdata');
-    await form.locator('input').nth(1).fill(path.join(ROOT, 'prepdata'));
-    await form.locator('button[type="submit"]').click();
-    await expect(catalog.locator('.jp-Starverse-entry', { hasText: 'prepdata' })).toBeVisible();
+    await addDataset(page, 'prepdata', path.join(ROOT, 'prepdata'));
     await page.contents.createDirectory('prepdoc');
     await page.evaluate(async () => {
       await (window as any).jupyterapp.commands.execute('starverse:new-pipeline', { cwd: 'prepdoc' });

@@ -1,6 +1,8 @@
 import { expect, test } from '@jupyterlab/galata';
 import * as path from 'path';
 
+import { addDataset } from './steps';
+
 const ARTIFACTS = path.join(__dirname, '..', 'artifacts');
 /** The server's root folder (set by tests/ui/test_galata.py). */
 const ROOT = process.env.STARVERSE_UI_ROOT ?? '';
@@ -19,14 +21,7 @@ test.describe('Starverse pipeline editor: evaluation', () => {
 
     // a labelled dataset on the store, added from the side panel as a user does
     await page.sidebar.openTab('jupyter-starverse-panel');
-    const catalog = page.locator('.jp-Starverse-section[data-section="catalog"]');
-    const add = catalog.locator('form.jp-Starverse-addDataset');
-    await add.locator('input[placeholder="name"]').fill('qaset');
-    await add.locator('input').nth(1).fill(path.join(ROOT, 'qaset'));
-    await add.locator('button[type="submit"]').click();
-    const entry = catalog.locator('.jp-Starverse-entry', { hasText: 'qaset' });
-    await entry.getByRole('button', { name: /pull/i }).click();
-    await expect(entry).toHaveAttribute('data-state', 'cached', { timeout: 60000 });
+    await addDataset(page, 'qaset', path.join(ROOT, 'qaset'), { pull: true });
 
     const file = 'evalpipe/untitled.svpipeline';
     await page.contents.createDirectory('evalpipe');
