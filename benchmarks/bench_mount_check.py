@@ -13,31 +13,17 @@ ctime: see ``catalog/_seal.py``); ``verify`` (hashing every byte) is shown for s
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import show_load  # noqa: E402
+from benchmarks._common import median_ms, show_load  # noqa: E402
 from jupyter_starverse._settings import Settings  # noqa: E402
 from jupyter_starverse.catalog import Catalog  # noqa: E402
-
-
-def median_ms(fn: Callable[[], object], repeat: int) -> float:
-    """Median CPU time of this process (``process_time``: steadier than wall time on a shared machine;
-    the work is in-process system calls and parsing, so the two agree on an idle one)."""
-    fn()  # warm-up: page cache, imports
-    times = []
-    for _ in range(repeat):
-        start = time.process_time()
-        fn()
-        times.append((time.process_time() - start) * 1000)
-    return statistics.median(times)
 
 
 def make_source(folder: Path, files: int) -> Path:
@@ -64,6 +50,8 @@ def main() -> None:
             catalog.pull(name)
         print(f"## tamper check ({args.files} and 10 small files, pulled in {time.perf_counter() - start:.1f} s)")
         print(f"median CPU time of {args.repeat}, each with a fresh Catalog")
+        # CPU time of this process: steadier than wall time on a shared machine; the work is in-process
+        # system calls and parsing, so the two agree on an idle one
         for what, fn in (
             ("mount", lambda name: Catalog(settings).mount(name)),
             ("status", lambda name: Catalog(settings).status(name)),
@@ -71,11 +59,11 @@ def main() -> None:
             ("verify", lambda name: Catalog(settings).verify(name)),
         ):
             if fn is None:
-                ms = median_ms(lambda: Catalog(settings).ls(), args.repeat)
+                ms = median_ms(lambda: Catalog(settings).ls(), args.repeat, clock=time.process_time, warm_up=True)
                 print(f"{what:<18} {ms:9.2f} ms")
                 continue
-            many = median_ms(lambda fn=fn: fn("many"), args.repeat)
-            few = median_ms(lambda fn=fn: fn("few"), args.repeat)
+            many = median_ms(lambda fn=fn: fn("many"), args.repeat, clock=time.process_time, warm_up=True)
+            few = median_ms(lambda fn=fn: fn("few"), args.repeat, clock=time.process_time, warm_up=True)
             print(f"{what:<18} {many:9.2f} ms for {args.files} files, {few:7.2f} ms for 10 (ratio {many / few:.1f})")
 
 
