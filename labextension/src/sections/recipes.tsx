@@ -56,6 +56,27 @@ export function launchFields(recipe: IRecipe, small: boolean): ILaunchFields {
   };
 }
 
+/** A whole-number field of the launch form (at least 1). */
+function CountField(props: {
+  label: string;
+  name: string;
+  value: number;
+  onChange: (value: number) => void;
+}): JSX.Element {
+  return (
+    <label>
+      {props.label}{' '}
+      <input
+        type="number"
+        name={props.name}
+        min={1}
+        value={props.value}
+        onChange={e => props.onChange(Number(e.target.value))}
+      />
+    </label>
+  );
+}
+
 /** Launch a recipe: topology, model and data pre-filled (editable); the small CPU set-up of a reproduction. */
 function LaunchForm(props: { recipe: IRecipe }): JSX.Element {
   const { recipe } = props;
@@ -100,26 +121,13 @@ function LaunchForm(props: { recipe: IRecipe }): JSX.Element {
           small (CPU)
         </label>
       )}
-      <label>
-        nodes{' '}
-        <input
-          type="number"
-          name="nodes"
-          min={1}
-          value={fields.nodes}
-          onChange={e => set({ nodes: Number(e.target.value) })}
-        />
-      </label>
-      <label>
-        {fields.accelerator === 'cpu' ? 'procs' : 'gpus'}{' '}
-        <input
-          type="number"
-          name="gpus"
-          min={1}
-          value={fields.gpus}
-          onChange={e => set({ gpus: Number(e.target.value) })}
-        />
-      </label>
+      <CountField label="nodes" name="nodes" value={fields.nodes} onChange={nodes => set({ nodes })} />
+      <CountField
+        label={fields.accelerator === 'cpu' ? 'procs' : 'gpus'}
+        name="gpus"
+        value={fields.gpus}
+        onChange={gpus => set({ gpus })}
+      />
       <label>
         model{' '}
         <input

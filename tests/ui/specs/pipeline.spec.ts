@@ -1,7 +1,7 @@
 import { expect, test } from '@jupyterlab/galata';
 import * as path from 'path';
 
-import { addDataset } from './steps';
+import { addDataset, newPipeline } from './steps';
 
 const ARTIFACTS = path.join(__dirname, '..', 'artifacts');
 /** The server's root folder (set by tests/ui/test_galata.py). */
@@ -28,11 +28,7 @@ test.describe('Starverse pipeline editor', () => {
     await addDataset(page, 'pipedata', path.join(ROOT, 'pipedata'), { pull: true });
 
     // "New pipeline" (the palette command) makes and opens work/untitled.svpipeline.
-    await page.evaluate(async () => {
-      await (window as any).jupyterapp.commands.execute('starverse:new-pipeline', { cwd: 'work' });
-    });
-    const editor = page.locator('.jp-SvPipeline-editor');
-    await expect(editor).toBeVisible();
+    const editor = await newPipeline(page, 'work');
     await page.sidebar.close('left'); // room for the canvas
 
     // Drag a DDP training step onto the canvas, then the dataset onto that step.
@@ -169,12 +165,7 @@ test.describe('Starverse pipeline editor', () => {
   }) => {
     const file = 'doc/untitled.svpipeline';
     await page.contents.createDirectory('doc');
-    await page.evaluate(async () => {
-      await (window as any).jupyterapp.commands.execute('starverse:new-pipeline', { cwd: 'doc' });
-    });
-    // (the first test's pipeline may still be open in a hidden tab)
-    const editor = page.locator('.jp-SvPipeline-editor').filter({ visible: true });
-    await expect(editor).toBeVisible();
+    const editor = await newPipeline(page, 'doc');
     // a new pipeline is empty, not an error
     await expect(editor.locator('[data-role="status"]')).toHaveText('empty: drag a training step from the palette');
     await expect(editor.locator('.jp-SvPipeline-message.jp-mod-error')).toHaveCount(0);
@@ -245,11 +236,7 @@ test.describe('Starverse pipeline editor', () => {
     await page.sidebar.openTab('jupyter-starverse-panel');
     await addDataset(page, 'prepdata', path.join(ROOT, 'prepdata'));
     await page.contents.createDirectory('prepdoc');
-    await page.evaluate(async () => {
-      await (window as any).jupyterapp.commands.execute('starverse:new-pipeline', { cwd: 'prepdoc' });
-    });
-    const editor = page.locator('.jp-SvPipeline-editor').filter({ visible: true });
-    await expect(editor).toBeVisible();
+    const editor = await newPipeline(page, 'prepdoc');
     const item = editor.locator('.jp-SvPipeline-paletteItem', { hasText: 'Prep · dedup' });
     await expect(item).toBeVisible({ timeout: 15000 });
     await item.dragTo(editor.locator('.react-flow__pane'));

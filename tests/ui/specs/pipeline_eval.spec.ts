@@ -1,7 +1,7 @@
 import { expect, test } from '@jupyterlab/galata';
 import * as path from 'path';
 
-import { addDataset } from './steps';
+import { addDataset, newPipeline } from './steps';
 
 const ARTIFACTS = path.join(__dirname, '..', 'artifacts');
 /** The server's root folder (set by tests/ui/test_galata.py). */
@@ -25,11 +25,7 @@ test.describe('Starverse pipeline editor: evaluation', () => {
 
     const file = 'evalpipe/untitled.svpipeline';
     await page.contents.createDirectory('evalpipe');
-    await page.evaluate(async () => {
-      await (window as any).jupyterapp.commands.execute('starverse:new-pipeline', { cwd: 'evalpipe' });
-    });
-    const editor = page.locator('.jp-SvPipeline-editor').filter({ visible: true });
-    await expect(editor).toBeVisible();
+    const editor = await newPipeline(page, 'evalpipe');
     await page.sidebar.close('left');
 
     // a training step, then the eval item of the palette, dropped on the canvas

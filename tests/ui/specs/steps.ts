@@ -27,3 +27,16 @@ export async function addDataset(
   }
   return entry;
 }
+
+/**
+ * "New pipeline" (the palette command) in folder `cwd`: makes and opens `cwd/untitled.svpipeline`.
+ * Returns its editor (the visible one: an earlier test's pipeline may still be open in a hidden tab).
+ */
+export async function newPipeline(page: IJupyterLabPageFixture, cwd: string): Promise<Locator> {
+  await page.evaluate(async (folder: string) => {
+    await (window as any).jupyterapp.commands.execute('starverse:new-pipeline', { cwd: folder });
+  }, cwd);
+  const editor = page.locator('.jp-SvPipeline-editor').filter({ visible: true });
+  await expect(editor).toBeVisible();
+  return editor;
+}
