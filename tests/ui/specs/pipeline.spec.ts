@@ -28,7 +28,12 @@ test.describe('Starverse pipeline editor', () => {
     await addDataset(page, 'pipedata', path.join(ROOT, 'pipedata'), { pull: true });
 
     // "New pipeline" (the palette command) makes and opens work/untitled.svpipeline.
-    const editor = await newPipeline(page, 'work');
+    // (not newPipeline's visible editor: this test opens the exported script in a tab of its own)
+    await page.evaluate(async () => {
+      await (window as any).jupyterapp.commands.execute('starverse:new-pipeline', { cwd: 'work' });
+    });
+    const editor = page.locator('.jp-SvPipeline-editor');
+    await expect(editor).toBeVisible();
     await page.sidebar.close('left'); // room for the canvas
 
     // Drag a DDP training step onto the canvas, then the dataset onto that step.
