@@ -15,6 +15,7 @@ per shard), meeting at a file barrier between stages; no rank holds the corpus.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import heapq
 import json
 import sys
@@ -151,30 +152,32 @@ def _barrier(out: Path, name: str, rank: int, world: int, *, timeout: float = 7 
         time.sleep(0.2)
 
 
+def _status_mib(field: str) -> float | None:
+    """A memory line of ``/proc/self/status`` (``VmRSS``, ``VmHWM``) in MiB; None where there is none."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            return round(next(int(line.split()[1]) for line in f if line.startswith(f"{field}:")) / 1024, 1)
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
 def _rss_mib() -> float:
     """This process's resident memory now, in MiB (0.0 where ``/proc`` is not there)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            return round(next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024, 1)
-    except (OSError, StopIteration, ValueError):
-        return 0.0
+    return _status_mib("VmRSS") or 0.0
 
 
-def _peak_mib(*, reset: bool = True) -> float:
-    """This process's peak RSS in MiB since the last reset, so that each stage reports its own peak and not
+def _peak_mib() -> float:
+    """This process's peak RSS in MiB since the last call, so that each stage reports its own peak and not
     the largest of the stages before it (the stages of a rank share one process). Linux keeps the peak as
     ``VmHWM`` and resets it through ``clear_refs``; elsewhere it is the process's peak (``ru_maxrss``)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            kib = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
-        if reset:
-            with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
-                f.write("5")
-        return round(kib / 1024, 1)
-    except (OSError, StopIteration, ValueError):
+    peak = _status_mib("VmHWM")
+    if peak is None:
         import resource
 
         return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+        f.write("5")
+    return peak
 
 
 def _dedup_stages(
