@@ -160,9 +160,10 @@ class RunStore:
         tmp.replace(path)
 
     def ids(self) -> list[str]:
+        """The id of every run folder with a record, in no particular order."""
         if not self.root.is_dir():
             return []
-        return sorted((p.name for p in self.root.iterdir() if (p / "run.json").is_file()), reverse=True)
+        return [p.name for p in self.root.iterdir() if (p / "run.json").is_file()]
 
 
 def _set_step(store: RunStore, run_id: str, step: StepRun) -> None:

@@ -126,8 +126,10 @@ class PipelineService:
         return status(self.facade, self.store, run_id)
 
     def runs(self) -> list[PipelineRun]:
-        """Every run, newest first."""
-        return [self.status(run_id) for run_id in self.store.ids()]
+        """Every run, newest first: by when it was created, not by its id (whose name and random
+        tail would put ``b-…`` after ``a-…``, or two runs of one second in either order)."""
+        return sorted((self.status(run_id) for run_id in self.store.ids()), key=lambda r: (r.created, r.run_id),
+                      reverse=True)  # fmt: skip
 
     def cancel(self, run_id: str) -> PipelineRun:
         """Cancel every submitted step that has not finished; steps not yet submitted never will be."""

@@ -122,3 +122,15 @@ def test_data_preparation_feeds_the_step_after_it(client: Starverse, folder: Pat
     assert "alice@example.com" not in text and "plain text" in text
     exported = client.pipelines.export(pipeline, "sbatch", base_dir=folder).files[-1].text  # the same file, exported
     assert "raw@v1" not in exported and "/data/raw/clean-runSUBMITSTAMP-clean" in exported
+
+
+def test_runs_are_listed_newest_first_whatever_their_names(client: Starverse, folder: Path) -> None:
+    """A run of ``zeta`` then one of ``alpha``, in the same second: the list starts with ``alpha``,
+    the one made last (the ids alone would sort ``zeta-…`` first, or two runs of one name either way)."""
+    for name in ("zeta", "alpha", "alpha"):
+        pipeline = Pipeline.from_json({**doc(), "name": name})
+        client.pipelines.store.new(pipeline, [], folder)
+    runs = client.pipelines.runs()
+    assert [r.name for r in runs] == ["alpha", "alpha", "zeta"]
+    assert [r.created for r in runs] == sorted((r.created for r in runs), reverse=True)
+    assert main(["pipeline", "runs"]) == 0
