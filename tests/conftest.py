@@ -67,3 +67,31 @@ def jp_server_config() -> dict[str, Any]:
             "allow_unauthenticated_access": False,
         }
     }
+
+
+# -- where the suite's time goes ---------------------------------------------------------------
+# ``--durations`` names the slowest tests; CI's budget is spent by files and areas, so the summary
+# also adds each file's setup + call + teardown up and prints the largest, with each area's total.
+_FILE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = report.nodeid.split("::", 1)[0]
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _FILE_SECONDS:
+        return
+    areas: dict[str, float] = {}
+    for path, seconds in _FILE_SECONDS.items():
+        parts = path.split("/")
+        area = "/".join(parts[:2]) if len(parts) > 2 else path
+        areas[area] = areas.get(area, 0.0) + seconds
+    total = sum(_FILE_SECONDS.values())
+    terminalreporter.write_sep("=", f"time by area and by file (of {total:.0f} s in tests)")
+    for area, seconds in sorted(areas.items(), key=lambda kv: -kv[1])[:15]:
+        terminalreporter.write_line(f"{seconds:8.1f} s {seconds / total:6.1%}  {area}")
+    terminalreporter.write_line("")
+    for path, seconds in sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1])[:25]:
+        terminalreporter.write_line(f"{seconds:8.1f} s {seconds / total:6.1%}  {path}")
