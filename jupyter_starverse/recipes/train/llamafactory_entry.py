@@ -108,7 +108,7 @@ def make_callbacks(run: Path, *, seq_len: int = 0, world_size: int = 1) -> list[
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item() > 0)
 
-    class Monitor(TrainerCallback):
+    class Monitor(TrainerCallback):  # type: ignore[misc]  # transformers is not followed (pyproject)
         def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any) -> None:
             seen["time"], seen["tokens"] = time.time(), float(getattr(state, "num_input_tokens_seen", 0) or 0)
             if model is not None and seq_len:
