@@ -268,7 +268,7 @@ def bench_hub(args: argparse.Namespace, tmp: Path) -> None:
             **{f"model-0000{i + 1}-of-00004.safetensors": [shard, 10 + i] for i in range(4)},
         },
     }
-    for rate in (None, args.rate):
+    for rate in (None, args.rate) if args.rate else (None,):
         spec: dict[str, object] = {"hub": hub, "throttle": None if rate is None else rate * 1e6}
         label = "unlimited" if rate is None else f"{rate:g} MB/s per connection"
         with serve(spec) as url:
@@ -427,7 +427,7 @@ def bench_small_hub(args: argparse.Namespace, tmp: Path, n: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=int, default=1024, help="size of the one file (and of the 4 shards together)")
-    ap.add_argument("--rate", type=float, default=25.0, help="MB/s per connection of the limited origin")
+    ap.add_argument("--rate", type=float, default=25.0, help="MB/s per connection of the limited origin (0: unlimited rows only)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--connections", type=int, default=8)
     ap.add_argument("--small", type=int, default=10_000, help="number of small files (0: skip)")
