@@ -427,7 +427,9 @@ def bench_small_hub(args: argparse.Namespace, tmp: Path, n: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=int, default=1024, help="size of the one file (and of the 4 shards together)")
-    ap.add_argument("--rate", type=float, default=25.0, help="MB/s per connection of the limited origin (0: unlimited rows only)")
+    ap.add_argument(
+        "--rate", type=float, default=25.0, help="MB/s per connection of the limited origin (0: unlimited rows only)"
+    )
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--connections", type=int, default=8)
     ap.add_argument("--small", type=int, default=10_000, help="number of small files (0: skip)")

@@ -99,7 +99,7 @@ class StepRunner:
             say(f"{step}: {n:,} documents")
 
         named = (target or inp.ref or DatasetRef("input")).name
-        report_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{step}-{named}-{secrets.token_hex(2)}"
+        report_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{step}-{named}-{secrets.token_hex(4)}"
         self.prepared.mkdir(parents=True, exist_ok=True)
         work = self.prepared / f".work-{report_id}"
         final = self.prepared / target.name / str(target.version) if target else None

@@ -198,8 +198,8 @@ class RunPaths:
 
 
 def new_job_id(name: str) -> str:
-    """``<name>-<utc time>-<4 hex>``: sortable by creation, unique across processes."""
-    return f"{name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
+    """``<name>-<utc time>-<8 hex>``: sortable by creation, unique across processes."""
+    return f"{name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(4)}"
 
 
 def find_run(experiments: Path, job_id: str) -> RunPaths:

@@ -134,7 +134,7 @@ class RunStore:
         from jupyter_starverse.jobmodel._spec import job_name_of
 
         run_id = f"{job_name_of(pipeline.name)[:40]}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-"
-        run_id += secrets.token_hex(2)
+        run_id += secrets.token_hex(4)
         self.folder(run_id).mkdir(parents=True, exist_ok=False)
         self.write(run_id, {
             "run_id": run_id, "name": pipeline.name, "created": time.time(), "base_dir": str(base_dir),

@@ -115,7 +115,7 @@ class Processes:
     def new(self, name: str, spec: Mapping[str, Any]) -> ProcessFolder:
         """A new private run folder with ``spec.json``."""
         stem = "".join(c if c in _ID_CHARS else "-" for c in name.lower()).strip("-")[:40] or self.kind
-        proc_id = f"{stem}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
+        proc_id = f"{stem}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(4)}"
         f = ProcessFolder(proc_id, self.root / proc_id)
         make_dir(self.root, PRIVATE)
         make_dir(f.log.parent, PRIVATE, root=self.root)
