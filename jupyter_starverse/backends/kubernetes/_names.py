@@ -54,13 +54,13 @@ def dns_label(text: str, *, max_len: int = 63) -> str:
 
 
 def make_job_id(name: str, *, now: float | None = None, token: str | None = None) -> str:
-    """A new job id: ``<label of name>-<yymmdd-hhmmss>-<4 hex>``, sortable and unique.
+    """A new job id: ``<label of name>-<yymmdd-hhmmss>-<6 hex>``, sortable and unique.
 
     The id is also the name of every Kubernetes object of the job, so it is a DNS label
     of at most :data:`MAX_JOB_ID` characters.
     """
     stamp = time.strftime("%y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
-    token = token or secrets.token_hex(2)
+    token = token or secrets.token_hex(3)
     tail = f"-{stamp}-{token}"
     return dns_label(name, max_len=MAX_JOB_ID - len(tail)) + tail
 
