@@ -56,7 +56,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import load
+from benchmarks._common import load, show_load
 from benchmarks._dedup_chain import WORLD, chain_runs  # every job and stage row: 4 ranks
 from jupyter_starverse.data import _stages as st
 from jupyter_starverse.data._read import Doc
@@ -274,6 +274,7 @@ def main() -> None:
     parser.add_argument("--chain-grow", type=int, default=1, metavar="G",
                         help="first run the chain on --chain-docs / G documents (peak RSS, 1x -> Gx)")  # fmt: skip
     args = parser.parse_args()
+    show_load()
     if args.static == "minilm":
         args.static = str(_distilled(Path(tempfile.mkdtemp(prefix="bench-static-"))))
     if args.semantic_growth:
